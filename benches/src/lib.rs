@@ -1,0 +1,1 @@
+//! Benchmarks of lockgate beside hand-written baselines.

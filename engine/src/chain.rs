@@ -1,0 +1,233 @@
+//! Operator chains: the operators of one task, called one after the other
+//! with no channel between them (as Flink chains operators joined by
+//! `forward` with equal parallelism).
+//!
+//! A chain is a linked list of [`Link`]s built from the tail: each
+//! [`Stage`] owns an operator and the next link; the last link is a
+//! [`ChannelWriter`] (to the next task) or the end of a sink.
+
+use crate::channel::ChannelWriter;
+use crate::element::{CheckpointBarrier, CheckpointId, Watermark};
+use crate::operator::Operator;
+use crate::runtime::TaskError;
+
+/// The state of one operator of a chain for one checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OperatorSnapshot {
+    /// The operator's name, unique in the job (its state key).
+    pub operator: String,
+    /// The operator's serialized state.
+    pub bytes: Vec<u8>,
+}
+
+/// One link of an operator chain, fed with records of type `I`.
+pub(crate) trait Link<I>: Send {
+    /// Processes a batch; `batch` is left empty (its allocation reused).
+    fn push(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError>;
+    /// The task's watermark advanced.
+    fn watermark(&mut self, w: Watermark) -> Result<(), TaskError>;
+    /// Collects every operator's state for checkpoint `id`.
+    fn snapshot(
+        &mut self,
+        id: CheckpointId,
+        out: &mut Vec<OperatorSnapshot>,
+    ) -> Result<(), TaskError>;
+    /// Restores the operators found in `states` (by operator name).
+    fn restore(&mut self, states: &[OperatorSnapshot]) -> Result<(), TaskError>;
+    /// Forwards a barrier downstream (after every record before it).
+    fn barrier(&mut self, b: CheckpointBarrier) -> Result<(), TaskError>;
+    /// Forwards a cancel-checkpoint marker downstream.
+    fn cancel_checkpoint(&mut self, id: CheckpointId) -> Result<(), TaskError>;
+    /// Checkpoint `id` completed (`true`) or was aborted (`false`).
+    fn checkpoint_done(&mut self, id: CheckpointId, completed: bool) -> Result<(), TaskError>;
+    /// The input ran dry: send partial batches.
+    fn flush(&mut self) -> Result<(), TaskError>;
+    /// All inputs ended: operators emit what is left, then end of partition
+    /// goes downstream.
+    fn end(&mut self) -> Result<(), TaskError>;
+}
+
+/// A chain stage: one operator and the rest of the chain.
+pub(crate) struct Stage<I, O, Op> {
+    pub(crate) name: String,
+    pub(crate) op: Op,
+    pub(crate) out: Vec<O>,
+    pub(crate) next: Box<dyn Link<O>>,
+    pub(crate) _in: std::marker::PhantomData<fn(I)>,
+}
+
+impl<I, O, Op: Operator<I, O>> Stage<I, O, Op> {
+    pub(crate) fn new(name: String, op: Op, next: Box<dyn Link<O>>) -> Self {
+        Stage {
+            name,
+            op,
+            out: Vec::new(),
+            next,
+            _in: std::marker::PhantomData,
+        }
+    }
+
+    fn op_err(&self, what: &str, e: crate::operator::BoxError) -> TaskError {
+        TaskError::Operator {
+            operator: self.name.clone(),
+            message: format!("{what}: {e}"),
+        }
+    }
+
+    fn emit(&mut self) -> Result<(), TaskError> {
+        if !self.out.is_empty() {
+            self.next.push(&mut self.out)?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+}
+
+impl<I, O: Send, Op: Operator<I, O>> Link<I> for Stage<I, O, Op> {
+    #[inline]
+    fn push(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
+        if let Err(e) = self.op.process(batch, &mut self.out) {
+            return Err(self.op_err("process", e));
+        }
+        batch.clear();
+        self.emit()
+    }
+
+    fn watermark(&mut self, w: Watermark) -> Result<(), TaskError> {
+        if let Err(e) = self.op.on_watermark(w, &mut self.out) {
+            return Err(self.op_err("on_watermark", e));
+        }
+        self.emit()?;
+        self.next.watermark(w)
+    }
+
+    fn snapshot(
+        &mut self,
+        id: CheckpointId,
+        out: &mut Vec<OperatorSnapshot>,
+    ) -> Result<(), TaskError> {
+        match self.op.snapshot_state(id) {
+            Ok(Some(bytes)) => out.push(OperatorSnapshot {
+                operator: self.name.clone(),
+                bytes,
+            }),
+            Ok(None) => {}
+            Err(e) => return Err(self.op_err("snapshot_state", e)),
+        }
+        self.next.snapshot(id, out)
+    }
+
+    fn restore(&mut self, states: &[OperatorSnapshot]) -> Result<(), TaskError> {
+        if let Some(s) = states.iter().find(|s| s.operator == self.name) {
+            if let Err(e) = self.op.restore_state(&s.bytes) {
+                return Err(self.op_err("restore_state", e));
+            }
+        }
+        self.next.restore(states)
+    }
+
+    fn barrier(&mut self, b: CheckpointBarrier) -> Result<(), TaskError> {
+        self.next.barrier(b)
+    }
+
+    fn cancel_checkpoint(&mut self, id: CheckpointId) -> Result<(), TaskError> {
+        self.next.cancel_checkpoint(id)
+    }
+
+    fn checkpoint_done(&mut self, id: CheckpointId, completed: bool) -> Result<(), TaskError> {
+        let r = if completed {
+            self.op.notify_checkpoint_complete(id)
+        } else {
+            self.op.notify_checkpoint_aborted(id)
+        };
+        if let Err(e) = r {
+            return Err(self.op_err("checkpoint notification", e));
+        }
+        self.next.checkpoint_done(id, completed)
+    }
+
+    fn flush(&mut self) -> Result<(), TaskError> {
+        self.next.flush()
+    }
+
+    fn end(&mut self) -> Result<(), TaskError> {
+        if let Err(e) = self.op.end_of_input(&mut self.out) {
+            return Err(self.op_err("end_of_input", e));
+        }
+        self.emit()?;
+        self.next.end()
+    }
+}
+
+impl<T: Clone + Send> Link<T> for ChannelWriter<T> {
+    #[inline]
+    fn push(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
+        ChannelWriter::push(self, batch)
+    }
+    fn watermark(&mut self, w: Watermark) -> Result<(), TaskError> {
+        ChannelWriter::watermark(self, w)
+    }
+    fn snapshot(
+        &mut self,
+        _id: CheckpointId,
+        _out: &mut Vec<OperatorSnapshot>,
+    ) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn restore(&mut self, _states: &[OperatorSnapshot]) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn barrier(&mut self, b: CheckpointBarrier) -> Result<(), TaskError> {
+        ChannelWriter::barrier(self, b)
+    }
+    fn cancel_checkpoint(&mut self, id: CheckpointId) -> Result<(), TaskError> {
+        ChannelWriter::cancel_checkpoint(self, id)
+    }
+    fn checkpoint_done(&mut self, _id: CheckpointId, _completed: bool) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<(), TaskError> {
+        ChannelWriter::flush(self)
+    }
+    fn end(&mut self) -> Result<(), TaskError> {
+        ChannelWriter::end_of_partition(self)
+    }
+}
+
+/// The end of a sink's chain: it receives nothing (sinks emit no records).
+pub(crate) struct NoOutput;
+
+impl Link<()> for NoOutput {
+    fn push(&mut self, batch: &mut Vec<()>) -> Result<(), TaskError> {
+        batch.clear();
+        Ok(())
+    }
+    fn watermark(&mut self, _w: Watermark) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn snapshot(
+        &mut self,
+        _id: CheckpointId,
+        _out: &mut Vec<OperatorSnapshot>,
+    ) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn restore(&mut self, _states: &[OperatorSnapshot]) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn barrier(&mut self, _b: CheckpointBarrier) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn cancel_checkpoint(&mut self, _id: CheckpointId) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn checkpoint_done(&mut self, _id: CheckpointId, _completed: bool) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn end(&mut self) -> Result<(), TaskError> {
+        Ok(())
+    }
+}

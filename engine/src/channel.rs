@@ -1,0 +1,290 @@
+//! Channels and the output side of a task: partitioning, batching, flushing
+//! and backpressure.
+//!
+//! One bounded crossbeam channel joins each (producer subtask, consumer
+//! subtask) pair of an edge. [`ChannelWriter`] is the tail of a task's
+//! operator chain: it routes each record to a channel by the edge's
+//! [`Partitioning`], collects records into per-channel batches, and sends a
+//! batch when it is full, when the task's input runs dry (natural batching:
+//! small batches at low load, full ones at high load), or when its oldest
+//! record waited longer than the buffer timeout.
+//!
+//! A send to a full channel blocks (backpressure) until the consumer makes
+//! room or the job is cancelled; the time spent blocked is counted in the
+//! task's metrics.
+
+use crate::element::{CheckpointBarrier, CheckpointId, StreamElement, Watermark};
+use crate::metrics::TaskMetrics;
+use crate::runtime::TaskError;
+use crossbeam_channel::{Receiver, Select, Sender, TrySendError};
+use std::sync::Arc;
+
+/// The multiplier of the reference workloads' key hash (`workloads.md`):
+/// 2^64 / φ, Knuth's multiplicative hashing constant.
+pub const KEY_HASH_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The subtask a key goes to under hash partitioning over `parallelism`
+/// subtasks: `((key * 0x9E3779B97F4A7C15) >> 32) % parallelism` (wrapping
+/// multiply), as `workloads.md` routes records.
+///
+/// # Panics
+/// When `parallelism` is 0.
+#[inline]
+pub fn key_to_subtask(key: u64, parallelism: usize) -> usize {
+    ((key.wrapping_mul(KEY_HASH_MULTIPLIER) >> 32) % parallelism as u64) as usize
+}
+
+/// A key extractor: the `u64` key a record is partitioned by.
+pub type KeyFn<T> = Arc<dyn Fn(&T) -> u64 + Send + Sync>;
+
+/// How an edge distributes records over the consumer's subtasks.
+pub enum Partitioning<T> {
+    /// Producer subtask i sends to consumer subtask i (equal parallelism;
+    /// with equal parallelism and no other reason for a channel, the two
+    /// operators are chained instead).
+    Forward,
+    /// Round-robin over the consumer subtasks, batch by batch.
+    Rebalance,
+    /// Every record to every consumer subtask.
+    Broadcast,
+    /// By key: [`key_to_subtask`] of the key the function returns.
+    Hash(KeyFn<T>),
+}
+
+impl<T> Clone for Partitioning<T> {
+    fn clone(&self) -> Self {
+        match self {
+            Partitioning::Forward => Partitioning::Forward,
+            Partitioning::Rebalance => Partitioning::Rebalance,
+            Partitioning::Broadcast => Partitioning::Broadcast,
+            Partitioning::Hash(f) => Partitioning::Hash(f.clone()),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Partitioning<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Partitioning::Forward => "forward",
+            Partitioning::Rebalance => "rebalance",
+            Partitioning::Broadcast => "broadcast",
+            Partitioning::Hash(_) => "hash",
+        })
+    }
+}
+
+/// Output settings of a task (shared by all its output channels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputConfig {
+    /// Records per batch at most.
+    pub batch_size: usize,
+    /// A partial batch is sent at the latest this long after its first
+    /// record was added, in ns (even if the input never runs dry).
+    pub buffer_timeout_ns: u64,
+}
+
+/// Sends elements to one channel, blocking on a full channel until there is
+/// room or the job is cancelled.
+pub(crate) struct ChannelSender<T> {
+    pub(crate) tx: Sender<StreamElement<T>>,
+    pub(crate) consumer: Arc<str>,
+}
+
+/// Sends `el`, blocking (backpressure) while the channel is full.
+///
+/// # Errors
+/// [`TaskError::Cancelled`] when the job is cancelled while blocked;
+/// [`TaskError::Disconnected`] when the consumer is gone.
+pub(crate) fn send_blocking<T>(
+    ch: &ChannelSender<T>,
+    el: StreamElement<T>,
+    cancel: &Receiver<()>,
+    metrics: &TaskMetrics,
+) -> Result<(), TaskError> {
+    let el = match ch.tx.try_send(el) {
+        Ok(()) => return Ok(()),
+        Err(TrySendError::Disconnected(_)) => {
+            return Err(TaskError::Disconnected(ch.consumer.to_string()))
+        }
+        Err(TrySendError::Full(el)) => el,
+    };
+    let start = crate::clock::now_ns();
+    let mut sel = Select::new();
+    let send_i = sel.send(&ch.tx);
+    sel.recv(cancel);
+    let oper = sel.select();
+    let res = if oper.index() == send_i {
+        oper.send(&ch.tx, el)
+            .map_err(|_| TaskError::Disconnected(ch.consumer.to_string()))
+    } else {
+        let _ = oper.recv(cancel);
+        Err(TaskError::Cancelled)
+    };
+    metrics.add_backpressure_ns(crate::clock::now_ns() - start);
+    res
+}
+
+/// The tail of an operator chain: partitions records over an edge's
+/// channels and batches them (see the module docs).
+pub(crate) struct ChannelWriter<T> {
+    channels: Vec<ChannelSender<T>>,
+    buffers: Vec<Vec<T>>,
+    partitioning: Partitioning<T>,
+    /// This producer's subtask index (for forward partitioning).
+    subtask: usize,
+    next_rr: usize,
+    config: OutputConfig,
+    /// When the oldest unsent record was added; `None` when all are sent.
+    oldest_ns: Option<u64>,
+    cancel: Receiver<()>,
+    metrics: Arc<TaskMetrics>,
+}
+
+impl<T: Clone + Send> ChannelWriter<T> {
+    pub(crate) fn new(
+        channels: Vec<ChannelSender<T>>,
+        partitioning: Partitioning<T>,
+        subtask: usize,
+        config: OutputConfig,
+        cancel: Receiver<()>,
+        metrics: Arc<TaskMetrics>,
+    ) -> Self {
+        let buffers = channels
+            .iter()
+            .map(|_| Vec::with_capacity(config.batch_size))
+            .collect();
+        ChannelWriter {
+            channels,
+            buffers,
+            partitioning,
+            subtask,
+            next_rr: subtask,
+            config,
+            oldest_ns: None,
+            cancel,
+            metrics,
+        }
+    }
+
+    fn send_buffer(&mut self, ch: usize) -> Result<(), TaskError> {
+        if self.buffers[ch].is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::replace(
+            &mut self.buffers[ch],
+            Vec::with_capacity(self.config.batch_size),
+        );
+        self.metrics.add_out(batch.len() as u64);
+        send_blocking(
+            &self.channels[ch],
+            StreamElement::Records(batch),
+            &self.cancel,
+            &self.metrics,
+        )
+    }
+
+    /// Adds records; sends every batch that fills up.
+    pub(crate) fn push(&mut self, records: &mut Vec<T>) -> Result<(), TaskError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let n = self.channels.len();
+        let batch_size = self.config.batch_size;
+        match &self.partitioning {
+            Partitioning::Forward => {
+                let ch = self.subtask % n;
+                for r in records.drain(..) {
+                    self.buffers[ch].push(r);
+                    if self.buffers[ch].len() >= batch_size {
+                        self.send_buffer(ch)?;
+                    }
+                }
+            }
+            Partitioning::Rebalance => {
+                for r in records.drain(..) {
+                    let ch = self.next_rr % n;
+                    self.buffers[ch].push(r);
+                    if self.buffers[ch].len() >= batch_size {
+                        self.send_buffer(ch)?;
+                        self.next_rr = self.next_rr.wrapping_add(1);
+                    }
+                }
+            }
+            Partitioning::Broadcast => {
+                for r in records.drain(..) {
+                    for ch in 0..n {
+                        self.buffers[ch].push(r.clone());
+                        if self.buffers[ch].len() >= batch_size {
+                            self.send_buffer(ch)?;
+                        }
+                    }
+                }
+            }
+            Partitioning::Hash(key_fn) => {
+                let key_fn = key_fn.clone();
+                for r in records.drain(..) {
+                    let ch = key_to_subtask(key_fn(&r), n);
+                    self.buffers[ch].push(r);
+                    if self.buffers[ch].len() >= batch_size {
+                        self.send_buffer(ch)?;
+                    }
+                }
+            }
+        }
+        if self.buffers.iter().any(|b| !b.is_empty()) {
+            let now = crate::clock::now_ns();
+            match self.oldest_ns {
+                None => self.oldest_ns = Some(now),
+                Some(t) if now.saturating_sub(t) >= self.config.buffer_timeout_ns => {
+                    self.flush()?;
+                }
+                Some(_) => {}
+            }
+        } else {
+            self.oldest_ns = None;
+        }
+        Ok(())
+    }
+
+    /// Sends every partial batch.
+    pub(crate) fn flush(&mut self) -> Result<(), TaskError> {
+        for ch in 0..self.channels.len() {
+            self.send_buffer(ch)?;
+        }
+        self.oldest_ns = None;
+        Ok(())
+    }
+
+    /// Flushes, then sends `el` on every channel (events are broadcast and
+    /// keep their place after every record pushed before them).
+    pub(crate) fn broadcast_event(&mut self, el: StreamElement<T>) -> Result<(), TaskError> {
+        self.flush()?;
+        for ch in 0..self.channels.len() {
+            let copy = match &el {
+                StreamElement::Barrier(b) => StreamElement::Barrier(*b),
+                StreamElement::CancelCheckpoint(id) => StreamElement::CancelCheckpoint(*id),
+                StreamElement::EndOfPartition => StreamElement::EndOfPartition,
+                StreamElement::Watermark(w) => StreamElement::Watermark(*w),
+                StreamElement::Records(_) => unreachable!("records are pushed, not broadcast"),
+            };
+            send_blocking(&self.channels[ch], copy, &self.cancel, &self.metrics)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn barrier(&mut self, b: CheckpointBarrier) -> Result<(), TaskError> {
+        self.broadcast_event(StreamElement::Barrier(b))
+    }
+
+    pub(crate) fn cancel_checkpoint(&mut self, id: CheckpointId) -> Result<(), TaskError> {
+        self.broadcast_event(StreamElement::CancelCheckpoint(id))
+    }
+
+    pub(crate) fn watermark(&mut self, w: Watermark) -> Result<(), TaskError> {
+        self.broadcast_event(StreamElement::Watermark(w))
+    }
+
+    pub(crate) fn end_of_partition(&mut self) -> Result<(), TaskError> {
+        self.broadcast_event(StreamElement::EndOfPartition)
+    }
+}

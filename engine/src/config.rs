@@ -1,0 +1,172 @@
+//! Job configuration: batching, channels, waiting, pinning, checkpoints and
+//! restarts.
+
+use crate::barrier::{CheckpointMode, HandlerConfig};
+use crate::input_gate::WaitStrategy;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Which cores task threads are pinned to (with `core_affinity`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PinPolicy {
+    /// No pinning: the OS schedules task threads.
+    #[default]
+    None,
+    /// Task k (in start order) on core `k % cores`, over the cores
+    /// `core_affinity` reports. Works when tasks outnumber cores.
+    RoundRobin,
+    /// Task k on core `cores[k % cores.len()]`.
+    Cores(Vec<usize>),
+}
+
+impl std::str::FromStr for PinPolicy {
+    type Err = String;
+    /// Parses `none`, `round-robin` or a comma-separated core list (`0,1`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(PinPolicy::None),
+            "round-robin" => Ok(PinPolicy::RoundRobin),
+            list => {
+                let cores: Result<Vec<usize>, _> =
+                    list.split(',').map(|c| c.trim().parse::<usize>()).collect();
+                match cores {
+                    Ok(c) if !c.is_empty() => Ok(PinPolicy::Cores(c)),
+                    _ => Err(format!(
+                        "invalid pinning '{s}' (expected none, round-robin or a core list like 0,1)"
+                    )),
+                }
+            }
+        }
+    }
+}
+
+/// Restart strategy on a task failure (Flink's fixed-delay strategy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestartStrategy {
+    /// Restarts allowed before the job fails for good (0: fail at once).
+    pub max_attempts: u32,
+    /// Wait before each restart.
+    pub delay: Duration,
+}
+
+impl Default for RestartStrategy {
+    /// No restart: a failure fails the job.
+    fn default() -> Self {
+        RestartStrategy {
+            max_attempts: 0,
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+/// Checkpointing options, with the meaning of Flink's `CheckpointConfig`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointConfig {
+    /// Exactly-once (aligned), at-least-once (tracked) or none.
+    pub mode: CheckpointMode,
+    /// Time between two checkpoint triggers. `None`: only on demand.
+    pub interval: Option<Duration>,
+    /// A checkpoint not complete after this long is aborted (`timeout`).
+    /// Default 60 s.
+    pub timeout: Duration,
+    /// Checkpoints in flight at once. Default 1.
+    pub max_concurrent: usize,
+    /// Least time from the end of one checkpoint to the next trigger.
+    /// Default 0.
+    pub min_pause: Duration,
+    /// Failed checkpoints (timeouts, storage errors, declines by a failing
+    /// snapshot) tolerated in a row before the job fails, as Flink's
+    /// `CheckpointFailureManager`. Default 3.
+    pub tolerable_failures: u32,
+    /// Completed checkpoints kept in storage. Default 3.
+    pub retained: usize,
+    /// Where checkpoints are written (`chk-<n>/` folders). `None`: kept in
+    /// memory only (enough for restarts within the process).
+    pub dir: Option<PathBuf>,
+    /// Resume from the latest complete checkpoint in `dir`.
+    pub restore: bool,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            mode: CheckpointMode::None,
+            interval: None,
+            timeout: Duration::from_secs(60),
+            max_concurrent: 1,
+            min_pause: Duration::ZERO,
+            tolerable_failures: 3,
+            retained: 3,
+            dir: None,
+            restore: false,
+        }
+    }
+}
+
+/// Everything a job runs with. Build one with [`JobConfig::default`] and
+/// change fields.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobConfig {
+    /// Records per batch at most (default 1024).
+    pub batch_size: usize,
+    /// Elements (batches or events) a channel holds before its producer
+    /// blocks (default 64).
+    pub channel_capacity: usize,
+    /// A partial batch is sent at the latest this long after its first
+    /// record (default 1 ms).
+    pub buffer_timeout: Duration,
+    /// How idle tasks wait.
+    pub wait_strategy: WaitStrategy,
+    /// Thread pinning.
+    pub pinning: PinPolicy,
+    /// Blocker capacity and alignment limit of the barrier handlers.
+    pub handler: HandlerConfig,
+    /// Checkpointing.
+    pub checkpoint: CheckpointConfig,
+    /// Restarts on failure.
+    pub restart: RestartStrategy,
+}
+
+impl Default for JobConfig {
+    fn default() -> Self {
+        JobConfig {
+            batch_size: 1024,
+            channel_capacity: 64,
+            buffer_timeout: Duration::from_millis(1),
+            wait_strategy: WaitStrategy::default(),
+            pinning: PinPolicy::None,
+            handler: HandlerConfig::default(),
+            checkpoint: CheckpointConfig::default(),
+            restart: RestartStrategy::default(),
+        }
+    }
+}
+
+impl JobConfig {
+    /// Checks the values.
+    ///
+    /// # Errors
+    /// A message naming the bad field: a batch size, channel capacity or
+    /// checkpoint `max_concurrent` of 0, a zero checkpoint interval, or a
+    /// restore without a checkpoint directory.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.batch_size == 0 {
+            return Err("batch_size must be at least 1".into());
+        }
+        if self.channel_capacity == 0 {
+            return Err("channel_capacity must be at least 1".into());
+        }
+        if self.checkpoint.max_concurrent == 0 {
+            return Err("checkpoint.max_concurrent must be at least 1".into());
+        }
+        if self.checkpoint.interval == Some(Duration::ZERO) {
+            return Err("checkpoint.interval must be positive".into());
+        }
+        if self.checkpoint.restore && self.checkpoint.dir.is_none() {
+            return Err("checkpoint.restore needs checkpoint.dir".into());
+        }
+        Ok(())
+    }
+}

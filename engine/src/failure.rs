@@ -1,0 +1,70 @@
+//! Failure injection: a documented, seeded plan of task failures, so that
+//! recovery is tested the same way every time.
+
+pub use crate::runtime::task::FailurePoint;
+use serde::{Deserialize, Serialize};
+
+/// One planned failure: task `task` (its index in start order, see
+/// [`crate::JobBuilder::task_names`]) fails at `at`, once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedFailure {
+    /// The task's index in start order.
+    pub task: usize,
+    /// When it fails.
+    pub at: FailurePoint,
+}
+
+/// The failures to inject into a job, each striking once, in order per
+/// task: after a restart, a task's next planned failure is armed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailurePlan {
+    /// The failures.
+    pub failures: Vec<PlannedFailure>,
+}
+
+impl FailurePlan {
+    /// No failures.
+    pub fn none() -> Self {
+        FailurePlan::default()
+    }
+
+    /// `count` failures at seeded pseudo-random points: each picks a task
+    /// among `0..num_tasks` and a record count in `1..=max_records`
+    /// (SplitMix64 over `seed`, so the same seed gives the same plan).
+    ///
+    /// # Panics
+    /// When `num_tasks` or `max_records` is 0 while `count > 0`.
+    pub fn seeded(seed: u64, count: usize, num_tasks: usize, max_records: u64) -> Self {
+        let mut state = seed;
+        let mut next = move || {
+            // SplitMix64 (Steele, Lea, Flood 2014): a small, well-mixed
+            // generator; enough to spread failure points.
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        let failures = (0..count)
+            .map(|_| PlannedFailure {
+                task: (next() % num_tasks as u64) as usize,
+                at: FailurePoint::AfterRecords(1 + next() % max_records),
+            })
+            .collect();
+        FailurePlan { failures }
+    }
+
+    /// Adds a failure.
+    pub fn with(mut self, task: usize, at: FailurePoint) -> Self {
+        self.failures.push(PlannedFailure { task, at });
+        self
+    }
+
+    pub(crate) fn next_for(&self, task: usize, fired: &[usize]) -> Option<usize> {
+        (0..self.failures.len()).find(|i| self.failures[*i].task == task && !fired.contains(i))
+    }
+
+    pub(crate) fn point(&self, index: usize) -> FailurePoint {
+        self.failures[index].at
+    }
+}

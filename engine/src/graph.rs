@@ -1,0 +1,753 @@
+//! The job graph builder: sources, operators, exchanges and sinks.
+//!
+//! ```text
+//! let job = JobBuilder::new("wordcount", JobConfig::default());
+//! job.source("numbers", 2, |subtask| MySource::new(subtask))   // Stream<u64>
+//!    .map(|x| x * 2)                                           // chained
+//!    .key_by(|x| *x)                                           // Exchange<u64>
+//!    .process("sum", 2, |_| SumOperator::default())            // new task
+//!    .sink("out", |_| MySink);                                 // chained
+//! let handle = job.start()?;
+//! ```
+//!
+//! A [`Stream`] is an operator chain still open at its end: `map`,
+//! `filter`, `flat_map`, `process` and `sink` add operators to the same task
+//! (chaining, as Flink chains operators joined by `forward` with equal
+//! parallelism). `key_by`, `rebalance`, `broadcast` and `forward` end the
+//! chain with an [`Exchange`]: a set of channels to the next operator, which
+//! starts a new task with its own input gate.
+
+use crate::barrier::AnyHandler;
+use crate::chain::{Link, NoOutput, Stage};
+use crate::channel::{ChannelSender, ChannelWriter, OutputConfig, Partitioning};
+use crate::config::PinPolicy;
+use crate::element::{RecordSize, StreamElement};
+use crate::input_gate::InputGate;
+use crate::operator::{Either, FnOperator, Operator, Sink, SinkOperator, Source};
+use crate::runtime::task::{GateTask, SourceTask};
+use crate::runtime::{EdgeEnds, SubtaskCtx, TaskBody, Wiring};
+use crate::{FailurePlan, JobConfig, JobError, JobHandle};
+use crossbeam_channel::{Receiver, Sender};
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// What records must be to travel through a job: cloneable (broadcast),
+/// sendable between task threads, and sized for alignment accounting.
+pub trait Data: Clone + Send + RecordSize + 'static {}
+impl<T: Clone + Send + RecordSize + 'static> Data for T {}
+
+type MakeFn = Arc<dyn Fn(&mut SubtaskCtx<'_>) -> Box<dyn TaskBody> + Send + Sync>;
+type ChainFn<T> =
+    Arc<dyn Fn(&mut SubtaskCtx<'_>, Box<dyn Link<T>>) -> Box<dyn TaskBody> + Send + Sync>;
+type TailFn<T> = Arc<dyn Fn(&mut SubtaskCtx<'_>) -> Box<dyn Link<T>> + Send + Sync>;
+type WireFn = Arc<dyn Fn(&mut Wiring, usize, usize, usize, usize, Vec<Arc<str>>) + Send + Sync>;
+
+struct NodeSpec {
+    name: String,
+    parallelism: usize,
+    is_source: bool,
+    make: Option<MakeFn>,
+}
+
+struct EdgeSpec {
+    from: usize,
+    to: usize,
+    wire: WireFn,
+}
+
+#[derive(Default)]
+struct GraphState {
+    nodes: Vec<NodeSpec>,
+    edges: Vec<EdgeSpec>,
+    operator_names: HashSet<String>,
+    errors: Vec<String>,
+    anon: usize,
+}
+
+impl GraphState {
+    fn add_node(&mut self, name: &str, parallelism: usize, is_source: bool) -> usize {
+        if parallelism == 0 {
+            self.errors
+                .push(format!("operator '{name}': parallelism must be at least 1"));
+        }
+        self.claim_name(name);
+        self.nodes.push(NodeSpec {
+            name: name.to_string(),
+            parallelism: parallelism.max(1),
+            is_source,
+            make: None,
+        });
+        self.nodes.len() - 1
+    }
+
+    fn claim_name(&mut self, name: &str) {
+        if !self.operator_names.insert(name.to_string()) {
+            self.errors.push(format!(
+                "operator name '{name}' is used twice (names key operator state and must be unique)"
+            ));
+        }
+    }
+
+    fn anon_name(&mut self, node: usize, what: &str) -> String {
+        self.anon += 1;
+        format!("{}.{what}#{}", self.nodes[node].name, self.anon)
+    }
+}
+
+/// Builds a job: add sources, chain operators, exchange, sink, then
+/// [`JobBuilder::start`].
+pub struct JobBuilder {
+    g: Rc<RefCell<GraphState>>,
+    config: JobConfig,
+    failures: FailurePlan,
+    restore: Option<crate::checkpoint::RestoredState>,
+    name: String,
+}
+
+/// An operator chain open at its end, producing records of type `T`.
+#[must_use = "a stream must end in a sink or an exchange"]
+pub struct Stream<T> {
+    g: Rc<RefCell<GraphState>>,
+    node: usize,
+    parallelism: usize,
+    chain: ChainFn<T>,
+}
+
+/// The end of a chain: records of type `T` leave through channels
+/// partitioned as chosen, towards the next operator (a new task).
+#[must_use = "an exchange must lead to an operator or a sink"]
+pub struct Exchange<T> {
+    g: Rc<RefCell<GraphState>>,
+    inputs: Vec<(Stream<T>, Partitioning<T>)>,
+}
+
+/// Two streams joined for a two-input operator (Flink's `connect`).
+#[must_use = "connected streams must lead to an operator"]
+pub struct Connected<A, B> {
+    a: Stream<A>,
+    b: Stream<B>,
+}
+
+impl JobBuilder {
+    /// A new job named `name` (used in checkpoint metadata and logs).
+    pub fn new(name: impl Into<String>, config: JobConfig) -> Self {
+        JobBuilder {
+            g: Rc::new(RefCell::new(GraphState::default())),
+            config,
+            failures: FailurePlan::none(),
+            restore: None,
+            name: name.into(),
+        }
+    }
+
+    /// The job's configuration.
+    pub fn config(&self) -> &JobConfig {
+        &self.config
+    }
+
+    /// Sets the failures to inject (tests, the load generator).
+    pub fn with_failures(mut self, plan: FailurePlan) -> Self {
+        self.failures = plan;
+        self
+    }
+
+    /// Starts the job from this in-memory state instead of from scratch (the
+    /// state of a checkpoint taken by an earlier job with the same graph).
+    pub fn with_restored_state(mut self, state: crate::checkpoint::RestoredState) -> Self {
+        self.restore = Some(state);
+        self
+    }
+
+    /// A source with `parallelism` subtasks; `factory(subtask)` makes each
+    /// subtask's source (again after each restart).
+    pub fn source<T, S, F>(&self, name: &str, parallelism: usize, factory: F) -> Stream<T>
+    where
+        T: Data,
+        S: Source<T> + 'static,
+        F: Fn(usize) -> S + Send + Sync + 'static,
+    {
+        let node = self.g.borrow_mut().add_node(name, parallelism, true);
+        let name = name.to_string();
+        let chain: ChainFn<T> = Arc::new(move |ctx, tail| {
+            Box::new(SourceTask {
+                name: name.clone(),
+                source: factory(ctx.subtask),
+                chain: tail,
+                batch_size: ctx.config.batch_size,
+                control: ctx.control.clone(),
+                cancel: ctx.cancel.clone(),
+                metrics: ctx.metrics.clone(),
+            })
+        });
+        Stream {
+            g: self.g.clone(),
+            node,
+            parallelism,
+            chain,
+        }
+    }
+
+    /// An ingest source fed by the application through the returned
+    /// [`Ingest`] handle (parallelism 1, channel of `capacity` records).
+    ///
+    /// The engine cannot replay what the application pushed: after a
+    /// restore, [`Ingest::restored_position`] tells how many records the
+    /// restored checkpoint had consumed, so the application can push again
+    /// from there. The source ends when every [`Ingest`] handle is dropped
+    /// or [`Ingest::close`]d.
+    pub fn ingest<T: Data>(&self, name: &str, capacity: usize) -> (Stream<T>, Ingest<T>) {
+        let (tx, rx) = crossbeam_channel::bounded(capacity.max(1));
+        let restored = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let r2 = restored.clone();
+        let stream = self.source(name, 1, move |_| crate::sources::IngestSource {
+            rx: rx.clone(),
+            consumed: 0,
+            restored: r2.clone(),
+        });
+        (stream, Ingest { tx, restored })
+    }
+
+    /// The tasks the job will run, in start order, by full name
+    /// (`keyed_sum[1]`); the index of a name is the task index used by
+    /// [`FailurePlan`].
+    pub fn task_names(&self) -> Vec<String> {
+        let g = self.g.borrow();
+        g.nodes
+            .iter()
+            .flat_map(|n| (0..n.parallelism).map(move |i| format!("{}[{i}]", n.name)))
+            .collect()
+    }
+
+    /// Checks the graph and starts the job's threads.
+    ///
+    /// # Errors
+    /// [`JobError::Config`] for an invalid configuration or graph (a
+    /// duplicate operator name, a zero parallelism, a stream that ends in
+    /// neither a sink nor an exchange, a forward exchange between different
+    /// parallelisms); [`JobError::Storage`] / [`JobError::Restore`] when the
+    /// checkpoint folder cannot be used.
+    pub fn start(self) -> Result<JobHandle, JobError> {
+        self.config.validate().map_err(JobError::Config)?;
+        let graph = {
+            let mut g = self.g.borrow_mut();
+            if let Some(e) = g.errors.first() {
+                return Err(JobError::Config(e.clone()));
+            }
+            let mut nodes = Vec::new();
+            for n in g.nodes.drain(..) {
+                let Some(make) = n.make else {
+                    return Err(JobError::Config(format!(
+                        "the stream of operator '{}' ends in no sink or exchange",
+                        n.name
+                    )));
+                };
+                nodes.push((n.name, n.parallelism, n.is_source, make));
+            }
+            let edges = g.edges.drain(..).map(|e| (e.from, e.to, e.wire)).collect();
+            JobGraph::new(nodes, edges)
+        };
+        crate::runtime::job::prepare_and_start(
+            self.name,
+            graph,
+            self.config,
+            self.failures,
+            self.restore,
+        )
+    }
+}
+
+/// The application's end of an ingest source (see [`JobBuilder::ingest`]).
+pub struct Ingest<T> {
+    tx: Sender<T>,
+    restored: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<T> Clone for Ingest<T> {
+    fn clone(&self) -> Self {
+        Ingest {
+            tx: self.tx.clone(),
+            restored: self.restored.clone(),
+        }
+    }
+}
+
+/// Why [`Ingest::try_push`] did not take a record; the record comes back.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PushError<T> {
+    /// The ingest channel is full: the job is backpressured. Retry later.
+    Full(T),
+    /// The job ended; nothing will be read any more.
+    Closed(T),
+}
+
+impl<T> Ingest<T> {
+    /// Pushes a record without blocking.
+    ///
+    /// # Errors
+    /// [`PushError::Full`] under backpressure, [`PushError::Closed`] when
+    /// the job ended.
+    pub fn try_push(&self, record: T) -> Result<(), PushError<T>> {
+        self.tx.try_send(record).map_err(|e| match e {
+            crossbeam_channel::TrySendError::Full(r) => PushError::Full(r),
+            crossbeam_channel::TrySendError::Disconnected(r) => PushError::Closed(r),
+        })
+    }
+
+    /// Pushes a record, blocking while the channel is full.
+    ///
+    /// # Errors
+    /// Gives the record back when the job ended.
+    pub fn push(&self, record: T) -> Result<(), T> {
+        self.tx.send(record).map_err(|e| e.0)
+    }
+
+    /// Records the source had consumed at the checkpoint the job last
+    /// restored from (0 before any restore).
+    pub fn restored_position(&self) -> u64 {
+        self.restored.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Ends the input (when every clone is closed or dropped).
+    pub fn close(self) {}
+}
+
+impl<T: Data> Stream<T> {
+    /// The parallelism of the chain's task.
+    pub fn parallelism(&self) -> usize {
+        self.parallelism
+    }
+
+    /// Chains `op` (made per subtask by `factory`) after this stream.
+    pub fn process<O, Op, F>(self, name: &str, factory: F) -> Stream<O>
+    where
+        O: Data,
+        Op: Operator<T, O> + 'static,
+        F: Fn(usize) -> Op + Send + Sync + 'static,
+    {
+        self.g.borrow_mut().claim_name(name);
+        self.chain_op(name.to_string(), factory)
+    }
+
+    fn chain_op<O, Op, F>(self, name: String, factory: F) -> Stream<O>
+    where
+        O: Data,
+        Op: Operator<T, O> + 'static,
+        F: Fn(usize) -> Op + Send + Sync + 'static,
+    {
+        let prev = self.chain;
+        let chain: ChainFn<O> = Arc::new(move |ctx, tail| {
+            let stage = Stage::new(name.clone(), factory(ctx.subtask), tail);
+            prev(ctx, Box::new(stage))
+        });
+        Stream {
+            g: self.g,
+            node: self.node,
+            parallelism: self.parallelism,
+            chain,
+        }
+    }
+
+    /// Chains a stateless batch function: `f(input, out)` appends outputs.
+    pub fn map_batch<O, F>(self, f: F) -> Stream<O>
+    where
+        O: Data,
+        F: Fn(&mut Vec<T>, &mut Vec<O>) + Send + Sync + 'static,
+    {
+        let name = self.g.borrow_mut().anon_name(self.node, "map_batch");
+        let f = Arc::new(f);
+        self.chain_op(name, move |_| {
+            let f = f.clone();
+            FnOperator(move |i: &mut Vec<T>, o: &mut Vec<O>| f(i, o))
+        })
+    }
+
+    /// Chains a stateless record function.
+    pub fn map<O, F>(self, f: F) -> Stream<O>
+    where
+        O: Data,
+        F: Fn(T) -> O + Send + Sync + 'static,
+    {
+        self.map_batch(move |i, o| o.extend(i.drain(..).map(&f)))
+    }
+
+    /// Chains a filter: keeps the records for which `f` is true.
+    pub fn filter<F>(self, f: F) -> Stream<T>
+    where
+        F: Fn(&T) -> bool + Send + Sync + 'static,
+    {
+        self.map_batch(move |i, o| o.extend(i.drain(..).filter(|r| f(r))))
+    }
+
+    /// Chains a function from one record to any number of records.
+    pub fn flat_map<O, I, F>(self, f: F) -> Stream<O>
+    where
+        O: Data,
+        I: IntoIterator<Item = O>,
+        F: Fn(T) -> I + Send + Sync + 'static,
+    {
+        self.map_batch(move |i, o| {
+            for r in i.drain(..) {
+                o.extend(f(r));
+            }
+        })
+    }
+
+    /// Ends the chain in a sink (chained, same parallelism).
+    pub fn sink<S, F>(self, name: &str, factory: F)
+    where
+        S: Sink<T> + 'static,
+        F: Fn(usize) -> S + Send + Sync + 'static,
+    {
+        let s: Stream<()> = self.process(name, move |i| SinkOperator(factory(i)));
+        s.finish_with(Arc::new(|_| Box::new(NoOutput)));
+    }
+
+    /// Ends the chain in a callback called for every record, on the task
+    /// thread (keep it short: it is on the record path).
+    pub fn for_each<F>(self, f: F)
+    where
+        F: Fn(T) + Send + Sync + 'static,
+    {
+        let name = self.g.borrow_mut().anon_name(self.node, "for_each");
+        let f = Arc::new(f);
+        let s: Stream<()> = self.chain_op(name, move |_| {
+            let f = f.clone();
+            SinkOperator(crate::sinks::FnSink(move |r: T| f(r)))
+        });
+        s.finish_with(Arc::new(|_| Box::new(NoOutput)));
+    }
+
+    /// Ends the chain in a channel: every record is sent to the returned
+    /// receiver (unbounded: the application must keep reading).
+    pub fn collect(self) -> Receiver<T> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        self.for_each(move |r| {
+            let _ = tx.send(r);
+        });
+        rx
+    }
+
+    fn finish_with(self, tail: TailFn<T>) {
+        let chain = self.chain;
+        let make: MakeFn = Arc::new(move |ctx| {
+            let t = tail(ctx);
+            chain(ctx, t)
+        });
+        self.g.borrow_mut().nodes[self.node].make = Some(make);
+    }
+
+    fn exchange(self, p: Partitioning<T>) -> Exchange<T> {
+        Exchange {
+            g: self.g.clone(),
+            inputs: vec![(self, p)],
+        }
+    }
+
+    /// Hash-partitions by `key` (`workloads.md`'s routing, see
+    /// [`crate::channel::key_to_subtask`]): every record of a key goes to
+    /// the same subtask of the next operator.
+    pub fn key_by<F>(self, key: F) -> Exchange<T>
+    where
+        F: Fn(&T) -> u64 + Send + Sync + 'static,
+    {
+        self.exchange(Partitioning::Hash(Arc::new(key)))
+    }
+
+    /// Round-robin over the next operator's subtasks.
+    pub fn rebalance(self) -> Exchange<T> {
+        self.exchange(Partitioning::Rebalance)
+    }
+
+    /// Every record to every subtask of the next operator.
+    pub fn broadcast(self) -> Exchange<T> {
+        self.exchange(Partitioning::Broadcast)
+    }
+
+    /// Subtask i to subtask i; needs equal parallelism, and then chains.
+    pub fn forward(self) -> Exchange<T> {
+        self.exchange(Partitioning::Forward)
+    }
+
+    /// Joins this stream with `other` for a two-input operator.
+    pub fn connect<B: Data>(self, other: Stream<B>) -> Connected<T, B> {
+        Connected { a: self, b: other }
+    }
+}
+
+impl<T: Data> Exchange<T> {
+    /// Merges another exchange's inputs into this one (Flink's `union`):
+    /// the next operator reads all of them through one input gate.
+    pub fn union(mut self, other: Exchange<T>) -> Exchange<T> {
+        self.inputs.extend(other.inputs);
+        self
+    }
+
+    /// The next operator, in a new task of `parallelism` subtasks.
+    pub fn process<O, Op, F>(self, name: &str, parallelism: usize, factory: F) -> Stream<O>
+    where
+        O: Data,
+        Op: Operator<T, O> + 'static,
+        F: Fn(usize) -> Op + Send + Sync + 'static,
+    {
+        // Forward with equal parallelism chains (as Flink does).
+        if self.inputs.len() == 1
+            && matches!(self.inputs[0].1, Partitioning::Forward)
+            && self.inputs[0].0.parallelism == parallelism
+        {
+            let (s, _) = self.inputs.into_iter().next().expect("one input");
+            return s.process(name, factory);
+        }
+        let g = self.g.clone();
+        let node = g.borrow_mut().add_node(name, parallelism, false);
+        let mut edge_ids = Vec::new();
+        for (stream, part) in self.inputs {
+            if matches!(part, Partitioning::Forward) && stream.parallelism != parallelism {
+                let from = g.borrow().nodes[stream.node].name.clone();
+                g.borrow_mut().errors.push(format!(
+                    "forward from '{from}' (parallelism {}) to '{name}' (parallelism {parallelism}) needs equal parallelism",
+                    stream.parallelism
+                ));
+            }
+            let edge = {
+                let mut gm = g.borrow_mut();
+                gm.edges.push(EdgeSpec {
+                    from: stream.node,
+                    to: node,
+                    wire: Arc::new(wire_edge::<T>),
+                });
+                gm.edges.len() - 1
+            };
+            edge_ids.push(edge);
+            let tail: TailFn<T> = Arc::new(move |ctx| {
+                let senders = ctx.wiring.edge::<T>(edge).senders[ctx.subtask]
+                    .take()
+                    .expect("each producer subtask takes its senders once");
+                Box::new(ChannelWriter::new(
+                    senders,
+                    part.clone(),
+                    ctx.subtask,
+                    OutputConfig {
+                        batch_size: ctx.config.batch_size,
+                        buffer_timeout_ns: ctx.config.buffer_timeout.as_nanos() as u64,
+                    },
+                    ctx.cancel.clone(),
+                    ctx.metrics.clone(),
+                ))
+            });
+            stream.finish_with(tail);
+        }
+        let name_s = name.to_string();
+        let chain: ChainFn<O> = Arc::new(move |ctx, tail| {
+            let mut receivers = Vec::new();
+            let mut names = Vec::new();
+            for &e in &edge_ids {
+                let ends = ctx.wiring.edge::<T>(e);
+                let rs = ends.receivers[ctx.subtask]
+                    .take()
+                    .expect("each consumer subtask takes its receivers once");
+                names.extend(ends.producer_names.iter().cloned());
+                receivers.extend(rs);
+            }
+            let handler = AnyHandler::new(
+                ctx.config.checkpoint.mode,
+                receivers.len(),
+                ctx.config.handler,
+            );
+            let gate = InputGate::new(
+                receivers,
+                names,
+                handler,
+                ctx.config.wait_strategy,
+                ctx.control.clone(),
+                ctx.cancel.clone(),
+                ctx.metrics.clone(),
+            );
+            let stage = Stage::new(name_s.clone(), factory(ctx.subtask), tail);
+            Box::new(GateTask {
+                gate,
+                chain: Box::new(stage),
+                metrics: ctx.metrics.clone(),
+            })
+        });
+        Stream {
+            g,
+            node,
+            parallelism,
+            chain,
+        }
+    }
+
+    /// The next operator as a record function, in a new task.
+    pub fn map<O, F>(self, name: &str, parallelism: usize, f: F) -> Stream<O>
+    where
+        O: Data,
+        F: Fn(T) -> O + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        self.process(name, parallelism, move |_| {
+            let f = f.clone();
+            FnOperator(move |i: &mut Vec<T>, o: &mut Vec<O>| o.extend(i.drain(..).map(|r| f(r))))
+        })
+    }
+
+    /// A sink in a new task of `parallelism` subtasks.
+    pub fn sink<S, F>(self, name: &str, parallelism: usize, factory: F)
+    where
+        S: Sink<T> + 'static,
+        F: Fn(usize) -> S + Send + Sync + 'static,
+    {
+        let s: Stream<()> = self.process(name, parallelism, move |i| SinkOperator(factory(i)));
+        s.finish_with(Arc::new(|_| Box::new(NoOutput)));
+    }
+}
+
+impl<A: Data, B: Data> Connected<A, B> {
+    /// Partitions both inputs by their keys and feeds them to a keyed
+    /// two-input operator (Flink's `connect(..).keyBy(..).process(..)`): the
+    /// operator sees [`Either::Left`] records from this stream and
+    /// [`Either::Right`] records from the other, a key's records of both
+    /// sides at the same subtask.
+    pub fn key_by<KA, KB>(self, key_a: KA, key_b: KB) -> Exchange<Either<A, B>>
+    where
+        KA: Fn(&A) -> u64 + Send + Sync + 'static,
+        KB: Fn(&B) -> u64 + Send + Sync + 'static,
+    {
+        let key = move |e: &Either<A, B>| match e {
+            Either::Left(a) => key_a(a),
+            Either::Right(b) => key_b(b),
+        };
+        let key: crate::channel::KeyFn<Either<A, B>> = Arc::new(key);
+        let k2 = key.clone();
+        let left = self.a.map(Either::Left).key_by(move |e| key(e));
+        let right = self.b.map(Either::Right).key_by(move |e| k2(e));
+        left.union(right)
+    }
+}
+
+fn wire_edge<T: Send + 'static>(
+    wiring: &mut Wiring,
+    edge: usize,
+    capacity: usize,
+    from_par: usize,
+    to_par: usize,
+    producer_names: Vec<Arc<str>>,
+) {
+    let mut senders: Vec<Vec<ChannelSender<T>>> = (0..from_par).map(|_| Vec::new()).collect();
+    let mut receivers: Vec<Vec<Receiver<StreamElement<T>>>> =
+        (0..to_par).map(|_| Vec::new()).collect();
+    for (p, s) in senders.iter_mut().enumerate() {
+        for (c, r) in receivers.iter_mut().enumerate() {
+            let (tx, rx) = crossbeam_channel::bounded(capacity);
+            s.push(ChannelSender {
+                tx,
+                consumer: format!("consumer {c} of edge {edge}").into(),
+            });
+            r.push(rx);
+            let _ = p;
+        }
+    }
+    wiring.edges.insert(
+        edge,
+        Box::new(EdgeEnds {
+            senders: senders.into_iter().map(Some).collect(),
+            receivers: receivers.into_iter().map(Some).collect(),
+            producer_names,
+        }),
+    );
+}
+
+/// The finished graph, ready to run (and to run again after a failure).
+pub(crate) struct JobGraph {
+    nodes: Vec<(String, usize, bool, MakeFn)>,
+    edges: Vec<(usize, usize, WireFn)>,
+    tasks: Vec<(usize, usize)>,
+}
+
+impl JobGraph {
+    fn new(nodes: Vec<(String, usize, bool, MakeFn)>, edges: Vec<(usize, usize, WireFn)>) -> Self {
+        let tasks = nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(n, (_, p, _, _))| (0..*p).map(move |s| (n, s)))
+            .collect();
+        JobGraph {
+            nodes,
+            edges,
+            tasks,
+        }
+    }
+
+    pub(crate) fn num_tasks(&self) -> usize {
+        self.tasks.len()
+    }
+
+    pub(crate) fn task_node(&self, task: usize) -> (usize, usize) {
+        self.tasks[task]
+    }
+
+    pub(crate) fn task_name(&self, task: usize) -> String {
+        let (n, s) = self.tasks[task];
+        format!("{}[{s}]", self.nodes[n].0)
+    }
+
+    pub(crate) fn task_names(&self) -> Vec<String> {
+        (0..self.num_tasks()).map(|t| self.task_name(t)).collect()
+    }
+
+    /// Operator name → parallelism, for checkpoint compatibility checks.
+    pub(crate) fn parallelisms(&self) -> Vec<(String, usize)> {
+        self.nodes
+            .iter()
+            .map(|(n, p, _, _)| (n.clone(), *p))
+            .collect()
+    }
+
+    pub(crate) fn source_tasks(&self) -> Vec<usize> {
+        (0..self.num_tasks())
+            .filter(|t| self.nodes[self.tasks[*t].0].2)
+            .collect()
+    }
+
+    /// Linux keeps 15 bytes of a thread name: `lg<node>-<name>-<subtask>`
+    /// with the name's letters and digits cut to fit. The node number keeps
+    /// it unique; the full name is in the metrics.
+    pub(crate) fn os_thread_name(&self, task: usize) -> String {
+        let (n, s) = self.tasks[task];
+        let prefix = format!("lg{n}-");
+        let suffix = format!("-{s}");
+        let room = 15usize.saturating_sub(prefix.len() + suffix.len());
+        let abbr: String = self.nodes[n]
+            .0
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .take(room)
+            .collect();
+        format!("{prefix}{abbr}{suffix}")
+    }
+
+    pub(crate) fn cores_for(&self, pinning: &PinPolicy) -> Option<Vec<usize>> {
+        match pinning {
+            PinPolicy::None => None,
+            PinPolicy::RoundRobin => core_affinity::get_core_ids()
+                .map(|ids| ids.into_iter().map(|c| c.id).collect::<Vec<_>>())
+                .filter(|v| !v.is_empty()),
+            PinPolicy::Cores(c) => Some(c.clone()),
+        }
+    }
+
+    pub(crate) fn wire(&self, wiring: &mut Wiring, capacity: usize) {
+        for (e, (from, to, wire)) in self.edges.iter().enumerate() {
+            let from_par = self.nodes[*from].1;
+            let names: Vec<Arc<str>> = (0..from_par)
+                .map(|s| Arc::from(format!("{}[{s}]", self.nodes[*from].0)))
+                .collect();
+            wire(wiring, e, capacity, from_par, self.nodes[*to].1, names);
+        }
+    }
+
+    pub(crate) fn make(&self, node: usize, ctx: &mut SubtaskCtx<'_>) -> Box<dyn TaskBody> {
+        (self.nodes[node].3)(ctx)
+    }
+}

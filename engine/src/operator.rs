@@ -1,0 +1,232 @@
+//! The user-facing operator contracts: [`Source`], [`Operator`] and
+//! [`Sink`], with their state snapshot hooks.
+//!
+//! Operators work on batches: `process` is called with a batch of input
+//! records (one channel element, up to the job's batch size) and appends its
+//! output to `out`. A stateful operator returns its state from
+//! `snapshot_state` when a checkpoint triggers (a synchronous copy on the
+//! task thread: keep it cheap) and gets it back in `restore_state` before it
+//! sees any record after a restart.
+
+use crate::element::{CheckpointId, Watermark};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The error type operators return: any error, sent across threads.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// An operator with one input (or two, through [`Either`]): the unit of a
+/// task's operator chain.
+pub trait Operator<I, O>: Send {
+    /// Processes a batch of records, appending results to `out`. `input` is
+    /// the whole batch; the operator may drain it (what is left is dropped).
+    ///
+    /// # Errors
+    /// Any error fails the task and the job (and triggers a restart when a
+    /// restart strategy is set).
+    fn process(&mut self, input: &mut Vec<I>, out: &mut Vec<O>) -> Result<(), BoxError>;
+
+    /// Called when the task's event-time watermark advances. Default: nothing
+    /// to do (the runtime forwards the watermark downstream itself).
+    fn on_watermark(&mut self, _watermark: Watermark, _out: &mut Vec<O>) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// Returns the operator's state for checkpoint `id`, serialized (the
+    /// runtime stores the bytes as they are). `None`: stateless. Called on
+    /// the task thread between two batches, after every record before the
+    /// barrier and before any record after it.
+    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        Ok(None)
+    }
+
+    /// Restores the state returned by an earlier [`Operator::snapshot_state`]
+    /// before any record is processed after a restart.
+    ///
+    /// # Errors
+    /// When the bytes cannot be decoded: the job then fails to restore.
+    fn restore_state(&mut self, _state: &[u8]) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// Checkpoint `id` completed on every task (two-phase-commit sinks commit
+    /// here, as Flink's `notifyCheckpointComplete`).
+    fn notify_checkpoint_complete(&mut self, _id: CheckpointId) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// Checkpoint `id` was aborted (two-phase-commit sinks abort its
+    /// pending transaction here).
+    fn notify_checkpoint_aborted(&mut self, _id: CheckpointId) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// All inputs ended: emit what is left (e.g. open windows).
+    fn end_of_input(&mut self, _out: &mut Vec<O>) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+/// What [`Source::poll`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourcePoll {
+    /// It appended records (possibly none) and may have more right away.
+    Ready,
+    /// Nothing is available now. The task flushes its outputs and waits until
+    /// `wake_at_ns` (on [`crate::clock::now_ns`]'s clock), or for a control
+    /// message when `None`, before polling again.
+    Idle {
+        /// When to poll again.
+        wake_at_ns: Option<u64>,
+    },
+    /// The source has nothing more to emit, ever.
+    Finished,
+}
+
+/// A source of records. Replayable sources (files, generators) keep their
+/// read position as state so that a restore rewinds them.
+pub trait Source<T>: Send {
+    /// Appends up to `max` records to `out`.
+    ///
+    /// # Errors
+    /// Any error fails the task.
+    fn poll(&mut self, out: &mut Vec<T>, max: usize) -> Result<SourcePoll, BoxError>;
+
+    /// A channel whose readiness ends an idle wait (after
+    /// [`SourcePoll::Idle`]) besides the wake-up time: a source fed through
+    /// a crossbeam channel returns it so that it wakes as soon as data
+    /// arrives. Default: none.
+    fn wake_on(&self) -> Option<&crossbeam_channel::Receiver<T>> {
+        None
+    }
+
+    /// The source's position for checkpoint `id`. `None`: not replayable.
+    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        Ok(None)
+    }
+
+    /// Rewinds to a position returned by [`Source::snapshot_state`].
+    fn restore_state(&mut self, _state: &[u8]) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// Checkpoint `id` completed on every task.
+    fn notify_checkpoint_complete(&mut self, _id: CheckpointId) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+/// A sink: an operator with no output.
+pub trait Sink<T>: Send {
+    /// Consumes a batch.
+    ///
+    /// # Errors
+    /// Any error fails the task.
+    fn write(&mut self, input: &mut Vec<T>) -> Result<(), BoxError>;
+
+    /// As [`Operator::snapshot_state`]; two-phase-commit sinks pre-commit
+    /// here.
+    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        Ok(None)
+    }
+
+    /// As [`Operator::restore_state`].
+    fn restore_state(&mut self, _state: &[u8]) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// As [`Operator::notify_checkpoint_complete`].
+    fn notify_checkpoint_complete(&mut self, _id: CheckpointId) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// As [`Operator::notify_checkpoint_aborted`].
+    fn notify_checkpoint_aborted(&mut self, _id: CheckpointId) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// Called on every event-time watermark advance.
+    fn on_watermark(&mut self, _watermark: Watermark) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// All inputs ended.
+    fn end_of_input(&mut self) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+/// Adapts a [`Sink`] to the [`Operator`] interface of a chain.
+pub(crate) struct SinkOperator<S>(pub S);
+
+impl<T, S: Sink<T>> Operator<T, ()> for SinkOperator<S> {
+    fn process(&mut self, input: &mut Vec<T>, _out: &mut Vec<()>) -> Result<(), BoxError> {
+        self.0.write(input)
+    }
+    fn on_watermark(&mut self, watermark: Watermark, _out: &mut Vec<()>) -> Result<(), BoxError> {
+        self.0.on_watermark(watermark)
+    }
+    fn snapshot_state(&mut self, id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        self.0.snapshot_state(id)
+    }
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
+        self.0.restore_state(state)
+    }
+    fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), BoxError> {
+        self.0.notify_checkpoint_complete(id)
+    }
+    fn notify_checkpoint_aborted(&mut self, id: CheckpointId) -> Result<(), BoxError> {
+        self.0.notify_checkpoint_aborted(id)
+    }
+    fn end_of_input(&mut self, _out: &mut Vec<()>) -> Result<(), BoxError> {
+        self.0.end_of_input()
+    }
+}
+
+/// A record of a two-input operator: from the first input (`Left`) or the
+/// second (`Right`), as Flink's `connect` tags them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Either<A, B> {
+    /// From the first input.
+    Left(A),
+    /// From the second input.
+    Right(B),
+}
+
+impl<A: crate::RecordSize, B: crate::RecordSize> crate::RecordSize for Either<A, B> {
+    const FIXED_SIZE: bool = A::FIXED_SIZE && B::FIXED_SIZE;
+    fn size_bytes(&self) -> usize {
+        match self {
+            Either::Left(a) if !A::FIXED_SIZE => a.size_bytes(),
+            Either::Right(b) if !B::FIXED_SIZE => b.size_bytes(),
+            _ => std::mem::size_of::<Self>(),
+        }
+    }
+}
+
+/// An operator error with a message, for operators that have no error type
+/// of their own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorError(pub String);
+
+impl fmt::Display for OperatorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for OperatorError {}
+
+/// A stateless operator from a closure over whole batches.
+pub(crate) struct FnOperator<F>(pub F);
+
+impl<I, O, F> Operator<I, O> for FnOperator<F>
+where
+    F: FnMut(&mut Vec<I>, &mut Vec<O>) + Send,
+{
+    #[inline]
+    fn process(&mut self, input: &mut Vec<I>, out: &mut Vec<O>) -> Result<(), BoxError> {
+        (self.0)(input, out);
+        Ok(())
+    }
+}

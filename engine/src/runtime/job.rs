@@ -1,0 +1,467 @@
+//! The job thread: starts the task threads, coordinates checkpoints, and
+//! restarts the job from its latest completed checkpoint on a failure.
+//!
+//! The job thread is the checkpoint coordinator of the design (its own
+//! thread, off the record path): it injects barrier n at every source at
+//! the checkpoint interval, collects the tasks' acknowledgements with their
+//! state, declares checkpoint n complete when every running task
+//! acknowledged it, writes it to storage, then notifies the tasks.
+
+use super::task::InjectedFailure;
+use super::{Control, SubtaskCtx, TaskBody, TaskError, TaskEvent, TaskRt, Wiring};
+use crate::barrier::{AbortReason, CheckpointMode};
+use crate::checkpoint::coordinator::{Coordinator, CoordinatorOutput};
+use crate::checkpoint::{CheckpointStats, RestoredState};
+use crate::element::{CheckpointId, SnapshotKind};
+use crate::failure::FailurePlan;
+use crate::graph::JobGraph;
+use crate::metrics::{TaskMetrics, TaskMetricsSnapshot};
+use crate::{JobConfig, JobError};
+use crossbeam_channel::{select, unbounded, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// A command from a [`JobHandle`] to the job thread.
+pub(crate) enum Command {
+    Stop { savepoint: bool },
+    Trigger(Sender<Result<CheckpointId, AbortReason>>),
+}
+
+/// What a job reports while it runs and when it ended.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct JobMetrics {
+    /// One entry per task (subtask of an operator chain), in start order.
+    pub tasks: Vec<TaskMetricsSnapshot>,
+    /// One entry per checkpoint triggered, oldest first.
+    pub checkpoints: Vec<CheckpointStats>,
+    /// Restarts after failures so far.
+    pub restarts: u32,
+    /// The failures that caused them, as `task: cause`.
+    pub failures: Vec<String>,
+}
+
+impl JobMetrics {
+    /// Checkpoints completed.
+    pub fn completed_checkpoints(&self) -> usize {
+        self.checkpoints.iter().filter(|c| c.is_completed()).count()
+    }
+}
+
+/// The outcome of a job that ended without error.
+pub type JobResult = JobMetrics;
+
+pub(crate) struct Shared {
+    pub(crate) metrics: Vec<Arc<TaskMetrics>>,
+    pub(crate) checkpoints: Mutex<Vec<CheckpointStats>>,
+    pub(crate) restarts: Mutex<(u32, Vec<String>)>,
+}
+
+impl Shared {
+    fn snapshot(&self) -> JobMetrics {
+        let (restarts, failures) = self.restarts.lock().expect("not poisoned").clone();
+        JobMetrics {
+            tasks: self.metrics.iter().map(|m| m.snapshot()).collect(),
+            checkpoints: self.checkpoints.lock().expect("not poisoned").clone(),
+            restarts,
+            failures,
+        }
+    }
+}
+
+/// A running job, as returned by [`crate::JobBuilder::start`].
+///
+/// Dropping the handle does not stop the job; call [`JobHandle::stop`] then
+/// [`JobHandle::wait`].
+pub struct JobHandle {
+    commands: Sender<Command>,
+    thread: Option<JoinHandle<Result<JobResult, JobError>>>,
+    shared: Arc<Shared>,
+}
+
+impl JobHandle {
+    /// The job's metrics now (tasks and checkpoints).
+    pub fn metrics(&self) -> JobMetrics {
+        self.shared.snapshot()
+    }
+
+    /// Stops the job: sources stop emitting, everything in flight drains,
+    /// every task ends. Returns at once; [`JobHandle::wait`] for the end.
+    pub fn stop(&self) {
+        let _ = self.commands.send(Command::Stop { savepoint: false });
+    }
+
+    /// Stops the job with a final savepoint: sources stop, and the final
+    /// checkpoint taken after they drained is a savepoint (kept by
+    /// retention). Without checkpointing this is [`JobHandle::stop`].
+    pub fn stop_with_savepoint(&self) {
+        let _ = self.commands.send(Command::Stop { savepoint: true });
+    }
+
+    /// Triggers a checkpoint now and waits until it completed or aborted.
+    ///
+    /// # Errors
+    /// The abort reason when it did not complete (`declined` when the job
+    /// has no checkpointing or ended first).
+    pub fn trigger_checkpoint(&self) -> Result<CheckpointId, AbortReason> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if self.commands.send(Command::Trigger(tx)).is_err() {
+            return Err(AbortReason::Declined);
+        }
+        rx.recv().unwrap_or(Err(AbortReason::Declined))
+    }
+
+    /// True when the job thread ended.
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Waits for the job to end.
+    ///
+    /// # Errors
+    /// [`JobError::TaskFailed`] naming the task and cause when a task failed
+    /// and no restart was left; a storage or restore error.
+    pub fn wait(mut self) -> Result<JobResult, JobError> {
+        let t = self.thread.take().expect("wait is called once");
+        match t.join() {
+            Ok(r) => r,
+            Err(p) => Err(JobError::Internal(format!(
+                "job thread panicked: {}",
+                panic_message(&*p)
+            ))),
+        }
+    }
+}
+
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
+/// Starts the job thread.
+pub(crate) fn start(
+    graph: JobGraph,
+    config: JobConfig,
+    failures: FailurePlan,
+    restored: Option<RestoredState>,
+    coordinator: Coordinator,
+) -> JobHandle {
+    let shared = Arc::new(Shared {
+        metrics: graph
+            .task_names()
+            .into_iter()
+            .map(|n| Arc::new(TaskMetrics::new(n)))
+            .collect(),
+        checkpoints: Mutex::new(Vec::new()),
+        restarts: Mutex::new((0, Vec::new())),
+    });
+    let (cmd_tx, cmd_rx) = unbounded();
+    let s2 = shared.clone();
+    let thread = std::thread::Builder::new()
+        .name("lg-job".into())
+        .spawn(move || {
+            let mut driver = Driver {
+                graph,
+                config,
+                failures,
+                fired: Vec::new(),
+                shared: s2,
+                commands: cmd_rx,
+                coordinator,
+            };
+            driver.run(restored)
+        })
+        .expect("spawning the job thread");
+    JobHandle {
+        commands: cmd_tx,
+        thread: Some(thread),
+        shared,
+    }
+}
+
+struct Attempt {
+    threads: Vec<JoinHandle<()>>,
+    controls: Vec<Sender<Control>>,
+    cancel: Option<Sender<()>>,
+    events: Receiver<TaskEvent>,
+}
+
+enum AttemptEnd {
+    Finished,
+    Failed { task: usize, error: TaskError },
+}
+
+struct Driver {
+    graph: JobGraph,
+    config: JobConfig,
+    failures: FailurePlan,
+    /// Indices of planned failures that already struck.
+    fired: Vec<usize>,
+    shared: Arc<Shared>,
+    commands: Receiver<Command>,
+    coordinator: Coordinator,
+}
+
+impl Driver {
+    fn run(&mut self, mut restored: Option<RestoredState>) -> Result<JobResult, JobError> {
+        let mut stopping: Option<bool> = None;
+        loop {
+            let attempt = self.spawn(restored.take())?;
+            let end = self.supervise(&attempt, &mut stopping);
+            self.teardown(attempt);
+            match end {
+                AttemptEnd::Finished => break,
+                AttemptEnd::Failed { task, error } => {
+                    let task_name = self.graph.task_name(task);
+                    {
+                        let mut r = self.shared.restarts.lock().expect("not poisoned");
+                        r.1.push(format!("{task_name}: {error}"));
+                    }
+                    self.coordinator.abort_all(AbortReason::TaskFailure);
+                    self.publish_stats();
+                    let used = self.shared.restarts.lock().expect("not poisoned").0;
+                    if used >= self.config.restart.max_attempts || stopping.is_some() {
+                        return Err(JobError::TaskFailed {
+                            task: task_name,
+                            cause: error,
+                        });
+                    }
+                    if let TaskError::Injected(_) = error {
+                        // mark the planned failure of that task as fired
+                        if let Some(i) = self.failures.next_for(task, &self.fired) {
+                            self.fired.push(i);
+                        }
+                    }
+                    self.shared.restarts.lock().expect("not poisoned").0 += 1;
+                    std::thread::sleep(self.config.restart.delay);
+                    restored = self.coordinator.latest_restore_point();
+                    tracing::warn!(
+                        task = %task_name, %error,
+                        restore_from = ?restored.as_ref().map(|r| r.checkpoint),
+                        "task failed; restarting the job"
+                    );
+                }
+            }
+        }
+        self.publish_stats();
+        Ok(self.shared.snapshot())
+    }
+
+    fn publish_stats(&self) {
+        *self.shared.checkpoints.lock().expect("not poisoned") = self.coordinator.stats();
+    }
+
+    fn spawn(&mut self, restored: Option<RestoredState>) -> Result<Attempt, JobError> {
+        let mut wiring = Wiring::default();
+        self.graph.wire(&mut wiring, self.config.channel_capacity);
+        let (cancel_tx, cancel_rx) = crossbeam_channel::bounded::<()>(0);
+        let (ev_tx, ev_rx) = unbounded();
+        let cores = self.graph.cores_for(&self.config.pinning);
+        let mut threads = Vec::new();
+        let mut controls = Vec::new();
+        let checkpointing = self.config.checkpoint.mode != CheckpointMode::None;
+        self.coordinator.begin_attempt(
+            restored.as_ref().map(|r| r.checkpoint),
+            self.graph.source_tasks(),
+            self.graph.num_tasks(),
+        );
+        for task in 0..self.graph.num_tasks() {
+            let (ctl_tx, ctl_rx) = unbounded();
+            controls.push(ctl_tx);
+            let metrics = self.shared.metrics[task].clone();
+            let (node, subtask) = self.graph.task_node(task);
+            let name: Arc<str> = self.graph.task_name(task).into();
+            let mut ctx = SubtaskCtx {
+                subtask,
+                wiring: &mut wiring,
+                config: &self.config,
+                metrics: metrics.clone(),
+                cancel: cancel_rx.clone(),
+                control: ctl_rx,
+            };
+            let mut body: Box<dyn TaskBody> = self.graph.make(node, &mut ctx);
+            let mut rt = TaskRt {
+                task,
+                events: ev_tx.clone(),
+                restored: restored.as_ref().map(|r| r.states_of(&name)),
+                checkpointing,
+                failure: self
+                    .failures
+                    .next_for(task, &self.fired)
+                    .map(|index| InjectedFailure {
+                        index,
+                        at: self.failures.point(index),
+                    }),
+            };
+            let core = cores.as_ref().map(|c| c[task % c.len()]);
+            let os_name = self.graph.os_thread_name(task);
+            let t = std::thread::Builder::new()
+                .name(os_name)
+                .spawn(move || {
+                    if let Some(core) = core {
+                        // Pinning is best effort: a core that does not exist
+                        // leaves the thread unpinned.
+                        let _ = core_affinity::set_for_current(core_affinity::CoreId { id: core });
+                    }
+                    metrics.start();
+                    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        body.run(&mut rt)
+                    }));
+                    metrics.end();
+                    let ev = match res {
+                        Ok(Ok(())) => TaskEvent::Finished { task },
+                        Ok(Err(error)) => TaskEvent::Failed { task, error },
+                        Err(p) => TaskEvent::Failed {
+                            task,
+                            error: TaskError::Panic(panic_message(&*p)),
+                        },
+                    };
+                    drop(body);
+                    let _ = rt.events.send(ev);
+                })
+                .map_err(|e| JobError::Internal(format!("spawning task {name}: {e}")))?;
+            threads.push(t);
+        }
+        Ok(Attempt {
+            threads,
+            controls,
+            cancel: Some(cancel_tx),
+            events: ev_rx,
+        })
+    }
+
+    fn send_outputs(&mut self, attempt: &Attempt, out: Vec<CoordinatorOutput>) {
+        for o in out {
+            match o {
+                CoordinatorOutput::Control { task, msg } => {
+                    let _ = attempt.controls[task].send(msg);
+                }
+            }
+        }
+        self.publish_stats();
+    }
+
+    /// Runs one attempt until every task finished or one failed.
+    fn supervise(&mut self, attempt: &Attempt, stopping: &mut Option<bool>) -> AttemptEnd {
+        let n = self.graph.num_tasks();
+        let mut finished = vec![false; n];
+        let mut num_finished = 0;
+        let tick = if self.config.checkpoint.mode == CheckpointMode::None {
+            crossbeam_channel::never()
+        } else {
+            // The coordinator's clock: interval, timeout and min pause are
+            // checked at this resolution (1 ms), far below their scales.
+            crossbeam_channel::tick(Duration::from_millis(1))
+        };
+        if let Some(savepoint) = *stopping {
+            // A stop asked for during a failed attempt applies to this one.
+            self.stop_sources(attempt, savepoint);
+        }
+        loop {
+            select! {
+                recv(attempt.events) -> ev => {
+                    let Ok(ev) = ev else { unreachable!("the driver holds a sender") };
+                    match ev {
+                        TaskEvent::Finished { task } => {
+                            finished[task] = true;
+                            num_finished += 1;
+                            let out = self.coordinator.task_finished(task);
+                            self.send_outputs(attempt, out);
+                            if num_finished == n {
+                                return AttemptEnd::Finished;
+                            }
+                        }
+                        TaskEvent::Failed { task, error } => {
+                            if error == TaskError::Cancelled || matches!(error, TaskError::Disconnected(_)) {
+                                // A consequence of another failure, which
+                                // is reported on its own.
+                                tracing::debug!(task, %error, "task stopped");
+                            }
+                            return AttemptEnd::Failed { task, error };
+                        }
+                        TaskEvent::Ack { task, id, states, alignment } => {
+                            let out = self.coordinator.ack(task, id, states, alignment);
+                            self.send_outputs(attempt, out);
+                        }
+                        TaskEvent::Decline { task, id, reason } => {
+                            let out = self.coordinator.decline(task, id, reason);
+                            self.send_outputs(attempt, out);
+                        }
+                        TaskEvent::SourceDrained { task } => {
+                            let out = self.coordinator.source_drained(task, stopping.unwrap_or(false));
+                            self.send_outputs(attempt, out);
+                        }
+                    }
+                }
+                recv(self.commands) -> cmd => match cmd {
+                    Ok(Command::Stop { savepoint }) => {
+                        *stopping = Some(savepoint);
+                        self.stop_sources(attempt, savepoint);
+                    }
+                    Ok(Command::Trigger(reply)) => {
+                        let out = self.coordinator.trigger_on_demand(reply);
+                        self.send_outputs(attempt, out);
+                    }
+                    Err(_) => {}
+                },
+                recv(tick) -> _ => {
+                    let out = self.coordinator.tick();
+                    if self.coordinator.too_many_failures() {
+                        return AttemptEnd::Failed {
+                            task: 0,
+                            error: TaskError::Operator {
+                                operator: "checkpoint coordinator".into(),
+                                message: "too many failed checkpoints in a row".into(),
+                            },
+                        };
+                    }
+                    self.send_outputs(attempt, out);
+                }
+            }
+        }
+    }
+
+    fn stop_sources(&mut self, attempt: &Attempt, savepoint: bool) {
+        self.coordinator.set_final_kind(if savepoint {
+            SnapshotKind::Savepoint
+        } else {
+            SnapshotKind::Checkpoint
+        });
+        for t in self.graph.source_tasks() {
+            let _ = attempt.controls[t].send(Control::Stop);
+        }
+    }
+
+    fn teardown(&mut self, mut attempt: Attempt) {
+        // Dropping the cancel sender disconnects every task's cancel
+        // receiver: blocked sends and parked gates wake up and return.
+        attempt.cancel.take();
+        attempt.controls.clear();
+        for t in attempt.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Sets up checkpoint storage and restore, then starts the job thread.
+pub(crate) fn prepare_and_start(
+    name: String,
+    graph: JobGraph,
+    config: JobConfig,
+    failures: FailurePlan,
+    restored: Option<RestoredState>,
+) -> Result<JobHandle, JobError> {
+    let _ = name;
+    let coordinator = Coordinator::new(
+        config.checkpoint.clone(),
+        graph.task_names(),
+        None,
+        restored.clone(),
+    );
+    Ok(start(graph, config, failures, restored, coordinator))
+}

@@ -10,6 +10,7 @@
 #![warn(clippy::undocumented_unsafe_blocks, missing_docs)]
 
 pub mod barrier;
+pub mod checkpoint;
 pub mod clock;
 pub mod element;
 

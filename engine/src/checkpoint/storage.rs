@@ -170,7 +170,9 @@ pub enum StorageError {
     },
     /// A state file is intact on its own but differs from what `_metadata`
     /// recorded for it (e.g. a file from another checkpoint copied in).
-    #[error("state file {path} does not match _metadata: {what} expected {expected}, found {found}")]
+    #[error(
+        "state file {path} does not match _metadata: {what} expected {expected}, found {found}"
+    )]
     StateMismatch {
         /// The state file.
         path: PathBuf,
@@ -747,7 +749,10 @@ impl CheckpointStorage for LocalDirStorage {
                 });
             }
             total += HEADER_LEN as u64 + size;
-            states.insert(TaskStateKey::new(entry.task.clone(), entry.subtask), payload);
+            states.insert(
+                TaskStateKey::new(entry.task.clone(), entry.subtask),
+                payload,
+            );
         }
         let meta_len = fs::metadata(dir.join(METADATA_FILE))
             .map(|m| m.len())
@@ -1108,7 +1113,15 @@ mod tests {
     fn chk_names_parse_only_canonical_decimals() {
         assert_eq!(parse_chk_name("chk-10"), Some(CheckpointId(10)));
         assert_eq!(parse_chk_name("chk-0"), Some(CheckpointId(0)));
-        for bad in ["chk-", "chk-01", "chk-+1", "chk-1a", "chk-x", "chk1", ".tmp-chk-1"] {
+        for bad in [
+            "chk-",
+            "chk-01",
+            "chk-+1",
+            "chk-1a",
+            "chk-x",
+            "chk1",
+            ".tmp-chk-1",
+        ] {
             assert_eq!(parse_chk_name(bad), None, "{bad}");
         }
         // One past u64::MAX does not parse.
@@ -1127,10 +1140,7 @@ mod tests {
             TaskStateKey::new("", 2),
             TaskStateKey::new("x".repeat(1000), 0),
         ];
-        let names: Vec<String> = keys
-            .iter()
-            .map(|k| state_file_name(k, &mut used))
-            .collect();
+        let names: Vec<String> = keys.iter().map(|k| state_file_name(k, &mut used)).collect();
         assert_eq!(names[0], "keyed_sum-1.state");
         let lower: HashSet<String> = names.iter().map(|n| n.to_ascii_lowercase()).collect();
         assert_eq!(lower.len(), names.len(), "{names:?}");
@@ -1155,7 +1165,10 @@ mod tests {
             Err(StorageError::Truncated { found: 2, .. })
         ));
         fs::write(&p, b"XY").unwrap();
-        assert!(matches!(read_framed(&p), Err(StorageError::BadMagic { .. })));
+        assert!(matches!(
+            read_framed(&p),
+            Err(StorageError::BadMagic { .. })
+        ));
         // A length field of u64::MAX must not overflow or allocate.
         let mut header = Vec::from(MAGIC);
         header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -1164,7 +1177,10 @@ mod tests {
         fs::write(&p, &header).unwrap();
         assert!(matches!(
             read_framed(&p),
-            Err(StorageError::Truncated { expected: u64::MAX, .. })
+            Err(StorageError::Truncated {
+                expected: u64::MAX,
+                ..
+            })
         ));
     }
 }

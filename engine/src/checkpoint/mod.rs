@@ -1,7 +1,28 @@
-//! Checkpoints: the coordinator's decisions, their statistics, and the
-//! state a job restores from.
+//! Checkpoints: the coordinator's decisions, their statistics, the state a
+//! job restores from, and where completed snapshots are kept.
+//!
+//! A checkpoint (as in Flink) is a consistent snapshot of every task's
+//! state, taken when the barriers of one checkpoint id have passed every
+//! task.
+//!
+//! - `coordinator`: the checkpoint coordinator's state machine (trigger,
+//!   acknowledgements, completion, aborts, the final checkpoint).
+//! - [`storage`]: the [`CheckpointStorage`] trait and its stores,
+//!   [`LocalDirStorage`] (the default: one atomically published,
+//!   checksummed `chk-<n>/` folder per checkpoint under a root directory)
+//!   and [`MemoryStorage`] (for tests).
+//!
+//! The coordinator calls the storage from the job thread, never from a task
+//! thread, because a durable write blocks on `fsync`.
 
 pub(crate) mod coordinator;
+pub mod storage;
+
+pub use storage::{
+    unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStorage, JobFingerprint,
+    LatestValid, LoadedCheckpoint, LocalDirStorage, MemoryStorage, StorageError, TaskStateKey,
+    FORMAT_VERSION, MAGIC,
+};
 
 use crate::barrier::AbortReason;
 use crate::chain::OperatorSnapshot;

@@ -1,0 +1,525 @@
+//! Tests of durable checkpoint storage (`lockgate::checkpoint::storage`):
+//! round trip, atomic publish, corruption detection and fallback, retention.
+
+use lockgate::checkpoint::{
+    CheckpointMetadata, CheckpointStorage, JobFingerprint, LocalDirStorage, MemoryStorage,
+    StorageError, TaskStateKey, FORMAT_VERSION,
+};
+use lockgate::{CheckpointId, SnapshotKind};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+fn job() -> JobFingerprint {
+    JobFingerprint {
+        job_name: "wordcount".into(),
+        config: serde_json::json!({"rate": 0.1, "window_ms": 1000, "name": "x"}),
+        parallelism: BTreeMap::from([("source".to_string(), 2), ("keyed_sum".to_string(), 3)]),
+    }
+}
+
+fn meta(id: u64, kind: SnapshotKind) -> CheckpointMetadata {
+    CheckpointMetadata::new(CheckpointId(id), kind, 1_000 * id, job())
+}
+
+/// Three subtask states whose bytes depend on `id`, so checkpoints differ.
+fn states(id: u64) -> Vec<(TaskStateKey, Vec<u8>)> {
+    (0..3u32)
+        .map(|s| {
+            let bytes = (0..100 + s as u64 * 50)
+                .map(|i| (i * 7 + id * 13 + s as u64) as u8)
+                .collect();
+            (TaskStateKey::new("keyed_sum", s), bytes)
+        })
+        .collect()
+}
+
+fn write(store: &dyn CheckpointStorage, id: u64, kind: SnapshotKind) {
+    store
+        .write_checkpoint(&meta(id, kind), &states(id))
+        .unwrap();
+}
+
+fn open() -> (tempfile::TempDir, LocalDirStorage) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalDirStorage::open(dir.path().join("checkpoints")).unwrap();
+    (dir, store)
+}
+
+fn ids(v: &[u64]) -> Vec<CheckpointId> {
+    v.iter().copied().map(CheckpointId).collect()
+}
+
+/// Applies `f` to the bytes of the file at `path`.
+fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
+    let mut bytes = fs::read(path).unwrap();
+    f(&mut bytes);
+    fs::write(path, bytes).unwrap();
+}
+
+fn state_path(store: &LocalDirStorage, id: u64, subtask: u32) -> PathBuf {
+    store
+        .checkpoint_dir(CheckpointId(id))
+        .join(format!("keyed_sum-{subtask}.state"))
+}
+
+#[test]
+fn round_trip_returns_what_was_written() {
+    let (_d, store) = open();
+    let m = meta(3, SnapshotKind::Checkpoint);
+    let s = states(3);
+    let handle = store.write_checkpoint(&m, &s).unwrap();
+    assert_eq!(handle.id, CheckpointId(3));
+    assert_eq!(handle.path, store.root().join("chk-3"));
+    let on_disk: u64 = fs::read_dir(&handle.path)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert_eq!(handle.total_bytes, on_disk);
+
+    let loaded = store.load(CheckpointId(3)).unwrap();
+    assert_eq!(loaded.metadata, m);
+    assert_eq!(loaded.handle, handle);
+    assert_eq!(loaded.states.len(), 3);
+    for (key, bytes) in &s {
+        assert_eq!(loaded.state(&key.task, key.subtask), Some(bytes.as_slice()));
+    }
+    assert_eq!(loaded.state("keyed_sum", 9), None);
+    assert_eq!(store.load_metadata(CheckpointId(3)).unwrap(), m);
+}
+
+#[test]
+fn empty_state_and_no_states_round_trip() {
+    let (_d, store) = open();
+    let s = vec![(TaskStateKey::new("sink", 0), Vec::new())];
+    store
+        .write_checkpoint(&meta(1, SnapshotKind::Checkpoint), &s)
+        .unwrap();
+    store
+        .write_checkpoint(&meta(2, SnapshotKind::Savepoint), &[])
+        .unwrap();
+    assert_eq!(
+        store.load(CheckpointId(1)).unwrap().state("sink", 0),
+        Some(&[][..])
+    );
+    let two = store.load(CheckpointId(2)).unwrap();
+    assert!(two.states.is_empty());
+    assert_eq!(two.metadata.kind, SnapshotKind::Savepoint);
+}
+
+#[test]
+fn invalid_input_is_rejected_before_anything_is_written() {
+    let (_d, store) = open();
+    let mut s = states(1);
+    s.push(s[0].clone());
+    let err = store
+        .write_checkpoint(&meta(1, SnapshotKind::Checkpoint), &s)
+        .unwrap_err();
+    assert!(matches!(err, StorageError::InvalidInput { .. }), "{err}");
+    assert!(err.to_string().contains("given twice"), "{err}");
+    let err = store
+        .write_checkpoint(&meta(0, SnapshotKind::Checkpoint), &states(0))
+        .unwrap_err();
+    assert!(matches!(err, StorageError::InvalidInput { .. }), "{err}");
+    assert_eq!(fs::read_dir(store.root()).unwrap().count(), 0);
+}
+
+#[test]
+fn writing_an_existing_id_fails_and_leaves_no_temporary() {
+    let (_d, store) = open();
+    write(&store, 4, SnapshotKind::Checkpoint);
+    let err = store
+        .write_checkpoint(&meta(4, SnapshotKind::Checkpoint), &states(99))
+        .unwrap_err();
+    assert!(matches!(err, StorageError::AlreadyExists { .. }), "{err}");
+    // The first checkpoint is untouched, and the failed write left nothing.
+    assert_eq!(
+        store.load(CheckpointId(4)).unwrap().states,
+        states(4).into_iter().collect()
+    );
+    let names: Vec<String> = fs::read_dir(store.root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, vec!["chk-4".to_string()]);
+}
+
+#[test]
+fn abandoned_write_is_invisible_and_cleaned() {
+    let (_d, store) = open();
+    write(&store, 1, SnapshotKind::Checkpoint);
+    write(&store, 2, SnapshotKind::Checkpoint);
+    // A crash before the rename leaves the complete (or partial) folder under
+    // its temporary name: simulate it by moving chk-2 back to one, and add a
+    // partial one with a single file.
+    let tmp = store.root().join(".tmp-chk-2-4242-0");
+    fs::rename(store.checkpoint_dir(CheckpointId(2)), &tmp).unwrap();
+    let partial = store.root().join(".tmp-chk-3-4242-1");
+    fs::create_dir(&partial).unwrap();
+    fs::write(partial.join("keyed_sum-0.state"), b"LGCK").unwrap();
+
+    assert_eq!(store.list().unwrap(), ids(&[1]));
+    let latest = store.load_latest_valid().unwrap();
+    assert_eq!(latest.checkpoint.unwrap().metadata.id, CheckpointId(1));
+    assert!(latest.corrupt.is_empty());
+
+    assert_eq!(store.clean_temporaries().unwrap(), 2);
+    assert!(!tmp.exists() && !partial.exists());
+    assert_eq!(store.list().unwrap(), ids(&[1]));
+}
+
+#[test]
+fn is_empty_ignores_temporaries() {
+    let (_d, store) = open();
+    assert!(store.is_empty().unwrap());
+    fs::create_dir(store.root().join(".tmp-chk-1-1-0")).unwrap();
+    fs::write(store.root().join("notes.txt"), b"hello").unwrap();
+    assert!(store.is_empty().unwrap());
+    write(&store, 1, SnapshotKind::Checkpoint);
+    assert!(!store.is_empty().unwrap());
+    store.remove(CheckpointId(1)).unwrap();
+    assert!(store.is_empty().unwrap());
+}
+
+#[test]
+fn open_reopens_existing_store_and_rejects_a_file() {
+    let (d, store) = open();
+    write(&store, 5, SnapshotKind::Checkpoint);
+    let again = LocalDirStorage::open(store.root()).unwrap();
+    assert_eq!(again.list().unwrap(), ids(&[5]));
+    let file = d.path().join("plain-file");
+    fs::write(&file, b"x").unwrap();
+    let err = LocalDirStorage::open(&file).unwrap_err();
+    assert!(err.to_string().contains("plain-file"), "{err}");
+}
+
+#[test]
+fn ids_are_listed_in_numeric_order() {
+    let (_d, store) = open();
+    for id in [10, 9, 2, 100, 1] {
+        write(&store, id, SnapshotKind::Checkpoint);
+    }
+    // Names that are not canonical checkpoint folders are ignored.
+    fs::create_dir(store.root().join("chk-007")).unwrap();
+    fs::create_dir(store.root().join("chk-abc")).unwrap();
+    fs::write(store.root().join("chk-11"), b"a file, not a folder").unwrap();
+    assert_eq!(store.list().unwrap(), ids(&[1, 2, 9, 10, 100]));
+    let latest = store.load_latest_valid().unwrap();
+    assert_eq!(latest.checkpoint.unwrap().metadata.id, CheckpointId(100));
+}
+
+#[test]
+fn flipped_byte_is_a_checksum_error_and_recovery_falls_back() {
+    let (_d, store) = open();
+    write(&store, 4, SnapshotKind::Checkpoint);
+    write(&store, 5, SnapshotKind::Checkpoint);
+    let path = state_path(&store, 5, 1);
+    edit(&path, |b| {
+        let last = b.len() - 1;
+        b[last] ^= 0x01;
+    });
+    let err = store.load(CheckpointId(5)).unwrap_err();
+    assert!(
+        matches!(err, StorageError::ChecksumMismatch { .. }),
+        "{err}"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("checksum mismatch"), "{msg}");
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+
+    let latest = store.load_latest_valid().unwrap();
+    let chk = latest.checkpoint.expect("chk-4 is valid");
+    assert_eq!(chk.metadata.id, CheckpointId(4));
+    assert_eq!(chk.states, states(4).into_iter().collect());
+    assert_eq!(latest.corrupt.len(), 1);
+    assert_eq!(latest.corrupt[0].0, CheckpointId(5));
+    assert!(latest.corrupt[0]
+        .1
+        .to_string()
+        .contains("keyed_sum-1.state"));
+}
+
+#[test]
+fn flipped_byte_in_metadata_is_a_checksum_error() {
+    let (_d, store) = open();
+    write(&store, 1, SnapshotKind::Checkpoint);
+    let path = store.checkpoint_dir(CheckpointId(1)).join("_metadata");
+    edit(&path, |b| b[30] ^= 0x20);
+    let err = store.load(CheckpointId(1)).unwrap_err();
+    assert!(
+        matches!(err, StorageError::ChecksumMismatch { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("_metadata"), "{err}");
+    assert!(store.load_metadata(CheckpointId(1)).is_err());
+}
+
+#[test]
+fn truncated_and_extended_files_are_reported() {
+    let (_d, store) = open();
+    write(&store, 1, SnapshotKind::Checkpoint);
+    let path = state_path(&store, 1, 2);
+    let full = fs::read(&path).unwrap();
+    fs::write(&path, &full[..full.len() - 10]).unwrap();
+    let err = store.load(CheckpointId(1)).unwrap_err();
+    assert!(matches!(err, StorageError::Truncated { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(msg.starts_with("truncated: "), "{msg}");
+    assert!(msg.contains("keyed_sum-2.state"), "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "{} bytes, expected {}",
+            full.len() - 10,
+            full.len()
+        )),
+        "{msg}"
+    );
+
+    // Cut inside the header.
+    fs::write(&path, &full[..7]).unwrap();
+    let err = store.load(CheckpointId(1)).unwrap_err();
+    assert!(matches!(err, StorageError::Truncated { .. }), "{err}");
+
+    let mut longer = full.clone();
+    longer.push(0);
+    fs::write(&path, &longer).unwrap();
+    let err = store.load(CheckpointId(1)).unwrap_err();
+    assert!(matches!(err, StorageError::TrailingBytes { .. }), "{err}");
+
+    fs::write(&path, &full).unwrap();
+    store.load(CheckpointId(1)).unwrap();
+}
+
+#[test]
+fn missing_metadata_and_missing_state_file() {
+    let (_d, store) = open();
+    write(&store, 1, SnapshotKind::Checkpoint);
+    write(&store, 2, SnapshotKind::Checkpoint);
+    fs::remove_file(state_path(&store, 1, 0)).unwrap();
+    let err = store.load(CheckpointId(1)).unwrap_err();
+    assert!(
+        matches!(err, StorageError::MissingStateFile { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("keyed_sum-0.state"), "{err}");
+
+    fs::remove_file(store.checkpoint_dir(CheckpointId(2)).join("_metadata")).unwrap();
+    let err = store.load(CheckpointId(2)).unwrap_err();
+    assert!(matches!(err, StorageError::MissingMetadata { .. }), "{err}");
+    assert!(err.to_string().starts_with("missing metadata"), "{err}");
+
+    let latest = store.load_latest_valid().unwrap();
+    assert!(latest.checkpoint.is_none());
+    assert_eq!(
+        latest.corrupt.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        ids(&[2, 1])
+    );
+
+    let err = store.load(CheckpointId(77)).unwrap_err();
+    assert!(matches!(err, StorageError::NotFound { .. }), "{err}");
+}
+
+/// Writes `payload` as a correctly framed file (valid magic, version, CRC).
+fn write_framed(path: &Path, version: u16, payload: &[u8]) {
+    let mut b = b"LGCK".to_vec();
+    b.extend_from_slice(&version.to_le_bytes());
+    b.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    b.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+    b.extend_from_slice(payload);
+    fs::write(path, b).unwrap();
+}
+
+#[test]
+fn garbage_metadata_is_reported() {
+    let (_d, store) = open();
+    write(&store, 1, SnapshotKind::Checkpoint);
+    let path = store.checkpoint_dir(CheckpointId(1)).join("_metadata");
+    let original = fs::read(&path).unwrap();
+
+    // Not framed at all.
+    fs::write(&path, b"{\"hello\": 1}").unwrap();
+    let err = store.load(CheckpointId(1)).unwrap_err();
+    assert!(matches!(err, StorageError::BadMagic { .. }), "{err}");
+
+    // Framed and checksummed, but not JSON.
+    write_framed(&path, FORMAT_VERSION, b"\x00\xffnot json");
+    let err = store.load(CheckpointId(1)).unwrap_err();
+    assert!(matches!(err, StorageError::BadMetadata { .. }), "{err}");
+    assert!(err.to_string().contains("_metadata"), "{err}");
+
+    // Valid JSON of the wrong id (e.g. a folder renamed by hand).
+    let mut json: serde_json::Value = serde_json::from_slice(&original[18..]).unwrap();
+    json["checkpoint"]["id"] = 9.into();
+    write_framed(&path, FORMAT_VERSION, &serde_json::to_vec(&json).unwrap());
+    let err = store.load(CheckpointId(1)).unwrap_err();
+    assert!(err.to_string().contains("records checkpoint id 9"), "{err}");
+
+    // A state file name that escapes the folder.
+    let mut json: serde_json::Value = serde_json::from_slice(&original[18..]).unwrap();
+    json["states"][0]["file"] = "../../etc/passwd".into();
+    write_framed(&path, FORMAT_VERSION, &serde_json::to_vec(&json).unwrap());
+    let err = store.load(CheckpointId(1)).unwrap_err();
+    assert!(err.to_string().contains("invalid state file name"), "{err}");
+
+    // Metadata that disagrees with an (intact) state file.
+    let mut json: serde_json::Value = serde_json::from_slice(&original[18..]).unwrap();
+    let crc = json["states"][0]["crc32c"].as_u64().unwrap();
+    json["states"][0]["crc32c"] = (crc ^ 1).into();
+    write_framed(&path, FORMAT_VERSION, &serde_json::to_vec(&json).unwrap());
+    let err = store.load(CheckpointId(1)).unwrap_err();
+    assert!(
+        matches!(err, StorageError::StateMismatch { what: "crc32c", .. }),
+        "{err}"
+    );
+
+    fs::write(&path, &original).unwrap();
+    store.load(CheckpointId(1)).unwrap();
+}
+
+#[test]
+fn wrong_version_is_reported() {
+    let (_d, store) = open();
+    write(&store, 1, SnapshotKind::Checkpoint);
+    let path = state_path(&store, 1, 0);
+    edit(&path, |b| b[4..6].copy_from_slice(&7u16.to_le_bytes()));
+    let err = store.load(CheckpointId(1)).unwrap_err();
+    assert!(
+        err.to_string().contains("unsupported format version 7"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("keyed_sum-0.state"), "{err}");
+
+    // A version inside the metadata JSON is checked too.
+    write(&store, 2, SnapshotKind::Checkpoint);
+    let path = store.checkpoint_dir(CheckpointId(2)).join("_metadata");
+    let original = fs::read(&path).unwrap();
+    let mut json: serde_json::Value = serde_json::from_slice(&original[18..]).unwrap();
+    json["format_version"] = 7.into();
+    write_framed(&path, FORMAT_VERSION, &serde_json::to_vec(&json).unwrap());
+    let err = store.load(CheckpointId(2)).unwrap_err();
+    assert!(
+        matches!(err, StorageError::UnsupportedVersion { found: 7, .. }),
+        "{err}"
+    );
+}
+
+fn check_retention(store: &dyn CheckpointStorage) {
+    for id in 1..=7 {
+        let kind = if id == 2 || id == 5 {
+            SnapshotKind::Savepoint
+        } else {
+            SnapshotKind::Checkpoint
+        };
+        write(store, id, kind);
+    }
+    // Checkpoints: 1 3 4 6 7; savepoints: 2 5.
+    assert_eq!(store.retain(2).unwrap(), ids(&[1, 3, 4]));
+    assert_eq!(store.list().unwrap(), ids(&[2, 5, 6, 7]));
+    assert_eq!(store.retain(2).unwrap(), ids(&[]));
+    assert_eq!(store.retain(0).unwrap(), ids(&[6, 7]));
+    assert_eq!(store.list().unwrap(), ids(&[2, 5]));
+    assert!(!store.is_empty().unwrap());
+    assert!(matches!(
+        store.remove(CheckpointId(6)),
+        Err(StorageError::NotFound { .. })
+    ));
+    store.remove(CheckpointId(5)).unwrap();
+    assert_eq!(store.list().unwrap(), ids(&[2]));
+}
+
+#[test]
+fn retain_keeps_newest_checkpoints_and_all_savepoints() {
+    let (_d, store) = open();
+    check_retention(&store);
+    // Deletion leaves no temporary behind.
+    assert_eq!(store.clean_temporaries().unwrap(), 0);
+}
+
+#[test]
+fn retain_leaves_unreadable_checkpoints_alone() {
+    let (_d, store) = open();
+    for id in 1..=3 {
+        write(&store, id, SnapshotKind::Checkpoint);
+    }
+    fs::remove_file(store.checkpoint_dir(CheckpointId(3)).join("_metadata")).unwrap();
+    // chk-3 is unreadable: not counted, so chk-2 is the newest kept one.
+    assert_eq!(store.retain(1).unwrap(), ids(&[1]));
+    assert_eq!(store.list().unwrap(), ids(&[2, 3]));
+}
+
+#[test]
+fn memory_storage_follows_the_same_rules() {
+    let store = MemoryStorage::new();
+    check_retention(&store);
+
+    let store = MemoryStorage::new();
+    assert!(store.is_empty().unwrap());
+    write(&store, 1, SnapshotKind::Checkpoint);
+    let loaded = store.load(CheckpointId(1)).unwrap();
+    assert_eq!(loaded.metadata, meta(1, SnapshotKind::Checkpoint));
+    assert_eq!(loaded.states, states(1).into_iter().collect());
+    assert!(matches!(
+        store.write_checkpoint(&meta(1, SnapshotKind::Checkpoint), &states(1)),
+        Err(StorageError::AlreadyExists { .. })
+    ));
+    store.set_fail_writes(true);
+    let err = store
+        .write_checkpoint(&meta(2, SnapshotKind::Checkpoint), &states(2))
+        .unwrap_err();
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    store.set_fail_writes(false);
+    write(&store, 2, SnapshotKind::Checkpoint);
+    assert_eq!(store.list().unwrap(), ids(&[1, 2]));
+}
+
+#[test]
+fn storage_is_usable_as_a_shared_trait_object() {
+    let (_d, store) = open();
+    let shared: std::sync::Arc<dyn CheckpointStorage> = std::sync::Arc::new(store);
+    let writer = {
+        let shared = shared.clone();
+        std::thread::spawn(move || write(&*shared, 1, SnapshotKind::Checkpoint))
+    };
+    writer.join().unwrap();
+    assert_eq!(shared.list().unwrap(), ids(&[1]));
+}
+
+fn arb_states() -> impl Strategy<Value = Vec<(TaskStateKey, Vec<u8>)>> {
+    // Task names include characters that are not valid in file names.
+    prop::collection::btree_map(
+        ("[a-zA-Z0-9_ ./\\\\é-]{0,12}", 0u32..4),
+        prop::collection::vec(any::<u8>(), 0..512),
+        0..6,
+    )
+    .prop_map(|m| {
+        m.into_iter()
+            .map(|((task, subtask), bytes)| (TaskStateKey::new(task, subtask), bytes))
+            .collect()
+    })
+}
+
+proptest! {
+    // Each case writes and fsyncs a few files: keep the case count small.
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn any_checkpoint_round_trips(
+        states in arb_states(),
+        id in 1u64..u64::MAX,
+        trigger in any::<u64>(),
+        rate in any::<f64>().prop_filter("JSON has no NaN/inf", |f| f.is_finite()),
+        savepoint in any::<bool>(),
+    ) {
+        let (_d, store) = open();
+        let kind = if savepoint { SnapshotKind::Savepoint } else { SnapshotKind::Checkpoint };
+        let mut m = CheckpointMetadata::new(CheckpointId(id), kind, trigger, job());
+        m.job.config = serde_json::json!({ "rate": rate, "big": u64::MAX });
+        let handle = store.write_checkpoint(&m, &states).unwrap();
+        let loaded = store.load(CheckpointId(id)).unwrap();
+        prop_assert_eq!(&loaded.metadata, &m);
+        prop_assert_eq!(loaded.states, states.into_iter().collect::<BTreeMap<_, _>>());
+        prop_assert_eq!(loaded.handle, handle);
+        prop_assert_eq!(store.list().unwrap(), vec![CheckpointId(id)]);
+    }
+}

@@ -12,7 +12,7 @@ use crate::operator::Operator;
 use crate::runtime::TaskError;
 
 /// The state of one operator of a chain for one checkpoint.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OperatorSnapshot {
     /// The operator's name, unique in the job (its state key).
     pub operator: String,

@@ -104,6 +104,7 @@ pub struct JobBuilder {
     failures: FailurePlan,
     restore: Option<crate::checkpoint::RestoredState>,
     name: String,
+    app_config: serde_json::Value,
 }
 
 /// An operator chain open at its end, producing records of type `T`.
@@ -139,6 +140,7 @@ impl JobBuilder {
             failures: FailurePlan::none(),
             restore: None,
             name: name.into(),
+            app_config: serde_json::Value::Null,
         }
     }
 
@@ -150,6 +152,13 @@ impl JobBuilder {
     /// Sets the failures to inject (tests, the load generator).
     pub fn with_failures(mut self, plan: FailurePlan) -> Self {
         self.failures = plan;
+        self
+    }
+
+    /// Records the application's configuration in checkpoint metadata: a
+    /// restore from a checkpoint taken with another value is refused.
+    pub fn with_app_config(mut self, config: serde_json::Value) -> Self {
+        self.app_config = config;
         self
     }
 
@@ -250,6 +259,7 @@ impl JobBuilder {
         };
         crate::runtime::job::prepare_and_start(
             self.name,
+            self.app_config,
             graph,
             self.config,
             self.failures,

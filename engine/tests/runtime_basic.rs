@@ -71,10 +71,9 @@ impl Operator<u64, (u64, u64)> for KeyedSum {
     }
 }
 
-fn counting_job(
-    config: JobConfig,
-    n: u64,
-) -> (JobBuilder, Arc<Mutex<HashMap<u64, u64>>>, Arc<Mutex<u64>>) {
+type Shared<T> = Arc<Mutex<T>>;
+
+fn counting_job(config: JobConfig, n: u64) -> (JobBuilder, Shared<HashMap<u64, u64>>, Shared<u64>) {
     let job = JobBuilder::new("count", config);
     let last = Arc::new(Mutex::new(HashMap::new()));
     let count = Arc::new(Mutex::new(0u64));
@@ -84,7 +83,7 @@ fn counting_job(
         end: n,
         step: 2,
     })
-    .map(|x| x * 1)
+    .filter(|_| true)
     .key_by(|x| x % 10)
     .process("keyed_sum", 2, |_| KeyedSum::default())
     .rebalance()

@@ -106,6 +106,11 @@ impl Coordinator {
         }
     }
 
+    /// The next checkpoint gets id `id` (after the ids already in storage).
+    pub(crate) fn set_next_id(&mut self, id: CheckpointId) {
+        self.next_id = self.next_id.max(id.get());
+    }
+
     pub(crate) fn begin_attempt(
         &mut self,
         _restored: Option<CheckpointId>,

@@ -10,7 +10,12 @@
 use super::task::InjectedFailure;
 use super::{Control, SubtaskCtx, TaskBody, TaskError, TaskEvent, TaskRt, Wiring};
 use crate::barrier::{AbortReason, CheckpointMode};
-use crate::checkpoint::coordinator::{Coordinator, CoordinatorOutput};
+use crate::chain::OperatorSnapshot;
+use crate::checkpoint::coordinator::{CompletedSink, Coordinator, CoordinatorOutput};
+use crate::checkpoint::{
+    CheckpointMetadata, CheckpointStorage, JobFingerprint, LoadedCheckpoint, LocalDirStorage,
+    TaskStateKey,
+};
 use crate::checkpoint::{CheckpointStats, RestoredState};
 use crate::element::{CheckpointId, SnapshotKind};
 use crate::failure::FailurePlan;
@@ -18,6 +23,7 @@ use crate::graph::JobGraph;
 use crate::metrics::{TaskMetrics, TaskMetricsSnapshot};
 use crate::{JobConfig, JobError};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -448,20 +454,197 @@ impl Driver {
     }
 }
 
+/// Persists completed checkpoints to a [`CheckpointStorage`] and applies
+/// retention.
+struct StorageSink {
+    storage: Box<dyn CheckpointStorage>,
+    job: JobFingerprint,
+    retained: usize,
+}
+
+/// Splits a task name `op[3]` into `("op", 3)`.
+fn split_task_name(task: &str) -> (String, u32) {
+    if let Some(open) = task.rfind('[') {
+        if let Ok(i) = task[open + 1..task.len().saturating_sub(1)].parse::<u32>() {
+            return (task[..open].to_string(), i);
+        }
+    }
+    (task.to_string(), 0)
+}
+
+impl CompletedSink for StorageSink {
+    fn persist(
+        &mut self,
+        id: CheckpointId,
+        kind: SnapshotKind,
+        trigger_ns: u64,
+        states: &HashMap<String, Vec<OperatorSnapshot>>,
+    ) -> Result<u64, String> {
+        let mut blobs = Vec::with_capacity(states.len());
+        for (task, snaps) in states {
+            let (name, subtask) = split_task_name(task);
+            let bytes =
+                postcard::to_allocvec(snaps).map_err(|e| format!("encoding {task}: {e}"))?;
+            blobs.push((TaskStateKey::new(name, subtask), bytes));
+        }
+        let meta = CheckpointMetadata::new(id, kind, trigger_ns, self.job.clone());
+        let handle = self
+            .storage
+            .write_checkpoint(&meta, &blobs)
+            .map_err(|e| e.to_string())?;
+        if let Err(e) = self.storage.retain(self.retained.max(1)) {
+            tracing::warn!(error = %e, "removing old checkpoints failed");
+        }
+        Ok(handle.total_bytes)
+    }
+}
+
+/// Decodes a stored checkpoint into the state tasks restore from.
+fn restored_from(loaded: LoadedCheckpoint) -> Result<RestoredState, JobError> {
+    let mut states = HashMap::new();
+    for (key, bytes) in &loaded.states {
+        let snaps: Vec<OperatorSnapshot> = postcard::from_bytes(bytes).map_err(|e| {
+            JobError::Restore(format!(
+                "state of {}[{}] in {} does not decode: {e}",
+                key.task,
+                key.subtask,
+                loaded.handle.path.display()
+            ))
+        })?;
+        states.insert(format!("{}[{}]", key.task, key.subtask), snaps);
+    }
+    Ok(RestoredState {
+        checkpoint: loaded.metadata.id,
+        states,
+    })
+}
+
 /// Sets up checkpoint storage and restore, then starts the job thread.
 pub(crate) fn prepare_and_start(
     name: String,
+    app_config: serde_json::Value,
     graph: JobGraph,
     config: JobConfig,
     failures: FailurePlan,
-    restored: Option<RestoredState>,
+    mut restored: Option<RestoredState>,
 ) -> Result<JobHandle, JobError> {
-    let _ = name;
-    let coordinator = Coordinator::new(
+    let job = JobFingerprint {
+        job_name: name,
+        config: app_config,
+        parallelism: graph
+            .parallelisms()
+            .into_iter()
+            .map(|(n, p)| (n, p as u32))
+            .collect(),
+    };
+    let mut sink: Option<Box<dyn CompletedSink>> = None;
+    let mut next_id = None;
+    if let Some(dir) = &config.checkpoint.dir {
+        let storage = LocalDirStorage::open(dir).map_err(|e| JobError::Storage(e.to_string()))?;
+        let _ = storage.clean_temporaries();
+        let existing = storage
+            .list()
+            .map_err(|e| JobError::Storage(e.to_string()))?;
+        if config.checkpoint.restore {
+            let latest = storage
+                .load_latest_valid()
+                .map_err(|e| JobError::Storage(e.to_string()))?;
+            for (id, err) in &latest.corrupt {
+                tracing::warn!(checkpoint = %id, error = %err, "skipping a corrupt checkpoint");
+            }
+            let Some(loaded) = latest.checkpoint else {
+                let why: Vec<String> = latest.corrupt.iter().map(|(_, e)| e.to_string()).collect();
+                return Err(JobError::Restore(format!(
+                    "no complete checkpoint in {}{}",
+                    dir.display(),
+                    if why.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", why.join("; "))
+                    }
+                )));
+            };
+            check_compatible(&loaded.metadata.job, &job, &loaded.handle.path)?;
+            restored = Some(restored_from(loaded)?);
+        } else if !existing.is_empty() {
+            return Err(JobError::Storage(format!(
+                "checkpoint folder {} already holds checkpoints; restore from it or use an empty folder",
+                dir.display()
+            )));
+        }
+        next_id = existing.last().map(|id| id.next());
+        sink = Some(Box::new(StorageSink {
+            storage: Box::new(storage),
+            job,
+            retained: config.checkpoint.retained,
+        }));
+    } else if let Some(r) = &restored {
+        // An in-memory restore: the parallelism must match too.
+        for task in r.states.keys() {
+            if !graph.task_names().contains(task) {
+                return Err(JobError::Restore(format!(
+                    "the restored state has task {task}, which this job does not have (a different parallelism or graph; rescaling is not supported)"
+                )));
+            }
+        }
+    }
+    let mut coordinator = Coordinator::new(
         config.checkpoint.clone(),
         graph.task_names(),
-        None,
+        sink,
         restored.clone(),
     );
+    if let Some(id) = next_id {
+        coordinator.set_next_id(id);
+    }
     Ok(start(graph, config, failures, restored, coordinator))
+}
+
+/// Refuses a checkpoint taken by a job with another name, configuration or
+/// parallelism (rescaling is future work).
+fn check_compatible(
+    stored: &JobFingerprint,
+    now: &JobFingerprint,
+    path: &std::path::Path,
+) -> Result<(), JobError> {
+    if stored.job_name != now.job_name {
+        return Err(JobError::Restore(format!(
+            "{} was taken by job '{}', not '{}'",
+            path.display(),
+            stored.job_name,
+            now.job_name
+        )));
+    }
+    for (op, p) in &now.parallelism {
+        match stored.parallelism.get(op) {
+            Some(sp) if sp == p => {}
+            Some(sp) => {
+                return Err(JobError::Restore(format!(
+                "operator '{op}' had parallelism {sp} in {}, {p} now; rescaling is not supported",
+                path.display()
+            )))
+            }
+            None => {
+                return Err(JobError::Restore(format!(
+                    "operator '{op}' is not in {}; the job graph differs",
+                    path.display()
+                )))
+            }
+        }
+    }
+    if stored.parallelism.len() != now.parallelism.len() {
+        return Err(JobError::Restore(format!(
+            "{} has operators this job does not have; the job graph differs",
+            path.display()
+        )));
+    }
+    if stored.config != now.config {
+        return Err(JobError::Restore(format!(
+            "{} was taken with another configuration: {} (now {})",
+            path.display(),
+            stored.config,
+            now.config
+        )));
+    }
+    Ok(())
 }

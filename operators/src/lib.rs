@@ -1,1 +1,13 @@
-//! Operators.
+//! lockgate-operators: sources, transforms, keyed state, windows and sinks
+//! for lockgate, plus the engine-independent parts of the reference
+//! workloads and of the load generator's reports.
+//!
+//! - [`workload`]: the W1/W2/W3 record generator, routing, pacing schedule
+//!   and the closed-form correctness check of `/work/shared/workloads.md`.
+//! - [`latency`]: latency histograms (HdrHistogram) and their reports
+//!   (`.hgrm`, `.hlog`, base64 for JSON, SVG percentile plots).
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks, missing_docs)]
+
+pub mod latency;
+pub mod workload;

@@ -1,0 +1,1458 @@
+//! The engine-independent parts of the reference workloads W1, W2 and W3
+//! (defined in `/work/shared/workloads.md`): the records, the deterministic
+//! generator, the chained map, the routing hash, the keyed running sum, the
+//! pacing schedule and the closed-form correctness check.
+//!
+//! Every function here follows the workload specification to the bit, so
+//! that every system running the workloads computes the same answer:
+//!
+//! - [`XorShift64Star`]: the generator's random stream. Record `n` (0-based,
+//!   over the whole job) takes output number `n`, the output of the
+//!   `(n + 1)`-th step.
+//! - [`KeySpace`]: turns an output into a key (`uniform`: `output % keys`;
+//!   `zipf:s`: inverse CDF over a precomputed table).
+//! - [`Generator`]: the records `(n, key)` of source `i` of `P` (those with
+//!   `n % P == i`, in increasing `n`), from any starting sequence number.
+//! - [`chained_map`], [`route`], [`KeyedSum`]: the rest of the pipeline.
+//! - [`scheduled_offset_ns`], [`due_until`]: the open-loop schedule of W2/W3
+//!   (with W3's bursts).
+//! - [`ExpectedResult`], [`SinkCheck`], [`CheckReport`]: the correctness
+//!   check every run ends with.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use lockgate::RecordSize;
+use serde::{Deserialize, Serialize};
+
+/// The seed of the generator's xorshift64* state (workloads.md).
+pub const SEED: u64 = 0x9E37_79B9_7F4A_7C15;
+/// The multiplier that turns an xorshift64* state into an output
+/// (workloads.md; the standard xorshift64* constant).
+pub const OUTPUT_MULTIPLIER: u64 = 0x2545_F491_4F6C_DD1D;
+/// The multiplier of the routing hash `(key * M) >> 32` (workloads.md;
+/// 2^64 divided by the golden ratio, a Fibonacci-hashing constant).
+pub const HASH_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
+/// The default number of distinct keys (workloads.md).
+pub const DEFAULT_KEYS: u64 = 10_000;
+/// The most keys a [`KeySpace`] accepts: 2^24. The Zipf table, the closed
+/// form and the sink check each hold one 8-byte entry per key, so this caps
+/// them at 128 MiB each.
+pub const MAX_KEYS: u64 = 1 << 24;
+/// The records of W1 in total (workloads.md).
+pub const W1_TOTAL_RECORDS: u64 = 20_000_000;
+/// The default total rate of W2 and W3, in records/s (workloads.md).
+pub const DEFAULT_RATE: u64 = 200_000;
+/// The unrecorded warm-up of W2 and W3, in ns (2 s, workloads.md).
+pub const WARMUP_NS: u64 = 2_000_000_000;
+/// The recorded duration of W2 and W3, in ns (10 s, workloads.md).
+pub const MEASURE_NS: u64 = 10_000_000_000;
+/// The checkpoint interval of the checkpointed runs, in ns (100 ms,
+/// workloads.md).
+pub const CHECKPOINT_INTERVAL_NS: u64 = 100_000_000;
+/// The parallelism of the sources and of `keyed_sum` in the reference
+/// topology (workloads.md).
+pub const REFERENCE_PARALLELISM: usize = 2;
+/// W3's burst period in ns: each 10 ms of a bursting source's schedule...
+pub const BURST_PERIOD_NS: u64 = 10_000_000;
+/// ...is squeezed into its first tenth (1 ms): offsets within a period are
+/// divided by this factor (workloads.md, W3).
+pub const BURST_SQUEEZE: u64 = 10;
+/// The most records a [`SinkCheck`] tracks: 2^33, i.e. a 1 GiB bitset.
+pub const MAX_CHECKED_RECORDS: u64 = 1 << 33;
+
+const NS_PER_S: u128 = 1_000_000_000;
+
+/// Errors of this module: bad configuration, or a failed correctness check.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum WorkloadError {
+    /// A key space needs at least one key.
+    #[error("the number of keys must be at least 1")]
+    NoKeys,
+    /// More keys than [`MAX_KEYS`].
+    #[error("too many keys: {0} (at most {MAX_KEYS})")]
+    TooManyKeys(u64),
+    /// A Zipf exponent must be finite and non-negative.
+    #[error("invalid Zipf exponent {0}: it must be a finite number >= 0")]
+    BadZipfExponent(f64),
+    /// A key distribution string that is neither `uniform` nor `zipf:S`.
+    #[error("unknown key distribution `{0}`: expected `uniform` or `zipf:S` with S a number >= 0 (e.g. `zipf:1.1`)")]
+    BadKeyDist(String),
+    /// A workload name that is not W1, W2 or W3.
+    #[error("unknown workload `{0}`: expected W1, W2 or W3")]
+    BadWorkload(String),
+    /// Parallelism 0.
+    #[error("the parallelism must be at least 1")]
+    ZeroParallelism,
+    /// A source index not below the parallelism.
+    #[error("source index {source_index} is out of range for parallelism {parallelism}")]
+    BadSource {
+        /// The index given.
+        source_index: usize,
+        /// The parallelism given.
+        parallelism: usize,
+    },
+    /// More records than [`MAX_CHECKED_RECORDS`] for a [`SinkCheck`].
+    #[error("too many records to check: {0} (at most {MAX_CHECKED_RECORDS})")]
+    TooManyRecords(u64),
+    /// A correctness check failed; the text says how (see [`CheckReport`]).
+    #[error("workload check failed: {0}")]
+    CheckFailed(String),
+}
+
+// ---------------------------------------------------------------------------
+// Records
+// ---------------------------------------------------------------------------
+
+/// A record of the reference workloads (24 bytes).
+///
+/// `value` is the record's sequence number `n` when generated and
+/// `2n + 1` after the source's chained map ([`chained_map`]); `ts_ns` is
+/// the record's *intended* emission time on the engine's monotonic clock
+/// (`lockgate::clock::now_ns`): the schedule time for W2/W3, the actual
+/// emission time for W1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// The key, in `0..keys`.
+    pub key: u64,
+    /// The value: `n`, then `2n + 1` after the chained map.
+    pub value: u64,
+    /// Intended emission time, ns.
+    pub ts_ns: u64,
+}
+
+impl RecordSize for Event {}
+
+impl Event {
+    /// The generated record number `n` with key `key`: `value = n`.
+    #[inline]
+    pub fn generated(n: u64, key: u64, ts_ns: u64) -> Self {
+        Event {
+            key,
+            value: n,
+            ts_ns,
+        }
+    }
+
+    /// This record after the source's chained map ([`chained_map`] on the
+    /// value).
+    #[inline]
+    pub fn mapped(self) -> Self {
+        Event {
+            value: chained_map(self.value),
+            ..self
+        }
+    }
+}
+
+/// The source's chained map of every workload: `value * 2 + 1` (wrapping).
+#[inline]
+pub fn chained_map(value: u64) -> u64 {
+    value.wrapping_mul(2).wrapping_add(1)
+}
+
+/// The sequence number `n` of a record whose value went through
+/// [`chained_map`] (`value = 2n + 1`): `value >> 1`. Exact for every
+/// `n < 2^63`.
+#[inline]
+pub fn seq_of_mapped_value(value: u64) -> u64 {
+    value >> 1
+}
+
+/// What `keyed_sum` emits for every input record (32 bytes): the key, its
+/// running sum after this record, the record's sequence number `n` and its
+/// intended emission time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SumRecord {
+    /// The key.
+    pub key: u64,
+    /// The running (wrapping) sum of the mapped values of this key, this
+    /// record included.
+    pub sum: u64,
+    /// The record's sequence number `n`.
+    pub n: u64,
+    /// The record's intended emission time, ns (copied from the [`Event`]).
+    pub ts_ns: u64,
+}
+
+impl RecordSize for SumRecord {}
+
+/// The state and logic of one `keyed_sum` subtask: a running wrapping sum
+/// of the (mapped) values per key. The map is the subtask's checkpointed
+/// state (serde-serializable).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyedSum {
+    sums: HashMap<u64, u64>,
+}
+
+impl KeyedSum {
+    /// An empty state.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a mapped record to its key's sum and returns what `keyed_sum`
+    /// emits for it (`n` recovered with [`seq_of_mapped_value`]).
+    #[inline]
+    pub fn apply(&mut self, event: &Event) -> SumRecord {
+        let sum = self.sums.entry(event.key).or_insert(0);
+        *sum = sum.wrapping_add(event.value);
+        SumRecord {
+            key: event.key,
+            sum: *sum,
+            n: seq_of_mapped_value(event.value),
+            ts_ns: event.ts_ns,
+        }
+    }
+
+    /// The running sum of `key`, `None` before its first record.
+    pub fn get(&self, key: u64) -> Option<u64> {
+        self.sums.get(&key).copied()
+    }
+
+    /// The number of keys seen.
+    pub fn len(&self) -> usize {
+        self.sums.len()
+    }
+
+    /// True before the first record.
+    pub fn is_empty(&self) -> bool {
+        self.sums.is_empty()
+    }
+
+    /// All running sums, key → sum.
+    pub fn sums(&self) -> &HashMap<u64, u64> {
+        &self.sums
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Routing
+// ---------------------------------------------------------------------------
+
+/// The routing hash of workloads.md: `(key * 0x9E3779B97F4A7C15) >> 32`
+/// (wrapping multiply).
+#[inline]
+pub fn key_hash(key: u64) -> u64 {
+    key.wrapping_mul(HASH_MULTIPLIER) >> 32
+}
+
+/// The consumer subtask of `key` among `parallelism`:
+/// `key_hash(key) % parallelism`. A parallelism of 0 is treated as 1 (the
+/// answer is 0) rather than panicking.
+#[inline]
+pub fn route(key: u64, parallelism: usize) -> usize {
+    (key_hash(key) % parallelism.max(1) as u64) as usize
+}
+
+// ---------------------------------------------------------------------------
+// Generator
+// ---------------------------------------------------------------------------
+
+/// The xorshift64* stream of workloads.md, seeded with [`SEED`]. One step
+/// is `x ^= x >> 12; x ^= x << 25; x ^= x >> 27;`, its output
+/// `x * 0x2545F4914F6CDD1D` (wrapping).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XorShift64Star {
+    state: u64,
+}
+
+impl Default for XorShift64Star {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl XorShift64Star {
+    /// A stream at its start (no step made yet).
+    pub const fn new() -> Self {
+        XorShift64Star { state: SEED }
+    }
+
+    #[inline]
+    fn step(&mut self) {
+        let mut x = self.state;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.state = x;
+    }
+
+    /// Makes one step and returns its output. The `(n + 1)`-th call on a
+    /// fresh stream returns the output of record `n`.
+    #[inline]
+    pub fn next_output(&mut self) -> u64 {
+        self.step();
+        self.state.wrapping_mul(OUTPUT_MULTIPLIER)
+    }
+
+    /// Makes `steps` steps, discarding their outputs. Cost: O(steps), about
+    /// 1 ns a step (20 M steps ≈ 20–40 ms).
+    pub fn skip(&mut self, steps: u64) {
+        for _ in 0..steps {
+            self.step();
+        }
+    }
+
+    /// The output of record `n` (O(n), see [`XorShift64Star::skip`]).
+    pub fn output_of_record(n: u64) -> u64 {
+        let mut rng = Self::new();
+        rng.skip(n);
+        rng.next_output()
+    }
+}
+
+/// A key distribution: `uniform` or `zipf:s` (its text form, parsed by
+/// [`FromStr`] and printed by [`fmt::Display`]).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum KeyDist {
+    /// `key = output % keys`.
+    Uniform,
+    /// Zipf with exponent `s`: rank `r` has probability proportional to
+    /// `1 / (r + 1)^s`.
+    Zipf(f64),
+}
+
+impl fmt::Display for KeyDist {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyDist::Uniform => f.write_str("uniform"),
+            KeyDist::Zipf(s) => write!(f, "zipf:{s}"),
+        }
+    }
+}
+
+impl FromStr for KeyDist {
+    type Err = WorkloadError;
+
+    /// Parses `uniform` or `zipf:S` (S a finite number >= 0).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let t = text.trim();
+        if t.eq_ignore_ascii_case("uniform") {
+            return Ok(KeyDist::Uniform);
+        }
+        let bad = || WorkloadError::BadKeyDist(text.to_string());
+        let s = t
+            .strip_prefix("zipf:")
+            .ok_or_else(bad)?
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| bad())?;
+        if !s.is_finite() || s < 0.0 {
+            return Err(WorkloadError::BadZipfExponent(s));
+        }
+        Ok(KeyDist::Zipf(s))
+    }
+}
+
+/// The keys of a workload: how many, and how an output of the generator
+/// becomes a key. Cheap to clone (the Zipf table is shared).
+#[derive(Clone, Debug)]
+pub struct KeySpace {
+    keys: u64,
+    dist: KeyDist,
+    /// Zipf only: `cdf[r]` = P(rank <= r), `keys` entries, the last 1.0.
+    cdf: Option<Arc<[f64]>>,
+}
+
+impl KeySpace {
+    /// A key space of `keys` keys (1..=[`MAX_KEYS`]) drawn from `dist`.
+    ///
+    /// For Zipf(s) it precomputes the CDF table (O(keys)): weights
+    /// `w_r = (r + 1)^-s` (`f64::powf`), summed in increasing rank order,
+    /// `cdf[r] = (w_0 + … + w_r) / (w_0 + … + w_{keys-1})`, so the last
+    /// entry is exactly 1.0.
+    ///
+    /// Errors: [`WorkloadError::NoKeys`], [`WorkloadError::TooManyKeys`],
+    /// [`WorkloadError::BadZipfExponent`].
+    pub fn new(keys: u64, dist: KeyDist) -> Result<Self, WorkloadError> {
+        if keys == 0 {
+            return Err(WorkloadError::NoKeys);
+        }
+        if keys > MAX_KEYS {
+            return Err(WorkloadError::TooManyKeys(keys));
+        }
+        let cdf = match dist {
+            KeyDist::Uniform => None,
+            KeyDist::Zipf(s) => {
+                if !s.is_finite() || s < 0.0 {
+                    return Err(WorkloadError::BadZipfExponent(s));
+                }
+                let mut table = Vec::with_capacity(keys as usize);
+                let mut acc = 0.0_f64;
+                for r in 0..keys {
+                    acc += ((r + 1) as f64).powf(-s);
+                    table.push(acc);
+                }
+                let total = acc;
+                for c in &mut table {
+                    *c /= total;
+                }
+                Some(Arc::from(table))
+            }
+        };
+        Ok(KeySpace { keys, dist, cdf })
+    }
+
+    /// `keys` uniformly distributed keys.
+    pub fn uniform(keys: u64) -> Result<Self, WorkloadError> {
+        Self::new(keys, KeyDist::Uniform)
+    }
+
+    /// The number of keys.
+    pub fn keys(&self) -> u64 {
+        self.keys
+    }
+
+    /// The distribution.
+    pub fn dist(&self) -> KeyDist {
+        self.dist
+    }
+
+    /// The Zipf CDF table (`None` for uniform).
+    pub fn cdf(&self) -> Option<&[f64]> {
+        self.cdf.as_deref()
+    }
+
+    /// The key of a generator output. Uniform: `output % keys`. Zipf: the
+    /// smallest rank `r` with `cdf[r] >= u`, `u = output / 2^64` computed
+    /// as `output as f64 / 2^64` (the conversion rounds to the nearest
+    /// f64), by binary search (O(log keys)).
+    #[inline]
+    pub fn key_of(&self, output: u64) -> u64 {
+        match &self.cdf {
+            None => output % self.keys,
+            Some(cdf) => {
+                // 2^64 as an f64 (exact).
+                const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
+                let u = output as f64 / TWO_POW_64;
+                let r = cdf.partition_point(|&c| c < u) as u64;
+                // `u <= 1.0 == cdf[keys-1]`, so `r < keys`; the `min`
+                // only guards against a table that breaks that invariant.
+                r.min(self.keys - 1)
+            }
+        }
+    }
+}
+
+/// The records of one source: record `n` for every `n` in
+/// `first..total_records` with `n % parallelism == source_index`, in
+/// increasing `n`, as `(n, key)`.
+///
+/// Each record costs `parallelism` steps of the stream (the source skips
+/// the other sources' outputs). Starting at sequence number `n` (for a
+/// restore, [`Generator::starting_at`]) steps the stream `n` times:
+/// O(n), about 1 ns a step.
+#[derive(Clone, Debug)]
+pub struct Generator {
+    rng: XorShift64Star,
+    keys: KeySpace,
+    /// The `n` of the next record; the stream has made exactly `next_n`
+    /// steps.
+    next_n: u64,
+    end: u64,
+    stride: u64,
+}
+
+impl Generator {
+    /// Source `source_index` of `parallelism`, from the job's first record.
+    ///
+    /// Errors: [`WorkloadError::ZeroParallelism`], [`WorkloadError::BadSource`].
+    pub fn new(
+        keys: &KeySpace,
+        source_index: usize,
+        parallelism: usize,
+        total_records: u64,
+    ) -> Result<Self, WorkloadError> {
+        Self::starting_at(keys, source_index, parallelism, total_records, 0)
+    }
+
+    /// Source `source_index` of `parallelism`, from its first record whose
+    /// sequence number is at least `from_n` (e.g. the checkpointed offset
+    /// of a restored source). O(from_n): see the type's doc.
+    ///
+    /// Errors: [`WorkloadError::ZeroParallelism`], [`WorkloadError::BadSource`].
+    pub fn starting_at(
+        keys: &KeySpace,
+        source_index: usize,
+        parallelism: usize,
+        total_records: u64,
+        from_n: u64,
+    ) -> Result<Self, WorkloadError> {
+        if parallelism == 0 {
+            return Err(WorkloadError::ZeroParallelism);
+        }
+        if source_index >= parallelism {
+            return Err(WorkloadError::BadSource {
+                source_index,
+                parallelism,
+            });
+        }
+        let (p, i) = (parallelism as u64, source_index as u64);
+        let r = from_n % p;
+        let first = if r <= i {
+            Some(from_n - r + i)
+        } else {
+            (from_n - r).checked_add(p + i)
+        };
+        let first = first.unwrap_or(u64::MAX).min(total_records);
+        let mut rng = XorShift64Star::new();
+        rng.skip(first);
+        Ok(Generator {
+            rng,
+            keys: keys.clone(),
+            next_n: first,
+            end: total_records,
+            stride: p,
+        })
+    }
+
+    /// The sequence number of the record [`Iterator::next`] returns next,
+    /// `None` when the source is exhausted.
+    pub fn next_n(&self) -> Option<u64> {
+        (self.next_n < self.end).then_some(self.next_n)
+    }
+
+    /// The next record as an [`Event`] with `value = n` and the given
+    /// intended emission time (before the chained map), `None` when done.
+    #[inline]
+    pub fn next_event(&mut self, ts_ns: u64) -> Option<Event> {
+        self.next().map(|(n, key)| Event::generated(n, key, ts_ns))
+    }
+
+    /// The key space this source draws from.
+    pub fn key_space(&self) -> &KeySpace {
+        &self.keys
+    }
+}
+
+impl Iterator for Generator {
+    /// `(n, key)`.
+    type Item = (u64, u64);
+
+    #[inline]
+    fn next(&mut self) -> Option<(u64, u64)> {
+        if self.next_n >= self.end {
+            return None;
+        }
+        let n = self.next_n;
+        let key = self.keys.key_of(self.rng.next_output());
+        self.next_n = n.saturating_add(self.stride);
+        if self.next_n < self.end {
+            // Skip the other sources' outputs; after the last record there
+            // is nothing left to skip to.
+            self.rng.skip(self.stride - 1);
+        }
+        Some((n, key))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = if self.next_n >= self.end {
+            0
+        } else {
+            (self.end - self.next_n).div_ceil(self.stride)
+        };
+        let left = usize::try_from(left).unwrap_or(usize::MAX);
+        (left, Some(left))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Workloads and pacing
+// ---------------------------------------------------------------------------
+
+/// The reference workloads. Their names ("W1", "W2", "W3") are kept in
+/// benchmark output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Workload {
+    /// Throughput: closed loop, [`W1_TOTAL_RECORDS`] records.
+    W1,
+    /// Latency at a fixed rate (open loop).
+    W2,
+    /// Like W2, with the odd-numbered sources bursting ([`burst_offset_ns`]).
+    W3,
+}
+
+impl Workload {
+    /// "W1", "W2" or "W3".
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::W1 => "W1",
+            Workload::W2 => "W2",
+            Workload::W3 => "W3",
+        }
+    }
+
+    /// True for the open-loop (paced) workloads W2 and W3.
+    pub fn is_paced(self) -> bool {
+        !matches!(self, Workload::W1)
+    }
+
+    /// Whether source `source_index` emits in bursts: in W3 the
+    /// odd-numbered sources do (workloads.md names `source[1]` of 2).
+    pub fn source_bursts(self, source_index: usize) -> bool {
+        self == Workload::W3 && source_index % 2 == 1
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Workload {
+    type Err = WorkloadError;
+
+    /// Parses "W1", "W2" or "W3" (case-insensitive).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim().to_ascii_uppercase().as_str() {
+            "W1" => Ok(Workload::W1),
+            "W2" => Ok(Workload::W2),
+            "W3" => Ok(Workload::W3),
+            _ => Err(WorkloadError::BadWorkload(text.to_string())),
+        }
+    }
+}
+
+/// W3's burst transform of a schedule offset `u` (ns):
+/// `floor(u / 10ms) * 10ms + (u mod 10ms) / 10` (integer division), so each
+/// 10 ms of the schedule is emitted in its first 1 ms. Never later than `u`
+/// and non-decreasing in `u`.
+#[inline]
+pub fn burst_offset_ns(u: u64) -> u64 {
+    let period_start = u - u % BURST_PERIOD_NS;
+    period_start + (u % BURST_PERIOD_NS) / BURST_SQUEEZE
+}
+
+/// The schedule offset of record `n` from the job's start `t0`, in ns:
+/// `floor(n * 1e9 / rate)` (exact integer math in u128), then
+/// [`burst_offset_ns`] when `burst`. `rate` is the job's total rate in
+/// records/s (all sources together). Saturates at `u64::MAX`, which is
+/// also the answer for `rate == 0` (never due).
+#[inline]
+pub fn scheduled_offset_ns(n: u64, rate: u64, burst: bool) -> u64 {
+    if rate == 0 {
+        return u64::MAX;
+    }
+    let u = u64::try_from(n as u128 * NS_PER_S / rate as u128).unwrap_or(u64::MAX);
+    if burst {
+        burst_offset_ns(u)
+    } else {
+        u
+    }
+}
+
+/// How many records are due at offset `now_offset_ns` (ns since `t0`): the
+/// number of sequence numbers `n` with
+/// `scheduled_offset_ns(n, rate, burst) <= now_offset_ns`. As the schedule
+/// is non-decreasing in `n`, these are exactly `0..due_until(..)`, so a
+/// paced source that wakes on a short tick emits its records with
+/// `n < due_until(now - t0, rate, burst)`. O(1); 0 for `rate == 0`;
+/// saturates at `u64::MAX`.
+pub fn due_until(now_offset_ns: u64, rate: u64, burst: bool) -> u64 {
+    if rate == 0 {
+        return 0;
+    }
+    // The largest unburst offset U whose (possibly burst) schedule time is
+    // <= now: the due records are those with floor(n * 1e9 / rate) <= U.
+    let last_offset = if burst {
+        let period_start = now_offset_ns - now_offset_ns % BURST_PERIOD_NS;
+        let within = now_offset_ns % BURST_PERIOD_NS;
+        // The burst offsets of one period end at (10ms - 1) / 10 past its
+        // start; past that, the whole period is due.
+        let last_burst = (BURST_PERIOD_NS - 1) / BURST_SQUEEZE;
+        if within >= last_burst {
+            period_start as u128 + BURST_PERIOD_NS as u128 - 1
+        } else {
+            // (u - start) / 10 <= within  <=>  u - start <= 10 * within + 9
+            period_start as u128 + BURST_SQUEEZE as u128 * within as u128 + BURST_SQUEEZE as u128
+                - 1
+        }
+    } else {
+        now_offset_ns as u128
+    };
+    // floor(n * 1e9 / rate) <= U  <=>  n * 1e9 < (U + 1) * rate, so the
+    // count is ceil((U + 1) * rate / 1e9).
+    let count = ((last_offset + 1) * rate as u128).div_ceil(NS_PER_S);
+    u64::try_from(count).unwrap_or(u64::MAX)
+}
+
+/// How many of the sequence numbers `0..bound` belong to source
+/// `source_index` of `parallelism` (those with `n % parallelism ==
+/// source_index`). 0 for a parallelism of 0 or an index out of range.
+pub fn source_share(bound: u64, source_index: usize, parallelism: usize) -> u64 {
+    if source_index >= parallelism {
+        return 0;
+    }
+    let (p, i) = (parallelism as u64, source_index as u64);
+    if bound <= i {
+        0
+    } else {
+        (bound - i - 1) / p + 1
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Correctness check
+// ---------------------------------------------------------------------------
+
+/// The fingerprint of workloads.md: the wrapping sum over keys `k` of
+/// `(k + 1) * final_sum(k)` (keys without records contribute 0).
+pub fn fingerprint<I: IntoIterator<Item = (u64, u64)>>(final_sums: I) -> u64 {
+    final_sums.into_iter().fold(0u64, |acc, (k, sum)| {
+        acc.wrapping_add(k.wrapping_add(1).wrapping_mul(sum))
+    })
+}
+
+/// The closed-form answer of a run of `total_records` records: the count,
+/// the final sum per key (`sum over the records n of that key of 2n + 1`,
+/// wrapping) and the fingerprint. Independent of parallelism, routing and
+/// interleaving.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExpectedResult {
+    total_records: u64,
+    sums: Vec<u64>,
+    counts: Vec<u64>,
+    fingerprint: u64,
+}
+
+impl ExpectedResult {
+    /// Generates the `total_records` records of the key space (the whole
+    /// stream, O(total_records), ≈ 1–2 ns a record uniform, more for Zipf)
+    /// and folds them.
+    pub fn compute(total_records: u64, keys: &KeySpace) -> Self {
+        let k = keys.keys() as usize;
+        let mut sums = vec![0u64; k];
+        let mut counts = vec![0u64; k];
+        let mut rng = XorShift64Star::new();
+        for n in 0..total_records {
+            let key = keys.key_of(rng.next_output()) as usize;
+            sums[key] = sums[key].wrapping_add(chained_map(n));
+            counts[key] += 1;
+        }
+        let fingerprint = fingerprint(sums.iter().enumerate().map(|(k, &s)| (k as u64, s)));
+        ExpectedResult {
+            total_records,
+            sums,
+            counts,
+            fingerprint,
+        }
+    }
+
+    /// The records of the run.
+    pub fn total_records(&self) -> u64 {
+        self.total_records
+    }
+
+    /// The number of keys.
+    pub fn keys(&self) -> u64 {
+        self.sums.len() as u64
+    }
+
+    /// The final sum of `key`, `None` when no record has that key (or the
+    /// key is out of range).
+    pub fn final_sum(&self, key: u64) -> Option<u64> {
+        let k = usize::try_from(key).ok()?;
+        (*self.counts.get(k)? > 0).then(|| self.sums[k])
+    }
+
+    /// How many records have `key`.
+    pub fn records_of_key(&self, key: u64) -> u64 {
+        usize::try_from(key)
+            .ok()
+            .and_then(|k| self.counts.get(k).copied())
+            .unwrap_or(0)
+    }
+
+    /// The fingerprint of the final sums ([`fingerprint`]).
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+}
+
+/// The sink's side of the correctness check: counts records, keeps the last
+/// `sum` per key, and counts lost and duplicated records by sequence number
+/// (a bitset over `n` in `0..total_records`, 1 bit a record).
+///
+/// Keeping the *last* sum per key is sound although the sink merges two
+/// inputs: all records of a key go to the same `keyed_sum` subtask (routing
+/// is by key), which emits them in its processing order on one channel, and
+/// a channel keeps order; so the last record of a key the sink sees carries
+/// that key's final running sum. (The *order* of the keys' records is not
+/// `n` order — two sources interleave — but the final sum is the same.)
+///
+/// Serde-serializable so that an exactly-once sink can checkpoint it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SinkCheck {
+    total_records: u64,
+    keys: u64,
+    seen: Vec<u64>,
+    received: u64,
+    distinct: u64,
+    duplicates: u64,
+    out_of_range: u64,
+    last_sum: Vec<u64>,
+    key_seen: Vec<u64>,
+}
+
+#[inline]
+fn bit_test_and_set(bits: &mut [u64], i: u64) -> bool {
+    let (word, mask) = ((i / 64) as usize, 1u64 << (i % 64));
+    let was = bits[word] & mask != 0;
+    bits[word] |= mask;
+    was
+}
+
+#[inline]
+fn bit_test(bits: &[u64], i: u64) -> bool {
+    bits[(i / 64) as usize] & (1u64 << (i % 64)) != 0
+}
+
+impl SinkCheck {
+    /// A check for a run of `total_records` records over `keys` keys.
+    ///
+    /// Errors: [`WorkloadError::TooManyRecords`] above
+    /// [`MAX_CHECKED_RECORDS`], [`WorkloadError::NoKeys`],
+    /// [`WorkloadError::TooManyKeys`].
+    pub fn new(total_records: u64, keys: u64) -> Result<Self, WorkloadError> {
+        if total_records > MAX_CHECKED_RECORDS {
+            return Err(WorkloadError::TooManyRecords(total_records));
+        }
+        if keys == 0 {
+            return Err(WorkloadError::NoKeys);
+        }
+        if keys > MAX_KEYS {
+            return Err(WorkloadError::TooManyKeys(keys));
+        }
+        Ok(SinkCheck {
+            total_records,
+            keys,
+            seen: vec![0; total_records.div_ceil(64) as usize],
+            received: 0,
+            distinct: 0,
+            duplicates: 0,
+            out_of_range: 0,
+            last_sum: vec![0; keys as usize],
+            key_seen: vec![0; keys.div_ceil(64) as usize],
+        })
+    }
+
+    /// Takes one record the sink received. A record whose `n` or key is out
+    /// of range counts in [`SinkCheck::received`] and
+    /// [`SinkCheck::out_of_range`] only.
+    #[inline]
+    pub fn observe(&mut self, record: &SumRecord) {
+        self.received += 1;
+        if record.n >= self.total_records || record.key >= self.keys {
+            self.out_of_range += 1;
+            return;
+        }
+        if bit_test_and_set(&mut self.seen, record.n) {
+            self.duplicates += 1;
+        } else {
+            self.distinct += 1;
+        }
+        bit_test_and_set(&mut self.key_seen, record.key);
+        self.last_sum[record.key as usize] = record.sum;
+    }
+
+    /// Records received (all of them).
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// Distinct in-range sequence numbers received.
+    pub fn distinct(&self) -> u64 {
+        self.distinct
+    }
+
+    /// Records whose sequence number had already been received.
+    pub fn duplicates(&self) -> u64 {
+        self.duplicates
+    }
+
+    /// Sequence numbers in `0..total_records` never received.
+    pub fn lost(&self) -> u64 {
+        self.total_records - self.distinct
+    }
+
+    /// Records with `n >= total_records` or `key >= keys`.
+    pub fn out_of_range(&self) -> u64 {
+        self.out_of_range
+    }
+
+    /// The first sequence number never received, if any (O(total / 64)).
+    pub fn first_lost(&self) -> Option<u64> {
+        self.seen.iter().enumerate().find_map(|(w, &bits)| {
+            let n = w as u64 * 64 + u64::from((!bits).trailing_zeros());
+            ((!bits) != 0 && n < self.total_records).then_some(n)
+        })
+    }
+
+    /// The last sum received for `key`, `None` before any.
+    pub fn last_sum(&self, key: u64) -> Option<u64> {
+        (key < self.keys && bit_test(&self.key_seen, key)).then(|| self.last_sum[key as usize])
+    }
+
+    /// The fingerprint of the last sums received ([`fingerprint`]).
+    pub fn fingerprint(&self) -> u64 {
+        fingerprint((0..self.keys).filter_map(|k| self.last_sum(k).map(|s| (k, s))))
+    }
+
+    /// Compares what was received with the closed form (O(keys + total /
+    /// 64)).
+    pub fn verify(&self, expected: &ExpectedResult) -> CheckReport {
+        let mut setup_mismatch = None;
+        if expected.total_records() != self.total_records || expected.keys() != self.keys {
+            setup_mismatch = Some(format!(
+                "the sink checked {} records over {} keys but the expectation is for {} records over {} keys",
+                self.total_records,
+                self.keys,
+                expected.total_records(),
+                expected.keys()
+            ));
+        }
+        let mut wrong_keys = 0;
+        let mut first_wrong_key = None;
+        for key in 0..self.keys.max(expected.keys()) {
+            let (want, got) = (expected.final_sum(key), self.last_sum(key));
+            if want != got {
+                wrong_keys += 1;
+                first_wrong_key.get_or_insert(KeyMismatch {
+                    key,
+                    expected: want,
+                    actual: got,
+                });
+            }
+        }
+        CheckReport {
+            expected_records: expected.total_records(),
+            received: self.received,
+            distinct: self.distinct,
+            lost: expected.total_records().saturating_sub(self.distinct),
+            first_lost: self.first_lost(),
+            duplicates: self.duplicates,
+            out_of_range: self.out_of_range,
+            wrong_keys,
+            first_wrong_key,
+            expected_fingerprint: expected.fingerprint(),
+            fingerprint: self.fingerprint(),
+            setup_mismatch,
+        }
+    }
+}
+
+/// A key whose last sum at the sink differs from the closed form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyMismatch {
+    /// The key.
+    pub key: u64,
+    /// Its final sum by the closed form (`None`: no record has this key).
+    pub expected: Option<u64>,
+    /// The last sum the sink received (`None`: none received).
+    pub actual: Option<u64>,
+}
+
+/// The outcome of [`SinkCheck::verify`]. Its [`fmt::Display`] is one
+/// human-readable line (`ok: …` or `MISMATCH: …` naming the first wrong
+/// key and the first lost record).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckReport {
+    /// Records the run emitted (the closed form's total).
+    pub expected_records: u64,
+    /// Records the sink received, duplicates included.
+    pub received: u64,
+    /// Distinct in-range sequence numbers received.
+    pub distinct: u64,
+    /// Sequence numbers never received.
+    pub lost: u64,
+    /// The first of them.
+    pub first_lost: Option<u64>,
+    /// Records received more than once (each repeat counts 1).
+    pub duplicates: u64,
+    /// Records with a sequence number or key out of range.
+    pub out_of_range: u64,
+    /// Keys whose last sum differs from the closed form.
+    pub wrong_keys: u64,
+    /// The smallest such key.
+    pub first_wrong_key: Option<KeyMismatch>,
+    /// The closed form's fingerprint.
+    pub expected_fingerprint: u64,
+    /// The fingerprint of the sink's last sums.
+    pub fingerprint: u64,
+    /// The sink and the expectation were set up for different runs.
+    pub setup_mismatch: Option<String>,
+}
+
+impl CheckReport {
+    /// True when everything matches: every record exactly once, every
+    /// key's last sum and the fingerprint equal to the closed form.
+    pub fn is_exact(&self) -> bool {
+        self.setup_mismatch.is_none()
+            && self.received == self.expected_records
+            && self.lost == 0
+            && self.duplicates == 0
+            && self.out_of_range == 0
+            && self.wrong_keys == 0
+            && self.fingerprint == self.expected_fingerprint
+    }
+
+    /// `Ok(self)` when [`CheckReport::is_exact`], else
+    /// [`WorkloadError::CheckFailed`] with the description.
+    pub fn into_result(self) -> Result<Self, WorkloadError> {
+        if self.is_exact() {
+            Ok(self)
+        } else {
+            Err(WorkloadError::CheckFailed(self.to_string()))
+        }
+    }
+}
+
+fn opt_u64(v: Option<u64>) -> String {
+    v.map_or_else(|| "none".to_string(), |v| v.to_string())
+}
+
+impl fmt::Display for CheckReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_exact() {
+            return write!(
+                f,
+                "ok: {} records exactly once, fingerprint {:#018x}",
+                self.expected_records, self.fingerprint
+            );
+        }
+        write!(
+            f,
+            "MISMATCH: received {} records for {} emitted ({} lost, {} duplicated, {} out of range)",
+            self.received, self.expected_records, self.lost, self.duplicates, self.out_of_range
+        )?;
+        if let Some(n) = self.first_lost {
+            write!(f, "; first lost record n={n}")?;
+        }
+        if let Some(m) = &self.first_wrong_key {
+            write!(
+                f,
+                "; {} keys with a wrong last sum, first key {}: expected {}, got {}",
+                self.wrong_keys,
+                m.key,
+                opt_u64(m.expected),
+                opt_u64(m.actual)
+            )?;
+        }
+        write!(
+            f,
+            "; fingerprint {:#018x}, expected {:#018x}",
+            self.fingerprint, self.expected_fingerprint
+        )?;
+        if let Some(s) = &self.setup_mismatch {
+            write!(f, "; {s}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The spec's generator written out independently: the outputs of the
+    /// first `count` steps.
+    fn spec_outputs(count: usize) -> Vec<u64> {
+        let mut x: u64 = 0x9E3779B97F4A7C15;
+        let mut out = Vec::new();
+        for _ in 0..count {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            out.push(x.wrapping_mul(0x2545F4914F6CDD1D));
+        }
+        out
+    }
+
+    #[test]
+    fn xorshift_matches_the_spec_formula() {
+        let want = spec_outputs(1000);
+        let mut rng = XorShift64Star::new();
+        let got: Vec<u64> = (0..1000).map(|_| rng.next_output()).collect();
+        assert_eq!(got, want);
+        // The first output by hand: one step of the seed.
+        let mut x = SEED;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        assert_eq!(got[0], x.wrapping_mul(OUTPUT_MULTIPLIER));
+        assert_eq!(XorShift64Star::output_of_record(0), want[0]);
+        assert_eq!(XorShift64Star::output_of_record(537), want[537]);
+        // Not a constant stream.
+        assert_ne!(got[0], got[1]);
+    }
+
+    #[test]
+    fn partitions_cover_every_record_exactly_once() {
+        let keys = KeySpace::uniform(97).unwrap();
+        let outputs = spec_outputs(1001);
+        let total = 1001;
+        let single: Vec<(u64, u64)> = Generator::new(&keys, 0, 1, total).unwrap().collect();
+        assert_eq!(single.len(), 1001);
+        for (n, key) in &single {
+            assert_eq!(*key, outputs[*n as usize] % 97);
+        }
+        for p in [2usize, 3, 7] {
+            let mut all: Vec<(u64, u64)> = Vec::new();
+            for i in 0..p {
+                let part: Vec<(u64, u64)> = Generator::new(&keys, i, p, total).unwrap().collect();
+                assert!(part.windows(2).all(|w| w[0].0 < w[1].0));
+                assert!(part.iter().all(|(n, _)| *n as usize % p == i));
+                assert_eq!(part.len() as u64, source_share(total, i, p));
+                all.extend(part);
+            }
+            all.sort();
+            assert_eq!(all, single, "parallelism {p}");
+        }
+    }
+
+    #[test]
+    fn generator_restarts_at_any_sequence_number() {
+        let keys = KeySpace::new(50, KeyDist::Zipf(1.2)).unwrap();
+        let full: Vec<(u64, u64)> = Generator::new(&keys, 1, 3, 500).unwrap().collect();
+        for from in [0u64, 1, 2, 3, 4, 100, 101, 102, 499, 500, 10_000] {
+            let tail: Vec<(u64, u64)> = Generator::starting_at(&keys, 1, 3, 500, from)
+                .unwrap()
+                .collect();
+            let want: Vec<(u64, u64)> = full.iter().copied().filter(|(n, _)| *n >= from).collect();
+            assert_eq!(tail, want, "from {from}");
+        }
+        let mut g = Generator::starting_at(&keys, 1, 3, 500, 5).unwrap();
+        assert_eq!(g.next_n(), Some(7));
+        assert_eq!(g.size_hint(), (full.len() - 2, Some(full.len() - 2)));
+        let e = g.next_event(42).unwrap();
+        assert_eq!((e.value, e.ts_ns), (7, 42));
+    }
+
+    #[test]
+    fn generator_rejects_bad_sources() {
+        let keys = KeySpace::uniform(10).unwrap();
+        assert_eq!(
+            Generator::new(&keys, 0, 0, 10).unwrap_err(),
+            WorkloadError::ZeroParallelism
+        );
+        assert!(matches!(
+            Generator::new(&keys, 2, 2, 10),
+            Err(WorkloadError::BadSource { .. })
+        ));
+        assert_eq!(KeySpace::uniform(0).unwrap_err(), WorkloadError::NoKeys);
+        assert!(KeySpace::new(10, KeyDist::Zipf(-1.0)).is_err());
+        assert!(KeySpace::new(10, KeyDist::Zipf(f64::NAN)).is_err());
+    }
+
+    #[test]
+    fn key_dist_parses() {
+        assert_eq!("uniform".parse::<KeyDist>().unwrap(), KeyDist::Uniform);
+        assert_eq!("zipf:1.1".parse::<KeyDist>().unwrap(), KeyDist::Zipf(1.1));
+        let back: KeyDist = KeyDist::Zipf(0.99).to_string().parse().unwrap();
+        assert_eq!(back, KeyDist::Zipf(0.99));
+        assert!(matches!(
+            "zipf".parse::<KeyDist>(),
+            Err(WorkloadError::BadKeyDist(_))
+        ));
+        assert!(matches!(
+            "zipf:-2".parse::<KeyDist>(),
+            Err(WorkloadError::BadZipfExponent(_))
+        ));
+        assert_eq!("w3".parse::<Workload>().unwrap(), Workload::W3);
+        assert!("W4".parse::<Workload>().is_err());
+    }
+
+    #[test]
+    fn zipf_cdf_is_monotone_and_skewed() {
+        let keys = KeySpace::new(1000, KeyDist::Zipf(1.1)).unwrap();
+        let cdf = keys.cdf().unwrap();
+        assert_eq!(cdf.len(), 1000);
+        assert!(cdf.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(cdf[999], 1.0);
+        // Extreme outputs map into range.
+        assert_eq!(keys.key_of(0), 0);
+        assert_eq!(keys.key_of(u64::MAX), 999);
+        let mut counts = vec![0u64; 1000];
+        let mut rng = XorShift64Star::new();
+        for _ in 0..200_000 {
+            counts[keys.key_of(rng.next_output()) as usize] += 1;
+        }
+        let top = counts
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, c)| **c)
+            .unwrap()
+            .0;
+        assert_eq!(top, 0);
+        assert!(counts[0] > counts[1] && counts[1] > counts[9] && counts[9] > counts[99]);
+        // Rank 0 has probability cdf[0]; the sample is close to it.
+        let p0 = counts[0] as f64 / 200_000.0;
+        assert!((p0 - cdf[0]).abs() < 0.01, "{p0} vs {}", cdf[0]);
+        // Inverse CDF: the key is the smallest rank with cdf >= u.
+        for out in [1u64 << 60, 1 << 62, 3 << 62, u64::MAX / 3] {
+            let u = out as f64 / 18_446_744_073_709_551_616.0;
+            let k = keys.key_of(out) as usize;
+            assert!(cdf[k] >= u);
+            assert!(k == 0 || cdf[k - 1] < u);
+        }
+    }
+
+    #[test]
+    fn routing_spreads_keys() {
+        for p in [2usize, 3, 8] {
+            let mut per = vec![0u64; p];
+            for key in 0..10_000u64 {
+                let r = route(key, p);
+                assert_eq!(
+                    r as u64,
+                    ((key.wrapping_mul(0x9E3779B97F4A7C15)) >> 32) % p as u64
+                );
+                per[r] += 1;
+            }
+            let even = 10_000 / p as u64;
+            for c in per {
+                assert!(c > even * 8 / 10 && c < even * 12 / 10, "p={p} {c}");
+            }
+        }
+        assert_eq!(route(12345, 0), 0);
+    }
+
+    /// The whole pipeline in plain Rust: P sources (generate + map), route
+    /// to Q keyed sums, a sink merging the keyed sums' outputs in an
+    /// arbitrary interleaving.
+    fn simulate(total: u64, keys: &KeySpace, p: usize, q: usize) -> (SinkCheck, Vec<SumRecord>) {
+        let mut queues: Vec<Vec<Event>> = vec![Vec::new(); q];
+        let mut gens: Vec<Generator> = (0..p)
+            .map(|i| Generator::new(keys, i, p, total).unwrap())
+            .collect();
+        // Interleave sources unevenly: source i emits i + 1 records a turn.
+        loop {
+            let mut any = false;
+            for (i, g) in gens.iter_mut().enumerate() {
+                for _ in 0..=i {
+                    if let Some(e) = g.next_event(0) {
+                        let e = e.mapped();
+                        queues[route(e.key, q)].push(e);
+                        any = true;
+                    }
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+        let mut outs: Vec<std::collections::VecDeque<SumRecord>> = queues
+            .iter()
+            .map(|events| {
+                let mut state = KeyedSum::new();
+                events.iter().map(|e| state.apply(e)).collect()
+            })
+            .collect();
+        let mut sink = SinkCheck::new(total, keys.keys()).unwrap();
+        let mut all = Vec::new();
+        let mut turn = 0usize;
+        while outs.iter().any(|o| !o.is_empty()) {
+            // Take 1, 2, 3, ... records from each queue in turn.
+            let j = turn % q;
+            for _ in 0..(turn % 3 + 1) {
+                if let Some(r) = outs[j].pop_front() {
+                    sink.observe(&r);
+                    all.push(r);
+                }
+            }
+            turn += 1;
+        }
+        (sink, all)
+    }
+
+    #[test]
+    fn closed_form_equals_simulation() {
+        for (total, dist) in [
+            (0u64, KeyDist::Uniform),
+            (1, KeyDist::Uniform),
+            (777, KeyDist::Uniform),
+            (5000, KeyDist::Zipf(1.1)),
+        ] {
+            let keys = KeySpace::new(37, dist).unwrap();
+            let expected = ExpectedResult::compute(total, &keys);
+            let (sink, all) = simulate(total, &keys, 2, 2);
+            let report = sink.verify(&expected);
+            assert!(report.is_exact(), "{report}");
+            assert_eq!(all.len() as u64, total);
+            // The brute-force final sums, computed directly per key.
+            let mut brute: HashMap<u64, u64> = HashMap::new();
+            let outputs = spec_outputs(total as usize);
+            for (n, out) in outputs.iter().enumerate() {
+                let key = keys.key_of(*out);
+                let s = brute.entry(key).or_insert(0);
+                *s = s.wrapping_add(2 * n as u64 + 1);
+            }
+            for key in 0..37 {
+                assert_eq!(expected.final_sum(key), brute.get(&key).copied());
+                assert_eq!(sink.last_sum(key), brute.get(&key).copied());
+            }
+            assert_eq!(expected.fingerprint(), fingerprint(brute.into_iter()));
+            // Other parallelisms give the same answer.
+            let (sink3, _) = simulate(total, &keys, 3, 5);
+            assert!(sink3.verify(&expected).is_exact());
+        }
+    }
+
+    #[test]
+    fn sink_check_detects_loss_duplicates_and_wrong_sums() {
+        let keys = KeySpace::uniform(11).unwrap();
+        let total = 300;
+        let expected = ExpectedResult::compute(total, &keys);
+        let (_, all) = simulate(total, &keys, 2, 2);
+
+        // Lost: drop record n = 17.
+        let mut lost = SinkCheck::new(total, 11).unwrap();
+        all.iter()
+            .filter(|r| r.n != 17)
+            .for_each(|r| lost.observe(r));
+        let report = lost.verify(&expected);
+        assert!(!report.is_exact());
+        assert_eq!((report.lost, report.duplicates), (1, 0));
+        assert_eq!(report.first_lost, Some(17));
+        assert!(
+            report.to_string().contains("first lost record n=17"),
+            "{report}"
+        );
+        assert!(report.clone().into_result().is_err());
+
+        // Duplicated: record 5 twice (before the last records, so sums are
+        // still right at the end).
+        let mut dup = SinkCheck::new(total, 11).unwrap();
+        let five = *all.iter().find(|r| r.n == 5).unwrap();
+        dup.observe(&five);
+        all.iter().for_each(|r| dup.observe(r));
+        let report = dup.verify(&expected);
+        assert_eq!(
+            (report.lost, report.duplicates, report.wrong_keys),
+            (0, 1, 0)
+        );
+        assert_eq!(report.received, total + 1);
+        assert!(!report.is_exact());
+
+        // A wrong sum: the last record of some key carries sum + 1.
+        let mut wrong = SinkCheck::new(total, 11).unwrap();
+        let last = *all.last().unwrap();
+        for r in &all[..all.len() - 1] {
+            wrong.observe(r);
+        }
+        wrong.observe(&SumRecord {
+            sum: last.sum + 1,
+            ..last
+        });
+        let report = wrong.verify(&expected);
+        assert_eq!(
+            (report.lost, report.duplicates, report.wrong_keys),
+            (0, 0, 1)
+        );
+        let m = report.first_wrong_key.unwrap();
+        assert_eq!(m.key, last.key);
+        assert_eq!(m.actual, Some(last.sum + 1));
+        assert_eq!(m.expected, expected.final_sum(last.key));
+        assert_ne!(report.fingerprint, report.expected_fingerprint);
+        let text = report.to_string();
+        assert!(text.contains(&format!("first key {}", last.key)), "{text}");
+
+        // Out of range and mismatched setup.
+        let mut odd = SinkCheck::new(total, 11).unwrap();
+        odd.observe(&SumRecord {
+            key: 11,
+            sum: 0,
+            n: 0,
+            ts_ns: 0,
+        });
+        odd.observe(&SumRecord {
+            key: 0,
+            sum: 0,
+            n: total,
+            ts_ns: 0,
+        });
+        assert_eq!(odd.out_of_range(), 2);
+        let other = SinkCheck::new(total + 1, 11).unwrap();
+        assert!(other.verify(&expected).setup_mismatch.is_some());
+        assert!(SinkCheck::new(MAX_CHECKED_RECORDS + 1, 11).is_err());
+    }
+
+    #[test]
+    fn sink_check_survives_serde() {
+        let keys = KeySpace::uniform(7).unwrap();
+        let (sink, _) = simulate(100, &keys, 2, 2);
+        let bytes = serde_json::to_vec(&sink).unwrap();
+        let back: SinkCheck = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(back, sink);
+    }
+
+    #[test]
+    fn burst_schedule_samples() {
+        const MS: u64 = 1_000_000;
+        // u -> floor(u / 10ms) * 10ms + (u mod 10ms) / 10
+        assert_eq!(burst_offset_ns(0), 0);
+        assert_eq!(burst_offset_ns(5 * MS), MS / 2);
+        assert_eq!(burst_offset_ns(10 * MS - 1), MS - 1);
+        assert_eq!(burst_offset_ns(10 * MS), 10 * MS);
+        assert_eq!(burst_offset_ns(27 * MS + 35), 20 * MS + 7 * MS / 10 + 3);
+        // At 200_000 records/s, record n is at n * 5 µs.
+        assert_eq!(scheduled_offset_ns(3, 200_000, false), 15_000);
+        assert_eq!(scheduled_offset_ns(2001, 200_000, false), 10_005_000);
+        assert_eq!(scheduled_offset_ns(2001, 200_000, true), 10 * MS + 500);
+        assert_eq!(scheduled_offset_ns(1999, 200_000, true), 999_500);
+        // Exact integer math: 1e9 / 3 rounds down.
+        assert_eq!(scheduled_offset_ns(1, 3, false), 333_333_333);
+        assert_eq!(scheduled_offset_ns(3, 3, false), 1_000_000_000);
+        assert_eq!(scheduled_offset_ns(u64::MAX, 1, false), u64::MAX);
+        assert_eq!(scheduled_offset_ns(1, 0, false), u64::MAX);
+    }
+
+    #[test]
+    fn burst_schedule_is_monotone_and_never_later() {
+        for rate in [1u64, 3, 1000, 200_000, 1_000_000, 3_000_000_000] {
+            let mut prev = 0;
+            for n in (0..50_000u64).map(|i| i * 7) {
+                let plain = scheduled_offset_ns(n, rate, false);
+                let burst = scheduled_offset_ns(n, rate, true);
+                assert!(burst <= plain);
+                assert!(burst >= prev, "rate {rate} n {n}");
+                prev = burst;
+            }
+        }
+    }
+
+    #[test]
+    fn due_until_agrees_with_the_schedule() {
+        for rate in [1u64, 7, 999, 200_000, 1_000_000_000, 3_000_000_000] {
+            for burst in [false, true] {
+                for now in (0..400u64).map(|i| i * 123_457).chain([
+                    9_999_999,
+                    10_000_000,
+                    10_999_990,
+                    1_000_000_000,
+                ]) {
+                    let due = due_until(now, rate, burst);
+                    // Every n below `due` is due, `due` itself is not.
+                    if due > 0 {
+                        assert!(scheduled_offset_ns(due - 1, rate, burst) <= now);
+                    }
+                    assert!(
+                        scheduled_offset_ns(due, rate, burst) > now,
+                        "rate {rate} burst {burst} now {now} due {due}"
+                    );
+                }
+            }
+        }
+        assert_eq!(due_until(1_000_000, 0, false), 0);
+        assert_eq!(source_share(10, 1, 2), 5);
+        assert_eq!(source_share(11, 0, 2), 6);
+        assert_eq!(source_share(1, 1, 2), 0);
+        assert_eq!(source_share(5, 2, 2), 0);
+        assert!(Workload::W3.source_bursts(1) && !Workload::W3.source_bursts(2));
+        assert!(!Workload::W2.source_bursts(1));
+    }
+}

@@ -1,1 +1,3 @@
 //! Operators.
+
+pub mod flights;

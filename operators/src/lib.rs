@@ -3,11 +3,15 @@
 //! workloads and of the load generator's reports.
 //!
 //! - [`workload`]: the W1/W2/W3 record generator, routing, pacing schedule
-//!   and the closed-form correctness check of `/work/shared/workloads.md`.
+//!   and the closed-form correctness check of the reference workloads
+//!   (`docs/workloads.md`).
 //! - [`latency`]: latency histograms (HdrHistogram) and their reports
 //!   (`.hgrm`, `.hlog`, base64 for JSON, SVG percentile plots).
+//! - [`flights`]: the NYC flights records, a resumable CSV reader (plain or
+//!   gzip) and the engine-independent reference computation.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks, missing_docs)]
 
+pub mod flights;
 pub mod latency;
 pub mod workload;

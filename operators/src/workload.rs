@@ -1,5 +1,5 @@
 //! The engine-independent parts of the reference workloads W1, W2 and W3
-//! (defined in `/work/shared/workloads.md`): the records, the deterministic
+//! (defined in `docs/workloads.md`): the records, the deterministic
 //! generator, the chained map, the routing hash, the keyed running sum, the
 //! pacing schedule and the closed-form correctness check.
 //!

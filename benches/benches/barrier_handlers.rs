@@ -1,1 +1,2 @@
+//! Placeholder, replaced by the handler bench.
 fn main() {}

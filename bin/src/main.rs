@@ -1,1 +1,2 @@
+//! The `lockgate` command.
 fn main() {}

@@ -26,6 +26,7 @@ pub mod operator;
 pub mod runtime;
 pub(crate) mod sinks;
 pub(crate) mod sources;
+pub mod two_phase;
 
 pub use barrier::{
     AbortReason, Aligner, AlignmentStats, AnyHandler, BarrierHandler, BarrierSignal,

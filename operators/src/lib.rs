@@ -7,11 +7,13 @@
 //!   (`docs/workloads.md`).
 //! - [`latency`]: latency histograms (HdrHistogram) and their reports
 //!   (`.hgrm`, `.hlog`, base64 for JSON, SVG percentile plots).
+//! - [`file_sink`]: the transactional (two-phase-commit) file sink.
 //! - [`flights`]: the NYC flights records, a resumable CSV reader (plain or
 //!   gzip) and the engine-independent reference computation.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks, missing_docs)]
 
+pub mod file_sink;
 pub mod flights;
 pub mod latency;
 pub mod workload;

@@ -139,6 +139,11 @@ impl JobHandle {
     }
 }
 
+/// True for the errors a task sees because another task failed first.
+fn is_secondary(e: &TaskError) -> bool {
+    matches!(e, TaskError::Cancelled | TaskError::Disconnected(_))
+}
+
 pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         (*s).to_string()
@@ -219,7 +224,22 @@ impl Driver {
         loop {
             let attempt = self.spawn(restored.take())?;
             let end = self.supervise(&attempt, &mut stopping);
-            self.teardown(attempt);
+            let late_events = self.teardown(attempt);
+            // The first failure reported may be a consequence of the real
+            // one (a neighbour saw its channel disconnect): once every
+            // thread has stopped, prefer a failure that is not.
+            let end = match end {
+                AttemptEnd::Failed { task, error } if is_secondary(&error) => late_events
+                    .into_iter()
+                    .find_map(|ev| match ev {
+                        TaskEvent::Failed { task, error } if !is_secondary(&error) => {
+                            Some(AttemptEnd::Failed { task, error })
+                        }
+                        _ => None,
+                    })
+                    .unwrap_or(AttemptEnd::Failed { task, error }),
+                other => other,
+            };
             match end {
                 AttemptEnd::Finished => break,
                 AttemptEnd::Failed { task, error } => {
@@ -383,11 +403,6 @@ impl Driver {
                             }
                         }
                         TaskEvent::Failed { task, error } => {
-                            if error == TaskError::Cancelled || matches!(error, TaskError::Disconnected(_)) {
-                                // A consequence of another failure, which
-                                // is reported on its own.
-                                tracing::debug!(task, %error, "task stopped");
-                            }
                             return AttemptEnd::Failed { task, error };
                         }
                         TaskEvent::Ack { task, id, states, alignment } => {
@@ -443,7 +458,8 @@ impl Driver {
         }
     }
 
-    fn teardown(&mut self, mut attempt: Attempt) {
+    /// Stops every task thread and returns the events they sent last.
+    fn teardown(&mut self, mut attempt: Attempt) -> Vec<TaskEvent> {
         // Dropping the cancel sender disconnects every task's cancel
         // receiver: blocked sends and parked gates wake up and return.
         attempt.cancel.take();
@@ -451,6 +467,7 @@ impl Driver {
         for t in attempt.threads.drain(..) {
             let _ = t.join();
         }
+        attempt.events.try_iter().collect()
     }
 }
 

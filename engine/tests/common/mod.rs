@@ -1,0 +1,105 @@
+//! Sources and operators shared by the engine's integration tests.
+#![allow(dead_code)]
+
+use lockgate::*;
+use std::collections::HashMap;
+
+/// Emits `next, next+step, ...` below `end` (`end = u64::MAX`: forever),
+/// at most `per_poll` records a poll; its position is its state.
+pub struct Counter {
+    pub next: u64,
+    pub end: u64,
+    pub step: u64,
+    pub per_poll: usize,
+}
+
+impl Counter {
+    /// Subtask `i` of `p` emits the numbers `x < end` with `x % p == i`.
+    pub fn part(i: usize, p: usize, end: u64) -> Self {
+        Counter {
+            next: i as u64,
+            end,
+            step: p as u64,
+            per_poll: usize::MAX,
+        }
+    }
+}
+
+impl Source<u64> for Counter {
+    fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourcePoll, BoxError> {
+        let max = max.min(self.per_poll);
+        while out.len() < max && self.next < self.end {
+            out.push(self.next);
+            self.next += self.step;
+        }
+        Ok(if self.next >= self.end {
+            SourcePoll::Finished
+        } else {
+            SourcePoll::Ready
+        })
+    }
+    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        Ok(Some(self.next.to_le_bytes().to_vec()))
+    }
+    fn restore_state(&mut self, s: &[u8]) -> Result<(), BoxError> {
+        self.next = u64::from_le_bytes(s.try_into()?);
+        Ok(())
+    }
+}
+
+/// Running sum per key `x % keys`; emits `(key, sum)`; state = the sums.
+pub struct KeyedSum {
+    pub keys: u64,
+    pub sums: HashMap<u64, u64>,
+}
+
+impl KeyedSum {
+    pub fn new(keys: u64) -> Self {
+        KeyedSum {
+            keys,
+            sums: HashMap::new(),
+        }
+    }
+}
+
+impl Operator<u64, (u64, u64)> for KeyedSum {
+    fn process(&mut self, input: &mut Vec<u64>, out: &mut Vec<(u64, u64)>) -> Result<(), BoxError> {
+        for x in input.drain(..) {
+            let s = self.sums.entry(x % self.keys).or_default();
+            *s += x;
+            out.push((x % self.keys, *s));
+        }
+        Ok(())
+    }
+    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        let mut v: Vec<(u64, u64)> = self.sums.iter().map(|(k, s)| (*k, *s)).collect();
+        v.sort_unstable();
+        Ok(Some(serde_json::to_vec(&v)?))
+    }
+    fn restore_state(&mut self, b: &[u8]) -> Result<(), BoxError> {
+        let v: Vec<(u64, u64)> = serde_json::from_slice(b)?;
+        self.sums = v.into_iter().collect();
+        Ok(())
+    }
+}
+
+/// The closed form of `KeyedSum` over `0..n`.
+pub fn expected_sums(n: u64, keys: u64) -> HashMap<u64, u64> {
+    let mut m = HashMap::new();
+    for x in 0..n {
+        *m.entry(x % keys).or_default() += x;
+    }
+    m
+}
+
+/// Polls `cond` every 5 ms for up to `secs` seconds.
+pub fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    cond()
+}

@@ -1,0 +1,392 @@
+//! The task runtime: failures, stopping, restores and alignment under load.
+
+mod common;
+
+use common::*;
+use lockgate::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+type Finals = Arc<Mutex<HashMap<u64, u64>>>;
+
+/// source(2) → key_by → keyed_sum(2) → sink(1) keeping the largest sum per
+/// key (sums only grow, so that is the final one).
+fn sum_job(config: JobConfig, n: u64, keys: u64) -> (JobBuilder, Finals) {
+    let job = JobBuilder::new("sums", config);
+    let finals: Finals = Arc::default();
+    let f2 = finals.clone();
+    job.source("numbers", 2, move |i| Counter::part(i, 2, n))
+        .key_by(move |x| x % keys)
+        .process("keyed_sum", 2, move |_| KeyedSum::new(keys))
+        .rebalance()
+        .sink("sink", 1, move |_| MaxSink(f2.clone()));
+    (job, finals)
+}
+
+struct MaxSink(Finals);
+impl Sink<(u64, u64)> for MaxSink {
+    fn write(&mut self, input: &mut Vec<(u64, u64)>) -> Result<(), BoxError> {
+        let mut m = self.0.lock().unwrap();
+        for (k, s) in input.drain(..) {
+            let e = m.entry(k).or_default();
+            *e = (*e).max(s);
+        }
+        Ok(())
+    }
+}
+
+struct Failing {
+    after: u64,
+    seen: u64,
+    panic: bool,
+}
+impl Operator<u64, u64> for Failing {
+    fn process(&mut self, input: &mut Vec<u64>, out: &mut Vec<u64>) -> Result<(), BoxError> {
+        self.seen += input.len() as u64;
+        if self.seen >= self.after {
+            if self.panic {
+                panic!("boom at {}", self.seen);
+            }
+            return Err(Box::new(OperatorError("bad record".into())));
+        }
+        out.append(input);
+        Ok(())
+    }
+}
+
+fn failing_job(panic: bool) -> Result<JobMetrics, JobError> {
+    let mut config = JobConfig::default();
+    config.batch_size = 16;
+    let job = JobBuilder::new("failing", config);
+    job.source("numbers", 2, |i| Counter::part(i, 2, u64::MAX))
+        .rebalance()
+        .process("fragile", 2, move |_| Failing {
+            after: 1000,
+            seen: 0,
+            panic,
+        })
+        .key_by(|x| *x)
+        .sink("sink", 1, |_| MaxSink(Arc::default()).map_in());
+    job.start()?.wait()
+}
+
+trait MapIn {
+    fn map_in(self) -> U64Sink;
+}
+impl MapIn for MaxSink {
+    fn map_in(self) -> U64Sink {
+        U64Sink
+    }
+}
+struct U64Sink;
+impl Sink<u64> for U64Sink {
+    fn write(&mut self, input: &mut Vec<u64>) -> Result<(), BoxError> {
+        input.clear();
+        Ok(())
+    }
+}
+
+#[test]
+fn an_operator_error_fails_the_job_naming_the_task_and_cause() {
+    match failing_job(false) {
+        Err(JobError::TaskFailed { task, cause }) => {
+            assert!(task.starts_with("fragile["), "{task}");
+            assert!(cause.to_string().contains("bad record"), "{cause}");
+        }
+        other => panic!("expected a task failure, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_operator_panic_fails_the_job_cleanly() {
+    match failing_job(true) {
+        Err(JobError::TaskFailed {
+            task,
+            cause: TaskError::Panic(msg),
+        }) => {
+            assert!(task.starts_with("fragile["), "{task}");
+            assert!(msg.contains("boom"), "{msg}");
+        }
+        other => panic!("expected a panic failure, got {other:?}"),
+    }
+}
+
+#[test]
+fn stop_drains_an_endless_job_and_ends_it() {
+    let mut config = JobConfig::default();
+    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+    config.checkpoint.interval = Some(Duration::from_millis(5));
+    let (job, finals) = sum_job(config, u64::MAX, 10);
+    let handle = job.start().unwrap();
+    assert!(wait_for(20, || handle.metrics().completed_checkpoints() >= 2));
+    handle.stop_with_savepoint();
+    let m = handle.wait().unwrap();
+    // the final checkpoint after the sources stopped is a savepoint
+    let last = m
+        .checkpoints
+        .iter()
+        .rev()
+        .find(|c| c.is_completed())
+        .unwrap();
+    assert!(
+        last.is_final && last.kind == SnapshotKind::Savepoint,
+        "{last:?}"
+    );
+    // every record the sources emitted reached the sink
+    let emitted: u64 = m
+        .tasks
+        .iter()
+        .filter(|t| t.name.starts_with("numbers"))
+        .map(|t| t.records_in)
+        .sum();
+    let sunk = m
+        .tasks
+        .iter()
+        .find(|t| t.name == "sink[0]")
+        .unwrap()
+        .records_in;
+    assert_eq!(emitted, sunk);
+    assert!(!finals.lock().unwrap().is_empty());
+}
+
+#[test]
+fn a_job_without_sink_is_refused_with_a_clear_error() {
+    let job = JobBuilder::new("broken", JobConfig::default());
+    let _dangling = job
+        .source("numbers", 1, |i| Counter::part(i, 1, 10))
+        .map(|x| x + 1);
+    match job.start() {
+        Err(JobError::Config(msg)) => assert!(msg.contains("numbers"), "{msg}"),
+        Err(e) => panic!("wrong error {e}"),
+        Ok(_) => panic!("a dangling stream must be refused"),
+    }
+}
+
+#[test]
+fn duplicate_operator_names_are_refused() {
+    let job = JobBuilder::new("dup", JobConfig::default());
+    job.source("a", 1, |i| Counter::part(i, 1, 10))
+        .sink("a", |_| U64Sink);
+    match job.start() {
+        Err(JobError::Config(msg)) => assert!(msg.contains("'a'"), "{msg}"),
+        Err(e) => panic!("wrong error {e}"),
+        Ok(_) => panic!("duplicate names must be refused"),
+    }
+}
+
+fn dir_config(dir: &std::path::Path, restore: bool) -> JobConfig {
+    let mut config = JobConfig::default();
+    config.batch_size = 64;
+    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+    config.checkpoint.interval = Some(Duration::from_millis(5));
+    config.checkpoint.dir = Some(dir.to_path_buf());
+    config.checkpoint.restore = restore;
+    config
+}
+
+#[test]
+fn a_job_restores_from_its_checkpoint_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 400_000;
+    // First run: stopped early (the sources are endless and stop on demand).
+    {
+        let (job, _) = sum_job(dir_config(dir.path(), false), u64::MAX, 10);
+        let h = job.start().unwrap();
+        assert!(wait_for(20, || h.metrics().completed_checkpoints() >= 3));
+        h.stop_with_savepoint();
+        h.wait().unwrap();
+    }
+    assert!(std::fs::read_dir(dir.path()).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with("chk-")));
+    // A job started without restore refuses the non-empty folder.
+    let (job, _) = sum_job(dir_config(dir.path(), false), n, 10);
+    match job.start() {
+        Err(JobError::Storage(msg)) => assert!(msg.contains("restore"), "{msg}"),
+        Err(e) => panic!("wrong error {e}"),
+        Ok(_) => panic!("a non-empty checkpoint folder must not be overwritten"),
+    }
+    // Another parallelism is refused with a clear error.
+    let job = JobBuilder::new("sums", dir_config(dir.path(), true));
+    job.source("numbers", 3, move |i| Counter::part(i, 3, n))
+        .key_by(|x| x % 10)
+        .process("keyed_sum", 2, |_| KeyedSum::new(10))
+        .rebalance()
+        .sink("sink", 1, |_| MaxSink(Arc::default()));
+    match job.start() {
+        Err(JobError::Restore(msg)) => assert!(msg.contains("parallelism"), "{msg}"),
+        Err(e) => panic!("wrong error {e}"),
+        Ok(_) => panic!("a different parallelism must be refused"),
+    }
+    // The same job restores: the sources go on from their positions. The
+    // restored sources are endless too; stop again, then check that the
+    // keyed sums equal the closed form up to the positions reached.
+    let (job, finals) = sum_job(dir_config(dir.path(), true), u64::MAX, 10);
+    let h = job.start().unwrap();
+    assert!(wait_for(20, || h.metrics().completed_checkpoints() >= 1));
+    h.stop_with_savepoint();
+    let m = h.wait().unwrap();
+    assert!(m.restarts == 0);
+    let finals = finals.lock().unwrap().clone();
+    // Source i emitted i, i+2, ... below some bound b_i; the sums over
+    // both runs must be those of exactly that set of numbers.
+    let total: u64 = finals.values().sum();
+    assert!(total > 0);
+    let keys_even: u64 = (0..10)
+        .step_by(2)
+        .map(|k| finals.get(&k).copied().unwrap_or(0))
+        .sum();
+    let keys_odd: u64 = (1..10)
+        .step_by(2)
+        .map(|k| finals.get(&k).copied().unwrap_or(0))
+        .sum();
+    // even numbers come from source 0, odd from source 1: each sum is a
+    // sum of an arithmetic prefix, i.e. b*(b-2)/4-like closed forms exist
+    // for some bound b.
+    assert!(
+        is_prefix_sum(keys_even, 0) && is_prefix_sum(keys_odd, 1),
+        "{finals:?}"
+    );
+}
+
+/// True when `total` is the sum of `start, start+2, ..., start+2(m-1)` for
+/// some m (what one counter source emits before it stops).
+fn is_prefix_sum(total: u64, start: u64) -> bool {
+    let mut s = 0u64;
+    let mut x = start;
+    while s < total {
+        s += x;
+        x += 2;
+    }
+    s == total
+}
+
+#[test]
+fn a_corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (job, _) = sum_job(dir_config(dir.path(), false), u64::MAX, 10);
+        let h = job.start().unwrap();
+        assert!(wait_for(20, || h.metrics().completed_checkpoints() >= 3));
+        h.stop_with_savepoint();
+        h.wait().unwrap();
+    }
+    let storage = lockgate::checkpoint::LocalDirStorage::open(dir.path()).unwrap();
+    use lockgate::checkpoint::CheckpointStorage;
+    let ids = storage.list().unwrap();
+    assert!(ids.len() >= 2, "{ids:?}");
+    let newest = *ids.last().unwrap();
+    // flip a byte in one state file of the newest checkpoint
+    let chk = storage.checkpoint_dir(newest);
+    let victim = std::fs::read_dir(&chk)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "state"))
+        .unwrap();
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x55;
+    std::fs::write(&victim, bytes).unwrap();
+    let latest = storage.load_latest_valid().unwrap();
+    assert_eq!(latest.corrupt.len(), 1);
+    assert!(
+        latest.corrupt[0].1.to_string().contains("checksum"),
+        "{}",
+        latest.corrupt[0].1
+    );
+    let fallback = latest.checkpoint.unwrap().metadata.id;
+    assert!(fallback < newest);
+    // the job restores from the previous one and goes on
+    let (job, _) = sum_job(dir_config(dir.path(), true), u64::MAX, 10);
+    let h = job.start().unwrap();
+    assert!(wait_for(20, || h.metrics().completed_checkpoints() >= 1));
+    h.stop();
+    let m = h.wait().unwrap();
+    // new checkpoints got ids after every id in the folder
+    assert!(
+        m.checkpoints.iter().all(|c| c.id > newest),
+        "{:?}",
+        m.checkpoints.iter().map(|c| c.id).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn many_channels_align_under_frequent_checkpoints() {
+    // 12 sources into 1 sink: 12 channels at one input gate, tiny
+    // channels, a checkpoint every 2 ms, in both modes.
+    for mode in [CheckpointMode::ExactlyOnce, CheckpointMode::AtLeastOnce] {
+        let mut config = JobConfig::default();
+        config.batch_size = 8;
+        config.channel_capacity = 2;
+        config.handler.blocker_capacity_bytes = 0;
+        config.checkpoint.mode = mode;
+        config.checkpoint.interval = Some(Duration::from_millis(2));
+        let n = 120_000;
+        let job = JobBuilder::new("fan-in", config);
+        let finals: Finals = Arc::default();
+        let f2 = finals.clone();
+        job.source("numbers", 12, move |i| Counter::part(i, 12, n))
+            .key_by(|x| x % 5)
+            .process("keyed_sum", 1, |_| KeyedSum::new(5))
+            .sink("sink", move |_| MaxSink(f2.clone()));
+        let m = job.start().unwrap().wait().unwrap();
+        assert_eq!(*finals.lock().unwrap(), expected_sums(n, 5), "{mode:?}");
+        assert!(m.completed_checkpoints() >= 1, "{mode:?}");
+        for c in &m.checkpoints {
+            assert!(c.status != CheckpointStatus::Pending, "{c:?}");
+        }
+    }
+}
+
+#[test]
+fn exactly_once_restarts_give_exact_state() {
+    let mut config = JobConfig::default();
+    config.batch_size = 64;
+    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+    config.checkpoint.interval = Some(Duration::from_millis(5));
+    config.restart = RestartStrategy {
+        max_attempts: 5,
+        delay: Duration::ZERO,
+    };
+    let n = 300_000;
+    let (job, finals) = sum_job(config, n, 10);
+    let names = job.task_names();
+    let ks = names.iter().position(|t| t == "keyed_sum[1]").unwrap();
+    let sink = names.iter().position(|t| t == "sink[0]").unwrap();
+    let job = job.with_failures(
+        FailurePlan::none()
+            .with(ks, FailurePoint::AfterRecords(30_000))
+            .with(sink, FailurePoint::DuringAlignment)
+            .with(ks, FailurePoint::DuringSnapshot),
+    );
+    let m = job.start().unwrap().wait().unwrap();
+    assert_eq!(m.restarts, 3, "{:?}", m.failures);
+    assert_eq!(*finals.lock().unwrap(), expected_sums(n, 10));
+}
+
+#[test]
+fn restarts_are_bounded_by_the_strategy() {
+    let mut config = JobConfig::default();
+    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+    config.checkpoint.interval = Some(Duration::from_millis(5));
+    config.restart = RestartStrategy {
+        max_attempts: 1,
+        delay: Duration::ZERO,
+    };
+    let (job, _) = sum_job(config, u64::MAX, 10);
+    let job = job.with_failures(
+        FailurePlan::none()
+            .with(2, FailurePoint::AfterRecords(1_000))
+            .with(3, FailurePoint::AfterRecords(1_000)),
+    );
+    match job.start().unwrap().wait() {
+        Err(JobError::TaskFailed {
+            cause: TaskError::Injected(_),
+            ..
+        }) => {}
+        other => panic!("the second failure must fail the job, got {other:?}"),
+    }
+}

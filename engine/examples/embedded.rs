@@ -61,5 +61,8 @@ pub fn run(n: u64) -> (Vec<(u64, u64)>, u64) {
 #[allow(dead_code)]
 fn main() {
     let (received, backpressured) = run(100_000);
-    println!("{} outputs, {backpressured} pushes met backpressure", received.len());
+    println!(
+        "{} outputs, {backpressured} pushes met backpressure",
+        received.len()
+    );
 }

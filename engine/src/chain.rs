@@ -45,6 +45,23 @@ pub(crate) trait Link<I>: Send {
     /// All inputs ended: operators emit what is left, then end of partition
     /// goes downstream.
     fn end(&mut self) -> Result<(), TaskError>;
+    /// The earliest processing-time timer of the chain's operators.
+    fn next_timer_ns(&self) -> Option<u64> {
+        None
+    }
+    /// Fires the processing-time timers due at `now_ns`.
+    fn on_processing_time(&mut self, _now_ns: u64) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+/// The earlier of two optional deadlines.
+pub(crate) fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
 }
 
 /// A chain stage: one operator and the rest of the chain.
@@ -156,6 +173,20 @@ impl<I, O: Send, Op: Operator<I, O>> Link<I> for Stage<I, O, Op> {
         }
         self.emit()?;
         self.next.end()
+    }
+
+    fn next_timer_ns(&self) -> Option<u64> {
+        earliest(self.op.next_timer_ns(), self.next.next_timer_ns())
+    }
+
+    fn on_processing_time(&mut self, now_ns: u64) -> Result<(), TaskError> {
+        if self.op.next_timer_ns().is_some_and(|t| t <= now_ns) {
+            if let Err(e) = self.op.on_processing_time(now_ns, &mut self.out) {
+                return Err(self.op_err("on_processing_time", e));
+            }
+            self.emit()?;
+        }
+        self.next.on_processing_time(now_ns)
     }
 }
 

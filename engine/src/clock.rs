@@ -17,6 +17,13 @@ pub fn now_ns() -> u64 {
     epoch.elapsed().as_nanos() as u64
 }
 
+/// The [`Instant`] of a time `ns` read from [`now_ns`] (for deadlines of
+/// blocking calls).
+pub fn instant_of(ns: u64) -> Instant {
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    epoch + std::time::Duration::from_nanos(ns)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -575,10 +575,12 @@ impl<T: Data> Exchange<T> {
                 ctx.metrics.clone(),
             );
             let stage = Stage::new(name_s.clone(), factory(ctx.subtask), tail);
+            let channels = gate.num_channels();
             Box::new(GateTask {
                 gate,
                 chain: Box::new(stage),
                 metrics: ctx.metrics.clone(),
+                watermarks: crate::runtime::task::WatermarkMerger::new(channels),
             })
         });
         Stream {

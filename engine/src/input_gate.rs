@@ -81,7 +81,7 @@ impl std::str::FromStr for WaitStrategy {
 pub(crate) enum GateEvent<T> {
     /// An element for the operator chain (records, watermark, end of
     /// partition), after the handler's signals (already in `signals`).
-    Element(StreamElement<T>),
+    Element(usize, StreamElement<T>),
     /// Only signals (a barrier or cancel marker was consumed, or an element
     /// was held).
     Signals,
@@ -89,6 +89,8 @@ pub(crate) enum GateEvent<T> {
     Control(Control),
     /// Nothing arrived for now: flush partial outputs before waiting.
     Dry,
+    /// The deadline passed while waiting (a processing-time timer is due).
+    Deadline,
     /// Every channel ended and nothing is left to replay.
     End,
 }
@@ -136,6 +138,11 @@ impl<T: RecordSize> InputGate<T> {
         }
     }
 
+    /// The number of input channels.
+    pub(crate) fn num_channels(&self) -> usize {
+        self.receivers.len()
+    }
+
     /// A pending control message, if any.
     pub(crate) fn try_control(&self) -> Option<Control> {
         self.control.try_recv().ok()
@@ -176,8 +183,9 @@ impl<T: RecordSize> InputGate<T> {
     }
 
     /// Blocks until a readable channel, the control channel or the cancel
-    /// channel is ready (without taking anything).
-    fn park(&mut self) -> Result<(), TaskError> {
+    /// channel is ready (without taking anything), or until `deadline_ns`;
+    /// returns false when the deadline passed.
+    fn park(&mut self, deadline_ns: Option<u64>) -> Result<bool, TaskError> {
         let start = crate::clock::now_ns();
         let mut sel = Select::new();
         for ch in 0..self.receivers.len() {
@@ -187,19 +195,30 @@ impl<T: RecordSize> InputGate<T> {
         }
         sel.recv(&self.control);
         let cancel_i = sel.recv(&self.cancel);
-        let ready = sel.ready();
+        let ready = match deadline_ns {
+            Some(d) => sel.ready_deadline(crate::clock::instant_of(d)).ok(),
+            None => Some(sel.ready()),
+        };
         self.metrics.add_idle_ns(crate::clock::now_ns() - start);
-        if ready == cancel_i && matches!(self.cancel.try_recv(), Err(TryRecvError::Disconnected)) {
-            return Err(TaskError::Cancelled);
+        match ready {
+            None => Ok(false),
+            Some(i)
+                if i == cancel_i
+                    && matches!(self.cancel.try_recv(), Err(TryRecvError::Disconnected)) =>
+            {
+                Err(TaskError::Cancelled)
+            }
+            Some(_) => Ok(true),
         }
-        Ok(())
     }
 
     /// The next thing for the task to do. Signals of the barrier handler are
-    /// appended to `signals`; act on them before the returned element.
+    /// appended to `signals`; act on them before the returned element. When
+    /// idle past `deadline_ns`, returns [`GateEvent::Deadline`].
     pub(crate) fn next(
         &mut self,
         signals: &mut Vec<BarrierSignal>,
+        deadline_ns: Option<u64>,
     ) -> Result<GateEvent<T>, TaskError> {
         let mut spins = 0u32;
         let mut yields = 0u32;
@@ -228,17 +247,19 @@ impl<T: RecordSize> InputGate<T> {
                             self.metrics.set_queued(0);
                             return Ok(GateEvent::Dry);
                         }
-                        match self.wait {
-                            WaitStrategy::Park => self.park()?,
+                        let parked = match self.wait {
+                            WaitStrategy::Park => self.park(deadline_ns)?,
                             WaitStrategy::SpinPark { spins: max } => {
                                 if spins < max {
                                     spins += 1;
                                     std::hint::spin_loop();
+                                    true
                                 } else if yields < YIELDS_BEFORE_PARK {
                                     yields += 1;
                                     std::thread::yield_now();
+                                    true
                                 } else {
-                                    self.park()?;
+                                    self.park(deadline_ns)?
                                 }
                             }
                             WaitStrategy::Spin => {
@@ -251,10 +272,15 @@ impl<T: RecordSize> InputGate<T> {
                                     ) {
                                         return Err(TaskError::Cancelled);
                                     }
+                                    deadline_ns.is_none_or(|d| crate::clock::now_ns() < d)
                                 } else {
                                     std::hint::spin_loop();
+                                    true
                                 }
                             }
+                        };
+                        if !parked {
+                            return Ok(GateEvent::Deadline);
                         }
                         continue;
                     }
@@ -270,7 +296,7 @@ impl<T: RecordSize> InputGate<T> {
                 0
             };
             return Ok(match self.handler.on_element(ch, el, now, signals) {
-                Some(el) => GateEvent::Element(el),
+                Some(el) => GateEvent::Element(ch, el),
                 None => GateEvent::Signals,
             });
         }

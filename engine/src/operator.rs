@@ -65,6 +65,20 @@ pub trait Operator<I, O>: Send {
     fn end_of_input(&mut self, _out: &mut Vec<O>) -> Result<(), BoxError> {
         Ok(())
     }
+
+    /// The earliest processing-time timer of the operator, in ns on
+    /// [`crate::clock::now_ns`]'s clock, if any. The task wakes at that time
+    /// even without input and calls [`Operator::on_processing_time`].
+    /// Called between batches: keep it O(1).
+    fn next_timer_ns(&self) -> Option<u64> {
+        None
+    }
+
+    /// Processing time reached `now_ns` (at or after
+    /// [`Operator::next_timer_ns`]): fire the timers that are due.
+    fn on_processing_time(&mut self, _now_ns: u64, _out: &mut Vec<O>) -> Result<(), BoxError> {
+        Ok(())
+    }
 }
 
 /// What [`Source::poll`] did.
@@ -114,6 +128,14 @@ pub trait Source<T>: Send {
     fn notify_checkpoint_complete(&mut self, _id: CheckpointId) -> Result<(), BoxError> {
         Ok(())
     }
+
+    /// The source's event-time watermark after the last poll (e.g. the
+    /// largest timestamp emitted minus the allowed out-of-orderness, as
+    /// Flink's `BoundedOutOfOrdernessWatermarks`). The task forwards it
+    /// downstream whenever it advances. Default: none (no event time).
+    fn current_watermark(&self) -> Option<Watermark> {
+        None
+    }
 }
 
 /// A sink: an operator with no output.
@@ -154,6 +176,16 @@ pub trait Sink<T>: Send {
     fn end_of_input(&mut self) -> Result<(), BoxError> {
         Ok(())
     }
+
+    /// As [`Operator::next_timer_ns`].
+    fn next_timer_ns(&self) -> Option<u64> {
+        None
+    }
+
+    /// As [`Operator::on_processing_time`].
+    fn on_processing_time(&mut self, _now_ns: u64) -> Result<(), BoxError> {
+        Ok(())
+    }
 }
 
 /// Adapts a [`Sink`] to the [`Operator`] interface of a chain.
@@ -180,6 +212,12 @@ impl<T, S: Sink<T>> Operator<T, ()> for SinkOperator<S> {
     }
     fn end_of_input(&mut self, _out: &mut Vec<()>) -> Result<(), BoxError> {
         self.0.end_of_input()
+    }
+    fn next_timer_ns(&self) -> Option<u64> {
+        self.0.next_timer_ns()
+    }
+    fn on_processing_time(&mut self, now_ns: u64, _out: &mut Vec<()>) -> Result<(), BoxError> {
+        self.0.on_processing_time(now_ns)
     }
 }
 

@@ -14,7 +14,14 @@ fn the_embedded_example_delivers_every_record_once_in_key_order() {
     // per instrument, the order of pushes is kept (one ingest source, one
     // channel per key's subtask)
     for inst in 0..4 {
-        let seq: Vec<u64> = received.iter().filter(|(i, _)| *i == inst).map(|(_, p)| *p).collect();
-        assert!(seq.windows(2).all(|w| w[0] < w[1]), "instrument {inst} out of order");
+        let seq: Vec<u64> = received
+            .iter()
+            .filter(|(i, _)| *i == inst)
+            .map(|(_, p)| *p)
+            .collect();
+        assert!(
+            seq.windows(2).all(|w| w[0] < w[1]),
+            "instrument {inst} out of order"
+        );
     }
 }

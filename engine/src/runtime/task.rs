@@ -4,7 +4,7 @@
 use super::{Control, TaskBody, TaskError, TaskEvent, TaskRt};
 use crate::barrier::{BarrierHandler, BarrierSignal};
 use crate::chain::{Link, OperatorSnapshot};
-use crate::element::{CheckpointBarrier, CheckpointId, RecordSize, StreamElement};
+use crate::element::{CheckpointBarrier, CheckpointId, RecordSize, StreamElement, Watermark};
 use crate::input_gate::{GateEvent, InputGate};
 use crate::metrics::TaskMetrics;
 use crate::operator::{Source, SourcePoll};
@@ -154,7 +154,14 @@ impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
         let mut buf: Vec<T> = Vec::with_capacity(self.batch_size);
         let mut emitted: u64 = 0;
         let mut stopping = false;
+        let mut watermark = i64::MIN;
         loop {
+            if let Some(t) = self.chain.next_timer_ns() {
+                let now = crate::clock::now_ns();
+                if now >= t {
+                    self.chain.on_processing_time(now)?;
+                }
+            }
             while let Ok(c) = self.control.try_recv() {
                 match c {
                     Control::Trigger(b) => self.trigger(rt, b)?,
@@ -180,11 +187,18 @@ impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
                     }
                 }
             }
+            if let Some(w) = self.source.current_watermark() {
+                if w.0 > watermark {
+                    watermark = w.0;
+                    self.chain.watermark(w)?;
+                }
+            }
             match poll {
                 SourcePoll::Ready => {}
                 SourcePoll::Idle { wake_at_ns } => {
                     self.chain.flush()?;
-                    match self.wait_control(wake_at_ns, true)? {
+                    let wake = crate::chain::earliest(wake_at_ns, self.chain.next_timer_ns());
+                    match self.wait_control(wake, true)? {
                         Some(Control::Trigger(b)) => self.trigger(rt, b)?,
                         Some(Control::Done(id, ok)) => self.done(id, ok)?,
                         Some(Control::Stop) => stopping = true,
@@ -193,6 +207,11 @@ impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
                 }
                 SourcePoll::Finished => break,
             }
+        }
+        // The end of a source's input is the end of event time for it
+        // (Flink emits `Watermark.MAX_WATERMARK` when a source finishes).
+        if watermark > i64::MIN && watermark < i64::MAX {
+            self.chain.watermark(Watermark(i64::MAX))?;
         }
         self.chain.flush()?;
         if rt.checkpointing {
@@ -228,6 +247,61 @@ pub(crate) struct GateTask<T> {
     pub(crate) gate: InputGate<T>,
     pub(crate) chain: Box<dyn Link<T>>,
     pub(crate) metrics: Arc<TaskMetrics>,
+    pub(crate) watermarks: WatermarkMerger,
+}
+
+/// The event-time watermark of a task with several input channels: the
+/// minimum over its channels that are neither ended nor idle (Flink's
+/// `StatusWatermarkValve`). It only ever advances.
+pub(crate) struct WatermarkMerger {
+    per_channel: Vec<i64>,
+    ended: Vec<bool>,
+    idle: Vec<bool>,
+    current: i64,
+}
+
+impl WatermarkMerger {
+    pub(crate) fn new(channels: usize) -> Self {
+        WatermarkMerger {
+            per_channel: vec![i64::MIN; channels],
+            ended: vec![false; channels],
+            idle: vec![false; channels],
+            current: i64::MIN,
+        }
+    }
+
+    /// The new task watermark if it advanced.
+    fn advance(&mut self) -> Option<Watermark> {
+        let min = (0..self.per_channel.len())
+            .filter(|c| !self.ended[*c] && !self.idle[*c])
+            .map(|c| self.per_channel[c])
+            .min()?;
+        (min > self.current).then(|| {
+            self.current = min;
+            Watermark(min)
+        })
+    }
+
+    /// Channel `ch` delivered watermark `w` (it is active again).
+    pub(crate) fn on_watermark(&mut self, ch: usize, w: Watermark) -> Option<Watermark> {
+        self.idle[ch] = false;
+        if w.0 > self.per_channel[ch] {
+            self.per_channel[ch] = w.0;
+        }
+        self.advance()
+    }
+
+    /// Channel `ch` ended: it no longer holds the watermark back.
+    pub(crate) fn on_end(&mut self, ch: usize) -> Option<Watermark> {
+        self.ended[ch] = true;
+        self.advance()
+    }
+
+    /// Channel `ch` became idle (`true`) or active (`false`).
+    pub(crate) fn on_idle(&mut self, ch: usize, idle: bool) -> Option<Watermark> {
+        self.idle[ch] = idle;
+        self.advance()
+    }
 }
 
 impl<T: RecordSize + Send> GateTask<T> {
@@ -268,12 +342,20 @@ impl<T: RecordSize + Send> TaskBody for GateTask<T> {
         let mut received: u64 = 0;
         let mut batches: u64 = 0;
         loop {
-            let ev = self.gate.next(&mut signals)?;
+            let timer = self.chain.next_timer_ns();
+            if let Some(t) = timer {
+                let now = crate::clock::now_ns();
+                if now >= t {
+                    self.chain.on_processing_time(now)?;
+                    continue;
+                }
+            }
+            let ev = self.gate.next(&mut signals, timer)?;
             for s in signals.drain(..) {
                 self.on_signal(rt, s)?;
             }
             match ev {
-                GateEvent::Element(StreamElement::Records(mut batch)) => {
+                GateEvent::Element(_, StreamElement::Records(mut batch)) => {
                     received += batch.len() as u64;
                     batches += 1;
                     // Sample the queue length now and then: summing the
@@ -288,8 +370,18 @@ impl<T: RecordSize + Send> TaskBody for GateTask<T> {
                         }
                     }
                 }
-                GateEvent::Element(StreamElement::Watermark(w)) => self.chain.watermark(w)?,
-                GateEvent::Element(_) => {}
+                GateEvent::Element(ch, StreamElement::Watermark(w)) => {
+                    if let Some(w) = self.watermarks.on_watermark(ch, w) {
+                        self.chain.watermark(w)?;
+                    }
+                }
+                GateEvent::Element(ch, StreamElement::EndOfPartition) => {
+                    if let Some(w) = self.watermarks.on_end(ch) {
+                        self.chain.watermark(w)?;
+                    }
+                }
+                GateEvent::Element(_, _) => {}
+                GateEvent::Deadline => {}
                 GateEvent::Signals => {
                     if let Some(f) = rt.failure {
                         let aligning = !self.gate.handler.blocked().is_empty();
@@ -310,5 +402,40 @@ impl<T: RecordSize + Send> TaskBody for GateTask<T> {
             self.control(c)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watermark_is_the_minimum_over_open_active_channels() {
+        let mut m = WatermarkMerger::new(3);
+        assert_eq!(
+            m.on_watermark(0, Watermark(10)),
+            None,
+            "channels 1, 2 unknown"
+        );
+        assert_eq!(m.on_watermark(1, Watermark(5)), None);
+        assert_eq!(m.on_watermark(2, Watermark(7)), Some(Watermark(5)));
+        assert_eq!(m.on_watermark(1, Watermark(20)), Some(Watermark(7)));
+        // an older watermark on a channel changes nothing
+        assert_eq!(m.on_watermark(2, Watermark(3)), None);
+        // an ended channel no longer holds it back
+        assert_eq!(m.on_end(2), Some(Watermark(10)));
+        // an idle channel neither; when it wakes up it holds again, but the
+        // task watermark never goes back
+        assert_eq!(m.on_idle(0, true), Some(Watermark(20)));
+        assert_eq!(m.on_watermark(0, Watermark(12)), None);
+        assert_eq!(m.on_watermark(0, Watermark(25)), None);
+        assert_eq!(m.on_watermark(1, Watermark(30)), Some(Watermark(25)));
+    }
+
+    #[test]
+    fn all_channels_ended_or_idle_give_no_watermark() {
+        let mut m = WatermarkMerger::new(2);
+        assert_eq!(m.on_idle(0, true), None);
+        assert_eq!(m.on_end(1), None);
     }
 }

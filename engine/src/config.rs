@@ -149,8 +149,7 @@ impl JobConfig {
     ///
     /// # Errors
     /// A message naming the bad field: a batch size, channel capacity or
-    /// checkpoint `max_concurrent` of 0, a zero checkpoint interval, or a
-    /// restore without a checkpoint directory.
+    /// checkpoint `max_concurrent` of 0, or a zero checkpoint interval.
     pub fn validate(&self) -> Result<(), String> {
         if self.batch_size == 0 {
             return Err("batch_size must be at least 1".into());
@@ -163,9 +162,6 @@ impl JobConfig {
         }
         if self.checkpoint.interval == Some(Duration::ZERO) {
             return Err("checkpoint.interval must be positive".into());
-        }
-        if self.checkpoint.restore && self.checkpoint.dir.is_none() {
-            return Err("checkpoint.restore needs checkpoint.dir".into());
         }
         Ok(())
     }

@@ -105,6 +105,7 @@ pub struct JobBuilder {
     restore: Option<crate::checkpoint::RestoredState>,
     name: String,
     app_config: serde_json::Value,
+    storage: Option<Box<dyn crate::checkpoint::CheckpointStorage>>,
 }
 
 /// An operator chain open at its end, producing records of type `T`.
@@ -141,6 +142,7 @@ impl JobBuilder {
             restore: None,
             name: name.into(),
             app_config: serde_json::Value::Null,
+            storage: None,
         }
     }
 
@@ -159,6 +161,15 @@ impl JobBuilder {
     /// restore from a checkpoint taken with another value is refused.
     pub fn with_app_config(mut self, config: serde_json::Value) -> Self {
         self.app_config = config;
+        self
+    }
+
+    /// Writes completed checkpoints to `storage` instead of the folder of
+    /// [`crate::CheckpointConfig::dir`] (e.g. another store, or a shared
+    /// [`crate::checkpoint::MemoryStorage`] in tests). With
+    /// [`crate::CheckpointConfig::restore`] the job restores from it.
+    pub fn with_storage(mut self, storage: Box<dyn crate::checkpoint::CheckpointStorage>) -> Self {
+        self.storage = Some(storage);
         self
     }
 
@@ -264,6 +275,7 @@ impl JobBuilder {
             self.config,
             self.failures,
             self.restore,
+            self.storage,
         )
     }
 }

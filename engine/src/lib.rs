@@ -61,6 +61,10 @@ pub enum JobError {
         /// Why it failed.
         cause: TaskError,
     },
+    /// More checkpoints failed in a row than tolerated (Flink's
+    /// `CheckpointFailureManager`); the message gives the last reason.
+    #[error("checkpointing failed: {0}")]
+    Checkpoint(String),
     /// Checkpoint storage could not be used.
     #[error("checkpoint storage: {0}")]
     Storage(String),

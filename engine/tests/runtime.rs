@@ -390,3 +390,144 @@ fn restarts_are_bounded_by_the_strategy() {
         other => panic!("the second failure must fail the job, got {other:?}"),
     }
 }
+
+#[test]
+fn storage_errors_abort_checkpoints_and_too_many_fail_the_job() {
+    use lockgate::checkpoint::MemoryStorage;
+    let storage = Arc::new(MemoryStorage::new());
+    storage.set_fail_writes(true);
+    let mut config = JobConfig::default();
+    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+    config.checkpoint.interval = Some(Duration::from_millis(2));
+    config.checkpoint.tolerable_failures = 2;
+    let (job, _) = sum_job(config, u64::MAX, 10);
+    let job = job.with_storage(Box::new(storage.clone()));
+    let handle = job.start().unwrap();
+    match handle.wait() {
+        Err(JobError::Checkpoint(msg)) => assert!(msg.contains("storage_error"), "{msg}"),
+        other => panic!("expected the job to fail on storage errors, got {other:?}"),
+    }
+}
+
+#[test]
+fn storage_errors_below_the_tolerance_let_the_job_go_on() {
+    use lockgate::checkpoint::{CheckpointStorage, MemoryStorage};
+    let storage = Arc::new(MemoryStorage::new());
+    storage.set_fail_writes(true);
+    let mut config = JobConfig::default();
+    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+    config.checkpoint.interval = Some(Duration::from_millis(2));
+    config.checkpoint.tolerable_failures = 1000;
+    let (job, _) = sum_job(config, u64::MAX, 10);
+    let handle = job.with_storage(Box::new(storage.clone())).start().unwrap();
+    assert!(wait_for(20, || handle
+        .metrics()
+        .checkpoints
+        .iter()
+        .filter(|c| c.status == CheckpointStatus::Aborted(AbortReason::StorageError))
+        .count()
+        >= 2));
+    storage.set_fail_writes(false);
+    assert!(wait_for(20, || handle.metrics().completed_checkpoints() >= 2));
+    handle.stop();
+    handle.wait().unwrap();
+    assert!(storage.list().unwrap().len() >= 2);
+}
+
+/// Sleeps in every batch: checkpoints cannot complete within 1 ms.
+struct Slow;
+impl Operator<u64, u64> for Slow {
+    fn process(&mut self, input: &mut Vec<u64>, out: &mut Vec<u64>) -> Result<(), BoxError> {
+        std::thread::sleep(Duration::from_millis(3));
+        out.append(input);
+        Ok(())
+    }
+}
+
+#[test]
+fn checkpoints_that_take_too_long_abort_with_timeout() {
+    let mut config = JobConfig::default();
+    config.batch_size = 4;
+    config.channel_capacity = 1;
+    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+    config.checkpoint.interval = Some(Duration::from_millis(1));
+    config.checkpoint.timeout = Duration::from_millis(1);
+    config.checkpoint.tolerable_failures = u32::MAX;
+    let job = JobBuilder::new("slow", config);
+    job.source("numbers", 1, |i| Counter::part(i, 1, u64::MAX))
+        .rebalance()
+        .process("slow", 1, |_| Slow)
+        .sink("sink", |_| U64Sink);
+    let h = job.start().unwrap();
+    assert!(wait_for(20, || h.metrics().checkpoints.iter().any(|c| c
+        .status
+        == CheckpointStatus::Aborted(AbortReason::Timeout))));
+    h.stop();
+    h.wait().unwrap();
+}
+
+/// Emits 0.. forever, `burst` records per poll every `pause` (a slow
+/// source whose barriers come late).
+struct Trickle {
+    next: u64,
+    step: u64,
+    pause: Duration,
+}
+impl Source<u64> for Trickle {
+    fn poll(&mut self, out: &mut Vec<u64>, _max: usize) -> Result<SourcePoll, BoxError> {
+        out.push(self.next);
+        self.next += self.step;
+        Ok(SourcePoll::Idle {
+            wake_at_ns: Some(clock::now_ns() + self.pause.as_nanos() as u64),
+        })
+    }
+    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        Ok(Some(self.next.to_le_bytes().to_vec()))
+    }
+}
+
+#[test]
+fn alignment_over_the_limit_aborts_the_checkpoint_and_the_job_goes_on() {
+    // A fast and a slow source into one keyed operator: while it waits for
+    // the slow source's barrier it holds the fast one's records, far more
+    // than 1 KiB.
+    let mut config = JobConfig::default();
+    config.batch_size = 64;
+    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+    config.checkpoint.interval = Some(Duration::from_millis(5));
+    config.handler.max_alignment_bytes = Some(1024);
+    config.handler.blocker_capacity_bytes = 1 << 20;
+    let job = JobBuilder::new("skew", config);
+    let fast = job.source("fast", 1, |_| Counter {
+        next: 0,
+        end: u64::MAX,
+        step: 2,
+        per_poll: 64,
+    });
+    let slow = job.source("slow", 1, |_| Trickle {
+        next: 1,
+        step: 2,
+        pause: Duration::from_millis(20),
+    });
+    fast.rebalance()
+        .union(slow.rebalance())
+        .process("keyed_sum", 1, |_| KeyedSum::new(4))
+        .sink("sink", |_| MaxSink(Arc::default()));
+    let h = job.start().unwrap();
+    assert!(wait_for(30, || h.metrics().checkpoints.iter().any(|c| c
+        .status
+        == CheckpointStatus::Aborted(AbortReason::AlignmentLimit))));
+    // the job is still running and processing records
+    let records = |h: &JobHandle| {
+        h.metrics()
+            .tasks
+            .iter()
+            .find(|t| t.name == "keyed_sum[0]")
+            .unwrap()
+            .records_in
+    };
+    let before = records(&h);
+    assert!(wait_for(20, || records(&h) > before));
+    h.stop();
+    h.wait().unwrap();
+}

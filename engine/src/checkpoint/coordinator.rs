@@ -73,6 +73,7 @@ pub(crate) struct Coordinator {
     last_trigger_ns: u64,
     last_end_ns: u64,
     consecutive_failures: u32,
+    last_failure: Option<AbortReason>,
     final_kind: SnapshotKind,
     final_done: bool,
 }
@@ -101,6 +102,7 @@ impl Coordinator {
             last_trigger_ns: 0,
             last_end_ns: 0,
             consecutive_failures: 0,
+            last_failure: None,
             final_kind: SnapshotKind::Checkpoint,
             final_done: false,
         }
@@ -129,8 +131,16 @@ impl Coordinator {
         self.stats.clone()
     }
 
-    pub(crate) fn too_many_failures(&self) -> bool {
-        self.consecutive_failures > self.config.tolerable_failures
+    /// `Some(why)` once more checkpoints failed in a row than tolerated.
+    pub(crate) fn too_many_failures(&self) -> Option<String> {
+        (self.consecutive_failures > self.config.tolerable_failures).then(|| {
+            format!(
+                "{} checkpoints failed in a row (tolerated: {}), the last with reason {}",
+                self.consecutive_failures,
+                self.config.tolerable_failures,
+                self.last_failure.map_or("unknown", |r| r.as_str())
+            )
+        })
     }
 
     pub(crate) fn latest_restore_point(&self) -> Option<RestoredState> {
@@ -360,6 +370,7 @@ impl Coordinator {
         self.last_end_ns = now;
         if reason.counts_as_failure() {
             self.consecutive_failures += 1;
+            self.last_failure = Some(reason);
         }
         if let Some(s) = self.stats.iter_mut().find(|s| s.id == id) {
             s.status = CheckpointStatus::Aborted(reason);

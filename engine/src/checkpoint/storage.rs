@@ -1028,6 +1028,42 @@ impl MemoryStorage {
     }
 }
 
+/// A shared store is a store (so a test or an application can keep a handle
+/// on the storage a job writes to).
+impl<S: CheckpointStorage + ?Sized> CheckpointStorage for std::sync::Arc<S> {
+    fn is_empty(&self) -> Result<bool> {
+        (**self).is_empty()
+    }
+    fn write_checkpoint(
+        &self,
+        meta: &CheckpointMetadata,
+        states: &[(TaskStateKey, Vec<u8>)],
+    ) -> Result<CheckpointHandle> {
+        (**self).write_checkpoint(meta, states)
+    }
+    fn list(&self) -> Result<Vec<CheckpointId>> {
+        (**self).list()
+    }
+    fn load(&self, id: CheckpointId) -> Result<LoadedCheckpoint> {
+        (**self).load(id)
+    }
+    fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata> {
+        (**self).load_metadata(id)
+    }
+    fn load_latest_valid(&self) -> Result<LatestValid> {
+        (**self).load_latest_valid()
+    }
+    fn retain(&self, keep: usize) -> Result<Vec<CheckpointId>> {
+        (**self).retain(keep)
+    }
+    fn remove(&self, id: CheckpointId) -> Result<()> {
+        (**self).remove(id)
+    }
+    fn clean_temporaries(&self) -> Result<usize> {
+        (**self).clean_temporaries()
+    }
+}
+
 impl CheckpointStorage for MemoryStorage {
     fn write_checkpoint(
         &self,

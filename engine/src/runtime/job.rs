@@ -205,6 +205,7 @@ struct Attempt {
 enum AttemptEnd {
     Finished,
     Failed { task: usize, error: TaskError },
+    TooManyCheckpointFailures(String),
 }
 
 struct Driver {
@@ -242,6 +243,11 @@ impl Driver {
             };
             match end {
                 AttemptEnd::Finished => break,
+                AttemptEnd::TooManyCheckpointFailures(why) => {
+                    self.coordinator.abort_all(AbortReason::TaskFailure);
+                    self.publish_stats();
+                    return Err(JobError::Checkpoint(why));
+                }
                 AttemptEnd::Failed { task, error } => {
                     let task_name = self.graph.task_name(task);
                     {
@@ -432,14 +438,8 @@ impl Driver {
                 },
                 recv(tick) -> _ => {
                     let out = self.coordinator.tick();
-                    if self.coordinator.too_many_failures() {
-                        return AttemptEnd::Failed {
-                            task: 0,
-                            error: TaskError::Operator {
-                                operator: "checkpoint coordinator".into(),
-                                message: "too many failed checkpoints in a row".into(),
-                            },
-                        };
+                    if let Some(why) = self.coordinator.too_many_failures() {
+                        return AttemptEnd::TooManyCheckpointFailures(why);
                     }
                     self.send_outputs(attempt, out);
                 }
@@ -544,6 +544,7 @@ pub(crate) fn prepare_and_start(
     config: JobConfig,
     failures: FailurePlan,
     mut restored: Option<RestoredState>,
+    storage: Option<Box<dyn CheckpointStorage>>,
 ) -> Result<JobHandle, JobError> {
     let job = JobFingerprint {
         job_name: name,
@@ -556,8 +557,21 @@ pub(crate) fn prepare_and_start(
     };
     let mut sink: Option<Box<dyn CompletedSink>> = None;
     let mut next_id = None;
-    if let Some(dir) = &config.checkpoint.dir {
-        let storage = LocalDirStorage::open(dir).map_err(|e| JobError::Storage(e.to_string()))?;
+    if config.checkpoint.restore && storage.is_none() && config.checkpoint.dir.is_none() {
+        return Err(JobError::Config(
+            "checkpoint.restore needs checkpoint.dir (or a storage)".into(),
+        ));
+    }
+    let storage: Option<(Box<dyn CheckpointStorage>, String)> =
+        match (storage, &config.checkpoint.dir) {
+            (Some(s), _) => Some((s, "the job's checkpoint storage".to_string())),
+            (None, Some(dir)) => Some((
+                Box::new(LocalDirStorage::open(dir).map_err(|e| JobError::Storage(e.to_string()))?),
+                dir.display().to_string(),
+            )),
+            (None, None) => None,
+        };
+    if let Some((storage, where_)) = storage {
         let _ = storage.clean_temporaries();
         let existing = storage
             .list()
@@ -573,7 +587,7 @@ pub(crate) fn prepare_and_start(
                 let why: Vec<String> = latest.corrupt.iter().map(|(_, e)| e.to_string()).collect();
                 return Err(JobError::Restore(format!(
                     "no complete checkpoint in {}{}",
-                    dir.display(),
+                    where_,
                     if why.is_empty() {
                         String::new()
                     } else {
@@ -585,13 +599,12 @@ pub(crate) fn prepare_and_start(
             restored = Some(restored_from(loaded)?);
         } else if !existing.is_empty() {
             return Err(JobError::Storage(format!(
-                "checkpoint folder {} already holds checkpoints; restore from it or use an empty folder",
-                dir.display()
+                "checkpoint folder {where_} already holds checkpoints; restore from it or use an empty folder"
             )));
         }
         next_id = existing.last().map(|id| id.next());
         sink = Some(Box::new(StorageSink {
-            storage: Box::new(storage),
+            storage,
             job,
             retained: config.checkpoint.retained,
         }));

@@ -10,10 +10,13 @@
 //! - [`file_sink`]: the transactional (two-phase-commit) file sink.
 //! - [`flights`]: the NYC flights records, a resumable CSV reader (plain or
 //!   gzip) and the engine-independent reference computation.
+//! - [`refjob`]: the reference topology of W1/W2/W3 on the engine, with
+//!   its checking, latency-recording sink (what the load generator runs).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks, missing_docs)]
 
 pub mod file_sink;
 pub mod flights;
 pub mod latency;
+pub mod refjob;
 pub mod workload;

@@ -1,0 +1,1103 @@
+//! The reference job of `docs/workloads.md` (W1, W2, W3) on the engine's
+//! public API: what the load generator, the integration tests and the
+//! benches run.
+//!
+//! ```text
+//! source[i] ─ map(value*2+1) ─┐ key_by(key)  ┌─ keyed_sum[j] ─┐ rebalance
+//!   (P subtasks, chained)     ├──────────────┤  (P subtasks)  ├──────────── sink[0]
+//!                             ┘              └─               ┘  (1 subtask, P inputs)
+//! ```
+//!
+//! Operator names are exactly `source`, `keyed_sum` and `sink`, so task
+//! names are `source[0]`, `keyed_sum[1]`, `sink[0]`.
+//!
+//! # Records
+//! The records flowing through the job are [`RefEvent`] and [`RefSum`],
+//! not `workload::Event` / `workload::SumRecord`: they carry one more
+//! field, `sent_ns`, the *actual* send time, so that the sink can keep the
+//! uncorrected latency histogram next to the corrected one (as wrk2 does).
+//! That makes an event 32 bytes instead of the specification's 24. The
+//! keyed sum itself is `workload::KeyedSum` (the specification's logic),
+//! applied to the spec's `Event` built from the first three fields. With
+//! `payload_bytes > 0` the records also carry a heap payload of that many
+//! bytes ([`Bytes`]), and report it in their [`RecordSize`].
+//!
+//! # Sources
+//! A [`Generator`] per source subtask; its checkpointed state is the
+//! sequence number of its next record (8 bytes, little endian), and a
+//! restore rewinds it with [`Generator::starting_at`].
+//! - W1 (closed loop): as fast as possible; `ts_ns` is the actual emission
+//!   time, read from the clock once per batch.
+//! - W2/W3 (open loop): record `n` is due at `t0 + scheduled_offset_ns(n,
+//!   rate, burst)` (burst for the odd-numbered sources in W3) and carries
+//!   that *intended* time in `ts_ns`, never the actual send time. The
+//!   source emits everything due in one poll, then sleeps until the next
+//!   record is due, but never shorter than the tick ([`RefJobConfig::tick`],
+//!   default 50 µs): waking a parked thread costs ~20 µs of CPU on the
+//!   reference machine, so a shorter sleep would burn the 2 cores for
+//!   nothing, and records due within a tick go out in one batch. `t0` is
+//!   shared by all sources of a fresh job (the first poll of any source).
+//!   After a restore or a restart, each source's schedule restarts from its
+//!   restored position: `t0` shifts so that its next record is due now.
+//!
+//! # Sink
+//! The sink checks every record with a [`SinkCheck`] (checkpointed, so an
+//! exactly-once restart counts no duplicate and an at-least-once one shows
+//! them) and records latency into histograms that live *outside* the
+//! checkpointed state, in [`RefJobResults`]: they see every delivery,
+//! replays included, and are never rolled back. Only records whose
+//! *unburst* schedule offset is at or after the warm-up are recorded (the
+//! first `ceil(warmup × rate)` sequence numbers are the warm-up). The clock
+//! is read once per batch at the sink.
+
+use crate::latency::{merge, new_histogram, LatencyError, LatencyRecorder, Percentiles};
+use crate::workload::{
+    due_until, scheduled_offset_ns, CheckReport, Event, ExpectedResult, Generator, KeyDist,
+    KeySpace, KeyedSum, SinkCheck, SumRecord, Workload, WorkloadError, MAX_CHECKED_RECORDS,
+};
+use hdrhistogram::Histogram;
+use lockgate::clock::now_ns;
+use lockgate::{
+    BoxError, CheckpointId, CheckpointMode, FailurePlan, JobBuilder, JobConfig, JobError,
+    JobHandle, JobMetrics, Operator, RecordSize, Sink, Source, SourcePoll,
+};
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+/// The name of the reference job (in checkpoint metadata: a restore from
+/// another job's checkpoint is refused).
+pub const JOB_NAME: &str = "lockgate-reference";
+/// The default source tick of W2/W3, 50 µs (see the module doc).
+pub const DEFAULT_TICK: Duration = Duration::from_micros(50);
+/// The most payload bytes per record: 1 MiB (a bound against typos that
+/// would exhaust memory).
+pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
+const NS_PER_S: u128 = 1_000_000_000;
+
+/// Errors of the reference job.
+#[derive(Debug, thiserror::Error)]
+pub enum RefJobError {
+    /// The configuration is invalid; the message names the problem.
+    #[error("{0}")]
+    Config(String),
+    /// A workload error (keys, distribution, records).
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
+    /// The engine refused to start the job (configuration, storage,
+    /// restore).
+    #[error(transparent)]
+    Job(#[from] JobError),
+    /// Merging histograms failed.
+    #[error(transparent)]
+    Latency(#[from] LatencyError),
+}
+
+// ---------------------------------------------------------------------------
+// Configuration
+// ---------------------------------------------------------------------------
+
+/// What the reference job runs: the workload and its parameters.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RefJobConfig {
+    /// W1, W2 or W3.
+    pub workload: Workload,
+    /// W1 only: the records in total.
+    pub records: u64,
+    /// W2/W3 only: the total rate of all sources, records/s.
+    pub rate: u64,
+    /// W2/W3 only: the recorded duration after the warm-up.
+    pub duration: Duration,
+    /// W2/W3 only: the warm-up, not recorded (may be 0).
+    pub warmup: Duration,
+    /// Distinct keys.
+    pub keys: u64,
+    /// Key distribution.
+    pub key_dist: KeyDist,
+    /// Parallelism of `source` and `keyed_sum` (default 2).
+    pub parallelism: usize,
+    /// W2/W3: the shortest sleep of a source between two polls (default
+    /// [`DEFAULT_TICK`]).
+    pub tick: Duration,
+    /// Extra bytes carried per record (default 0).
+    pub payload_bytes: usize,
+}
+
+impl Default for RefJobConfig {
+    /// W2 as workloads.md defines it.
+    fn default() -> Self {
+        RefJobConfig {
+            workload: Workload::W2,
+            records: crate::workload::W1_TOTAL_RECORDS,
+            rate: crate::workload::DEFAULT_RATE,
+            duration: Duration::from_nanos(crate::workload::MEASURE_NS),
+            warmup: Duration::from_nanos(crate::workload::WARMUP_NS),
+            keys: crate::workload::DEFAULT_KEYS,
+            key_dist: KeyDist::Uniform,
+            parallelism: crate::workload::REFERENCE_PARALLELISM,
+            tick: DEFAULT_TICK,
+            payload_bytes: 0,
+        }
+    }
+}
+
+impl RefJobConfig {
+    /// W1 with `records` records, other fields default.
+    pub fn w1(records: u64) -> Self {
+        RefJobConfig {
+            workload: Workload::W1,
+            records,
+            ..Default::default()
+        }
+    }
+
+    /// W2 (or W3 with [`Workload::W3`]) at `rate` records/s for `duration`
+    /// after `warmup`.
+    pub fn paced(workload: Workload, rate: u64, duration: Duration, warmup: Duration) -> Self {
+        RefJobConfig {
+            workload,
+            rate,
+            duration,
+            warmup,
+            ..Default::default()
+        }
+    }
+
+    /// The records the job emits in total: `records` for W1,
+    /// `floor(rate × (warmup + duration))` for W2/W3.
+    pub fn total_records(&self) -> u64 {
+        if self.workload.is_paced() {
+            let ns = (self.warmup + self.duration).as_nanos();
+            u64::try_from(self.rate as u128 * ns / NS_PER_S).unwrap_or(u64::MAX)
+        } else {
+            self.records
+        }
+    }
+
+    /// The first sequence number recorded: 0 for W1, else the first `n`
+    /// whose unburst schedule offset `n × 1e9 / rate` is at or after the
+    /// warm-up, `ceil(warmup_ns × rate / 1e9)`.
+    pub fn first_recorded_n(&self) -> u64 {
+        if !self.workload.is_paced() {
+            return 0;
+        }
+        let v = (self.warmup.as_nanos() * self.rate as u128).div_ceil(NS_PER_S);
+        u64::try_from(v).unwrap_or(u64::MAX)
+    }
+
+    /// Checks the values.
+    ///
+    /// # Errors
+    /// [`RefJobError::Config`] naming the bad value: no records, a rate or
+    /// duration of 0 for W2/W3, a parallelism of 0, no keys or too many,
+    /// more records than the sink can check, a payload above
+    /// [`MAX_PAYLOAD_BYTES`], a tick of 0.
+    pub fn validate(&self) -> Result<(), RefJobError> {
+        let bad = |m: String| Err(RefJobError::Config(m));
+        if self.workload.is_paced() {
+            if self.rate == 0 {
+                return bad("the rate must be at least 1 record/s".into());
+            }
+            if self.duration.is_zero() {
+                return bad("the duration must be positive".into());
+            }
+            if self.tick.is_zero() {
+                return bad("the source tick must be positive".into());
+            }
+        }
+        let total = self.total_records();
+        if total == 0 {
+            return bad(format!(
+                "the {} run would emit no record (records = {total})",
+                self.workload
+            ));
+        }
+        if total > MAX_CHECKED_RECORDS {
+            return bad(format!(
+                "the run would emit {total} records, more than the sink can check ({MAX_CHECKED_RECORDS})"
+            ));
+        }
+        if self.parallelism == 0 {
+            return bad("the parallelism must be at least 1".into());
+        }
+        if self.payload_bytes > MAX_PAYLOAD_BYTES {
+            return bad(format!(
+                "payload of {} bytes per record is above the limit of {MAX_PAYLOAD_BYTES}",
+                self.payload_bytes
+            ));
+        }
+        KeySpace::new(self.keys, self.key_dist)?;
+        Ok(())
+    }
+
+    /// What a checkpoint of this job is taken with (the engine refuses to
+    /// restore a checkpoint taken with another value): workload, records,
+    /// rate, duration, warm-up, keys, distribution and payload. The
+    /// parallelism is checked by the engine itself; the tick is not part
+    /// of it (it does not change the records).
+    pub fn app_config_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "workload": self.workload.name(),
+            "total_records": self.total_records(),
+            "rate": if self.workload.is_paced() { self.rate } else { 0 },
+            "warmup_ns": if self.workload.is_paced() { self.warmup.as_nanos() as u64 } else { 0 },
+            "keys": self.keys,
+            "key_dist": self.key_dist.to_string(),
+            "payload_bytes": self.payload_bytes,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Records
+// ---------------------------------------------------------------------------
+
+/// The extra bytes a record carries: nothing (`()`) or a heap buffer
+/// ([`Bytes`]), chosen at run time by [`RefJobConfig::payload_bytes`].
+pub trait Payload: Clone + Send + 'static {
+    /// True when the payload adds no heap bytes.
+    const FIXED_SIZE: bool;
+    /// A payload of `len` bytes for record `n`.
+    fn make(len: usize, n: u64) -> Self;
+    /// Heap bytes the payload holds.
+    fn heap_bytes(&self) -> usize;
+}
+
+impl Payload for () {
+    const FIXED_SIZE: bool = true;
+    #[inline]
+    fn make(_len: usize, _n: u64) -> Self {}
+    #[inline]
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
+/// A heap payload (filled with the low byte of `n`, so that it is really
+/// written and not left to lazily zeroed pages).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bytes(pub Box<[u8]>);
+
+impl Payload for Bytes {
+    const FIXED_SIZE: bool = false;
+    fn make(len: usize, n: u64) -> Self {
+        Bytes(vec![n as u8; len].into_boxed_slice())
+    }
+    fn heap_bytes(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The event between the sources and `keyed_sum`: workloads.md's `Event`
+/// (key, value, ts_ns) plus the actual send time (32 bytes without
+/// payload).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefEvent<P = ()> {
+    /// The key.
+    pub key: u64,
+    /// `n`, then `2n + 1` after the chained map.
+    pub value: u64,
+    /// Intended emission time, ns (schedule time for W2/W3, actual for W1).
+    pub ts_ns: u64,
+    /// Actual emission time, ns.
+    pub sent_ns: u64,
+    /// Extra bytes.
+    pub payload: P,
+}
+
+impl<P: Payload> RecordSize for RefEvent<P> {
+    const FIXED_SIZE: bool = P::FIXED_SIZE;
+    #[inline]
+    fn size_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.payload.heap_bytes()
+    }
+}
+
+/// What `keyed_sum` emits: workloads.md's `(key, sum, n, ts_ns)` plus the
+/// actual send time (40 bytes without payload).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefSum<P = ()> {
+    /// The key.
+    pub key: u64,
+    /// The key's running sum after this record.
+    pub sum: u64,
+    /// The record's sequence number.
+    pub n: u64,
+    /// Intended emission time, ns.
+    pub ts_ns: u64,
+    /// Actual emission time, ns.
+    pub sent_ns: u64,
+    /// Extra bytes.
+    pub payload: P,
+}
+
+impl<P: Payload> RecordSize for RefSum<P> {
+    const FIXED_SIZE: bool = P::FIXED_SIZE;
+    #[inline]
+    fn size_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.payload.heap_bytes()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Shared results
+// ---------------------------------------------------------------------------
+
+/// One source subtask's counters (over all attempts).
+#[derive(Debug, Default)]
+struct SourceStats {
+    /// Records emitted, replays included.
+    emitted: AtomicU64,
+    /// First emission, ns (0: none yet).
+    first_emit_ns: AtomicU64,
+    /// Last emission, ns.
+    last_emit_ns: AtomicU64,
+    /// Most a batch's first record was late on its schedule, ns.
+    max_behind_ns: AtomicU64,
+    /// True once a first attempt of this source started (a later instance
+    /// is a restart and shifts its schedule).
+    started: AtomicBool,
+}
+
+/// What the sink keeps outside checkpointed state (one per sink subtask,
+/// i.e. per recording thread).
+#[derive(Debug)]
+struct SinkSlot {
+    check: SinkCheck,
+    latency: LatencyRecorder,
+    uncorrected: LatencyRecorder,
+    /// Latency per second since the job's start (index = second).
+    intervals: Vec<Histogram<u64>>,
+    deliveries: u64,
+    first_recorded_ns: u64,
+    last_delivery_ns: u64,
+}
+
+#[derive(Debug)]
+struct Shared {
+    cfg: RefJobConfig,
+    mode: CheckpointMode,
+    total: u64,
+    first_recorded_n: u64,
+    /// The schedule's `t0` of a fresh job (first poll of any source).
+    t0: OnceLock<u64>,
+    sources: Vec<SourceStats>,
+    slots: Vec<Mutex<SinkSlot>>,
+}
+
+fn lock(m: &Mutex<SinkSlot>) -> MutexGuard<'_, SinkSlot> {
+    // A poisoned slot means the sink panicked mid-batch; its data is still
+    // the best we have for the report.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A live view of a running reference job, for progress lines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RefProgress {
+    /// Records the sources emitted so far (replays included).
+    pub emitted: u64,
+    /// Records the sink received so far (replays included).
+    pub delivered: u64,
+    /// Latencies recorded so far (after the warm-up).
+    pub recorded: u64,
+    /// The 99th percentile of the latencies so far, ns.
+    pub p99_ns: u64,
+    /// When the job's first record was emitted, ns on the engine clock (0:
+    /// not yet).
+    pub started_ns: u64,
+}
+
+/// The results a running reference job fills in (histograms, counters, the
+/// sink's check), shared with the job's tasks. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct RefJobResults {
+    shared: Arc<Shared>,
+    expected: Arc<OnceLock<ExpectedResult>>,
+}
+
+/// How the sources did against their schedule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct SourceSummary {
+    /// Records emitted, replays included.
+    pub emitted: u64,
+    /// First emission to last emission, ns.
+    pub span_ns: u64,
+    /// `emitted / span` in records/s (0 for an instant run).
+    pub achieved_rate: f64,
+    /// The most a record was sent after its schedule time, ns (W2/W3; 0
+    /// for W1, whose schedule is its send time).
+    pub max_behind_ns: u64,
+}
+
+/// Everything a finished (or stopped) reference job measured.
+#[derive(Clone, Debug)]
+pub struct RefJobReport {
+    /// What ran.
+    pub config: RefJobConfig,
+    /// The checkpointing mode.
+    pub mode: CheckpointMode,
+    /// Records the job emits when complete.
+    pub total_records: u64,
+    /// The sink's check against the closed form.
+    pub check: CheckReport,
+    /// Records the sink received, replays included.
+    pub delivered: u64,
+    /// Sequence numbers the sink never received.
+    pub lost: u64,
+    /// Records the sink received more than once.
+    pub duplicated: u64,
+    /// Latency `now - intended send time` (after the warm-up), merged over
+    /// recording threads.
+    pub latency: Histogram<u64>,
+    /// Latency `now - actual send time`, the uncorrected figure.
+    pub latency_uncorrected: Histogram<u64>,
+    /// Latency per second since the start (index = second), merged.
+    pub intervals: Vec<Histogram<u64>>,
+    /// Records in the recorded window (post-warm-up deliveries; W1: all).
+    pub recorded_records: u64,
+    /// The recorded window, s: W1, first emission to last delivery; W2/W3,
+    /// first recorded delivery to last delivery.
+    pub recorded_seconds: f64,
+    /// The sources against their schedule.
+    pub sources: SourceSummary,
+    /// The engine's metrics (tasks, checkpoints, restarts).
+    pub metrics: JobMetrics,
+    /// The job ended with this error (no restart left, ...).
+    pub job_error: Option<String>,
+    /// The job was stopped before the end (Ctrl-C).
+    pub interrupted: bool,
+    /// Failures planned by the failure plan.
+    pub failures_planned: usize,
+}
+
+impl RefJobReport {
+    /// `records / seconds` of the recorded window (0 when empty).
+    pub fn records_per_s(&self) -> f64 {
+        if self.recorded_seconds > 0.0 {
+            self.recorded_records as f64 / self.recorded_seconds
+        } else {
+            0.0
+        }
+    }
+
+    /// The latency percentiles.
+    pub fn percentiles(&self) -> Percentiles {
+        Percentiles::from_histogram(&self.latency)
+    }
+
+    /// `None` when the correctness check passed, else why not: runs without
+    /// failures and exactly-once runs must match the closed form exactly
+    /// (count, per-key sums, fingerprint, 0 lost, 0 duplicated);
+    /// at-least-once runs with failures must lose nothing.
+    pub fn failure(&self) -> Option<String> {
+        if self.interrupted {
+            return Some("interrupted".into());
+        }
+        if let Some(e) = &self.job_error {
+            return Some(format!("the job failed: {e}"));
+        }
+        let relaxed = self.mode == CheckpointMode::AtLeastOnce && self.metrics.restarts > 0;
+        if relaxed {
+            if self.check.lost > 0 || self.check.out_of_range > 0 {
+                return Some(format!(
+                    "{} records lost in an at-least-once run ({})",
+                    self.check.lost, self.check
+                ));
+            }
+            None
+        } else if !self.check.is_exact() {
+            Some(self.check.to_string())
+        } else {
+            None
+        }
+    }
+
+    /// True when [`RefJobReport::failure`] is `None`.
+    pub fn ok(&self) -> bool {
+        self.failure().is_none()
+    }
+}
+
+impl RefJobResults {
+    fn new(cfg: &RefJobConfig, mode: CheckpointMode) -> Result<Self, RefJobError> {
+        cfg.validate()?;
+        let total = cfg.total_records();
+        let slots = vec![Mutex::new(SinkSlot {
+            check: SinkCheck::new(total, cfg.keys)?,
+            latency: LatencyRecorder::new(),
+            uncorrected: LatencyRecorder::new(),
+            intervals: Vec::new(),
+            deliveries: 0,
+            first_recorded_ns: 0,
+            last_delivery_ns: 0,
+        })];
+        Ok(RefJobResults {
+            shared: Arc::new(Shared {
+                cfg: cfg.clone(),
+                mode,
+                total,
+                first_recorded_n: cfg.first_recorded_n(),
+                t0: OnceLock::new(),
+                sources: (0..cfg.parallelism)
+                    .map(|_| SourceStats::default())
+                    .collect(),
+                slots,
+            }),
+            expected: Arc::new(OnceLock::new()),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RefJobConfig {
+        &self.shared.cfg
+    }
+
+    /// Counters and the p99 so far (locks the sink's slot briefly).
+    pub fn progress(&self) -> RefProgress {
+        let emitted = self
+            .shared
+            .sources
+            .iter()
+            .map(|s| s.emitted.load(Relaxed))
+            .sum();
+        let started_ns = self
+            .shared
+            .sources
+            .iter()
+            .map(|s| s.first_emit_ns.load(Relaxed))
+            .filter(|t| *t > 0)
+            .min()
+            .unwrap_or(0);
+        let (mut delivered, mut recorded) = (0, 0);
+        let mut hists = Vec::new();
+        for slot in &self.shared.slots {
+            let s = lock(slot);
+            delivered += s.deliveries;
+            recorded += s.latency.count();
+            hists.push(s.latency.histogram().clone());
+        }
+        let p99_ns = merge(hists.iter())
+            .map(|h| Percentiles::from_histogram(&h).p99)
+            .unwrap_or(0);
+        RefProgress {
+            emitted,
+            delivered,
+            recorded,
+            p99_ns,
+            started_ns,
+        }
+    }
+
+    /// The closed-form answer of this run (computed once, O(records)).
+    pub fn expected(&self) -> &ExpectedResult {
+        self.expected.get_or_init(|| {
+            let keys = KeySpace::new(self.shared.cfg.keys, self.shared.cfg.key_dist)
+                .expect("validated in RefJobResults::new");
+            ExpectedResult::compute(self.shared.total, &keys)
+        })
+    }
+
+    fn source_summary(&self) -> SourceSummary {
+        let s = &self.shared.sources;
+        let emitted: u64 = s.iter().map(|s| s.emitted.load(Relaxed)).sum();
+        let first = s
+            .iter()
+            .map(|s| s.first_emit_ns.load(Relaxed))
+            .filter(|t| *t > 0)
+            .min()
+            .unwrap_or(0);
+        let last = s
+            .iter()
+            .map(|s| s.last_emit_ns.load(Relaxed))
+            .max()
+            .unwrap_or(0);
+        let span_ns = last.saturating_sub(first);
+        SourceSummary {
+            emitted,
+            span_ns,
+            achieved_rate: if span_ns > 0 {
+                // n records emitted over a span hold n - 1 gaps.
+                emitted.saturating_sub(1) as f64 * 1e9 / span_ns as f64
+            } else {
+                0.0
+            },
+            max_behind_ns: s
+                .iter()
+                .map(|s| s.max_behind_ns.load(Relaxed))
+                .max()
+                .unwrap_or(0),
+        }
+    }
+
+    /// Collects the report once the job ended (or was stopped):
+    /// `outcome` is what [`JobHandle::wait`] returned, `last_metrics` the
+    /// metrics read just before (used when the job failed).
+    ///
+    /// # Errors
+    /// [`RefJobError::Latency`] when histograms cannot be merged.
+    pub fn finish(
+        &self,
+        outcome: Result<JobMetrics, JobError>,
+        last_metrics: JobMetrics,
+        interrupted: bool,
+        failures_planned: usize,
+    ) -> Result<RefJobReport, RefJobError> {
+        let (metrics, job_error) = match outcome {
+            Ok(m) => (m, None),
+            Err(e) => (last_metrics, Some(e.to_string())),
+        };
+        let expected = self.expected();
+        let sources = self.source_summary();
+        let mut lat = Vec::new();
+        let mut unc = Vec::new();
+        let mut intervals: Vec<Histogram<u64>> = Vec::new();
+        let (mut delivered, mut recorded) = (0, 0);
+        let (mut first_rec, mut last_del) = (u64::MAX, 0);
+        let mut check: Option<CheckReport> = None;
+        for slot in &self.shared.slots {
+            let s = lock(slot);
+            lat.push(s.latency.histogram().clone());
+            unc.push(s.uncorrected.histogram().clone());
+            for (i, h) in s.intervals.iter().enumerate() {
+                if intervals.len() <= i {
+                    intervals.resize_with(i + 1, new_histogram);
+                }
+                intervals[i]
+                    .add(h)
+                    .map_err(|e| LatencyError::Merge(format!("{e:?}")))?;
+            }
+            delivered += s.deliveries;
+            recorded += s.latency.count();
+            if s.first_recorded_ns > 0 {
+                first_rec = first_rec.min(s.first_recorded_ns);
+            }
+            last_del = last_del.max(s.last_delivery_ns);
+            check = Some(s.check.verify(expected));
+        }
+        let check = check.expect("one sink slot");
+        let first_emit = self
+            .shared
+            .sources
+            .iter()
+            .map(|s| s.first_emit_ns.load(Relaxed))
+            .filter(|t| *t > 0)
+            .min()
+            .unwrap_or(0);
+        let window_start = if self.shared.cfg.workload.is_paced() {
+            first_rec
+        } else {
+            first_emit
+        };
+        let recorded_seconds = if window_start == u64::MAX || window_start == 0 {
+            0.0
+        } else {
+            last_del.saturating_sub(window_start) as f64 / 1e9
+        };
+        Ok(RefJobReport {
+            config: self.shared.cfg.clone(),
+            mode: self.shared.mode,
+            total_records: self.shared.total,
+            lost: check.lost,
+            duplicated: check.duplicates,
+            check,
+            delivered,
+            latency: merge(lat.iter())?,
+            latency_uncorrected: merge(unc.iter())?,
+            intervals,
+            recorded_records: recorded,
+            recorded_seconds,
+            sources,
+            metrics,
+            job_error,
+            interrupted,
+            failures_planned,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Operators
+// ---------------------------------------------------------------------------
+
+/// The generator source of one subtask.
+struct RefSource<P> {
+    index: usize,
+    gen: Generator,
+    keys: KeySpace,
+    shared: Arc<Shared>,
+    burst: bool,
+    /// The schedule's start (W2/W3), signed: a restored schedule may start
+    /// before the clock's epoch.
+    t0: Option<i128>,
+    /// Restored or restarted: the schedule restarts from the position.
+    shift: bool,
+    _p: std::marker::PhantomData<fn() -> P>,
+}
+
+impl<P: Payload> RefSource<P> {
+    fn new(index: usize, shared: Arc<Shared>, keys: KeySpace) -> Result<Self, WorkloadError> {
+        let cfg = &shared.cfg;
+        let gen = Generator::new(&keys, index, cfg.parallelism, shared.total)?;
+        let restarted = shared.sources[index].started.swap(true, Relaxed);
+        Ok(RefSource {
+            index,
+            gen,
+            burst: cfg.workload.source_bursts(index),
+            keys,
+            t0: None,
+            shift: restarted,
+            shared,
+            _p: std::marker::PhantomData,
+        })
+    }
+
+    #[inline]
+    fn event(n: u64, key: u64, ts_ns: u64, sent_ns: u64, payload_bytes: usize) -> RefEvent<P> {
+        RefEvent {
+            key,
+            value: n,
+            ts_ns,
+            sent_ns,
+            payload: P::make(payload_bytes, n),
+        }
+    }
+
+    fn account(&self, count: usize, now: u64, behind: u64) {
+        let st = &self.shared.sources[self.index];
+        st.emitted.fetch_add(count as u64, Relaxed);
+        let _ = st
+            .first_emit_ns
+            .compare_exchange(0, now.max(1), Relaxed, Relaxed);
+        st.last_emit_ns.store(now, Relaxed);
+        st.max_behind_ns.fetch_max(behind, Relaxed);
+    }
+}
+
+impl<P: Payload> Source<RefEvent<P>> for RefSource<P> {
+    fn poll(&mut self, out: &mut Vec<RefEvent<P>>, max: usize) -> Result<SourcePoll, BoxError> {
+        let Some(mut next) = self.gen.next_n() else {
+            return Ok(SourcePoll::Finished);
+        };
+        let now = now_ns();
+        let pb = self.shared.cfg.payload_bytes;
+        let cfg = &self.shared.cfg;
+        if !cfg.workload.is_paced() {
+            for (n, key) in self.gen.by_ref().take(max) {
+                out.push(Self::event(n, key, now, now, pb));
+            }
+            self.account(out.len(), now, 0);
+            return Ok(if self.gen.next_n().is_none() {
+                SourcePoll::Finished
+            } else {
+                SourcePoll::Ready
+            });
+        }
+        let (rate, burst) = (cfg.rate, self.burst);
+        let t0 = *self.t0.get_or_insert_with(|| {
+            if self.shift {
+                now as i128 - scheduled_offset_ns(next, rate, burst) as i128
+            } else {
+                *self.shared.t0.get_or_init(|| now) as i128
+            }
+        });
+        let offset_now = u64::try_from((now as i128 - t0).max(0)).unwrap_or(u64::MAX);
+        let due = due_until(offset_now, rate, burst);
+        let mut behind = 0;
+        while out.len() < max && next < due {
+            let Some((n, key)) = self.gen.next() else {
+                break;
+            };
+            let ts = (t0 + scheduled_offset_ns(n, rate, burst) as i128).max(0) as u64;
+            if out.is_empty() {
+                behind = now.saturating_sub(ts);
+            }
+            out.push(Self::event(n, key, ts, now, pb));
+            match self.gen.next_n() {
+                Some(m) => next = m,
+                None => break,
+            }
+        }
+        if !out.is_empty() {
+            self.account(out.len(), now, behind);
+        }
+        if self.gen.next_n().is_none() {
+            return Ok(SourcePoll::Finished);
+        }
+        if out.len() >= max {
+            return Ok(SourcePoll::Ready);
+        }
+        let next_due = t0 + scheduled_offset_ns(next, rate, burst) as i128;
+        let earliest = now as i128 + self.shared.cfg.tick.as_nanos() as i128;
+        let wake = next_due.max(earliest).clamp(0, u64::MAX as i128) as u64;
+        Ok(SourcePoll::Idle {
+            wake_at_ns: Some(wake),
+        })
+    }
+
+    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        let pos = self.gen.next_n().unwrap_or(self.shared.total);
+        Ok(Some(pos.to_le_bytes().to_vec()))
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
+        let bytes: [u8; 8] = state.try_into().map_err(|_| {
+            format!(
+                "source position must be 8 bytes, got {} (a checkpoint of another job?)",
+                state.len()
+            )
+        })?;
+        let pos = u64::from_le_bytes(bytes);
+        let cfg = &self.shared.cfg;
+        self.gen = Generator::starting_at(
+            &self.keys,
+            self.index,
+            cfg.parallelism,
+            self.shared.total,
+            pos,
+        )?;
+        self.shift = true;
+        self.t0 = None;
+        Ok(())
+    }
+}
+
+/// `keyed_sum`: workloads.md's running sum per key, checkpointed.
+struct RefKeyedSum {
+    sums: KeyedSum,
+}
+
+impl<P: Payload> Operator<RefEvent<P>, RefSum<P>> for RefKeyedSum {
+    #[inline]
+    fn process(
+        &mut self,
+        input: &mut Vec<RefEvent<P>>,
+        out: &mut Vec<RefSum<P>>,
+    ) -> Result<(), BoxError> {
+        for e in input.drain(..) {
+            let s = self.sums.apply(&Event {
+                key: e.key,
+                value: e.value,
+                ts_ns: e.ts_ns,
+            });
+            out.push(RefSum {
+                key: s.key,
+                sum: s.sum,
+                n: s.n,
+                ts_ns: s.ts_ns,
+                sent_ns: e.sent_ns,
+                payload: e.payload,
+            });
+        }
+        Ok(())
+    }
+
+    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        Ok(Some(postcard::to_allocvec(&self.sums)?))
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
+        self.sums = postcard::from_bytes(state)?;
+        Ok(())
+    }
+}
+
+/// The checking, latency-recording sink.
+struct RefSink {
+    slot: usize,
+    shared: Arc<Shared>,
+}
+
+impl<P: Payload> Sink<RefSum<P>> for RefSink {
+    fn write(&mut self, input: &mut Vec<RefSum<P>>) -> Result<(), BoxError> {
+        let now = now_ns();
+        let first_rec = self.shared.first_recorded_n;
+        let start = self.shared.t0.get().copied().unwrap_or_else(|| {
+            self.shared
+                .sources
+                .iter()
+                .map(|s| s.first_emit_ns.load(Relaxed))
+                .filter(|t| *t > 0)
+                .min()
+                .unwrap_or(now)
+        });
+        let second = (now.saturating_sub(start) / 1_000_000_000) as usize;
+        let mut s = lock(&self.shared.slots[self.slot]);
+        if s.intervals.len() <= second {
+            s.intervals.resize_with(second + 1, new_histogram);
+        }
+        let s = &mut *s;
+        let interval = &mut s.intervals[second];
+        let mut recorded = false;
+        for r in input.drain(..) {
+            s.check.observe(&SumRecord {
+                key: r.key,
+                sum: r.sum,
+                n: r.n,
+                ts_ns: r.ts_ns,
+            });
+            if r.n >= first_rec {
+                let lat = now.saturating_sub(r.ts_ns);
+                s.latency.record_latency(lat);
+                interval.saturating_record(lat);
+                s.uncorrected.record(now, r.sent_ns);
+                recorded = true;
+            }
+            s.deliveries += 1;
+        }
+        if recorded && s.first_recorded_ns == 0 {
+            s.first_recorded_ns = now;
+        }
+        s.last_delivery_ns = now;
+        Ok(())
+    }
+
+    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        let s = lock(&self.shared.slots[self.slot]);
+        Ok(Some(postcard::to_allocvec(&s.check)?))
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
+        let check: SinkCheck = postcard::from_bytes(state)?;
+        lock(&self.shared.slots[self.slot]).check = check;
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Building and running
+// ---------------------------------------------------------------------------
+
+/// Adds the reference topology to `job` (operators `source`, `keyed_sum`,
+/// `sink`) and returns the handle to its shared results. The job's
+/// application config should be [`RefJobConfig::app_config_json`] (see
+/// [`start_reference_job`]).
+///
+/// # Errors
+/// [`RefJobError::Config`] / [`RefJobError::Workload`] for an invalid
+/// configuration.
+pub fn build_reference_job(
+    cfg: &RefJobConfig,
+    job: &JobBuilder,
+) -> Result<RefJobResults, RefJobError> {
+    let results = RefJobResults::new(cfg, job.config().checkpoint.mode)?;
+    if cfg.payload_bytes > 0 {
+        build_typed::<Bytes>(&results, job)?;
+    } else {
+        build_typed::<()>(&results, job)?;
+    }
+    Ok(results)
+}
+
+fn build_typed<P: Payload>(results: &RefJobResults, job: &JobBuilder) -> Result<(), RefJobError> {
+    let shared = results.shared.clone();
+    let cfg = &shared.cfg;
+    let keys = KeySpace::new(cfg.keys, cfg.key_dist)?;
+    let p = cfg.parallelism;
+    let (total, nkeys) = (shared.total, cfg.keys);
+    let s_src = shared.clone();
+    let s_sink = shared.clone();
+    job.source("source", p, move |i| {
+        RefSource::<P>::new(i, s_src.clone(), keys.clone())
+            .expect("source index and parallelism were validated")
+    })
+    .map(|e: RefEvent<P>| RefEvent {
+        value: crate::workload::chained_map(e.value),
+        ..e
+    })
+    .key_by(|e: &RefEvent<P>| e.key)
+    .process("keyed_sum", p, |_| RefKeyedSum {
+        sums: KeyedSum::new(),
+    })
+    .rebalance()
+    .sink("sink", 1, move |i| {
+        // A new attempt starts from a fresh check unless restore_state
+        // gives it the checkpointed one.
+        lock(&s_sink.slots[i]).check = SinkCheck::new(total, nkeys).expect("sizes were validated");
+        RefSink {
+            slot: i,
+            shared: s_sink.clone(),
+        }
+    });
+    Ok(())
+}
+
+/// Builds the job named [`JOB_NAME`] with `job_config` and `failures`,
+/// starts it, and returns its handle and results.
+///
+/// # Errors
+/// An invalid configuration; the engine's refusal to start (bad config,
+/// storage, restore: [`RefJobError::Job`]).
+pub fn start_reference_job(
+    cfg: &RefJobConfig,
+    job_config: JobConfig,
+    failures: FailurePlan,
+) -> Result<(JobHandle, RefJobResults), RefJobError> {
+    let job = JobBuilder::new(JOB_NAME, job_config)
+        .with_failures(failures)
+        .with_app_config(cfg.app_config_json());
+    let results = build_reference_job(cfg, &job)?;
+    // Compute the closed form before the clock starts mattering.
+    results.expected();
+    let handle = job.start()?;
+    Ok((handle, results))
+}
+
+/// The task names of the reference job with parallelism `p`, in start
+/// order (what [`FailurePlan`] indexes): `source[0..p]`, `keyed_sum[0..p]`,
+/// `sink[0]`.
+pub fn task_names(p: usize) -> Vec<String> {
+    let mut v: Vec<String> = (0..p).map(|i| format!("source[{i}]")).collect();
+    v.extend((0..p).map(|i| format!("keyed_sum[{i}]")));
+    v.push("sink[0]".into());
+    v
+}
+
+/// A seeded plan of `count` failures (after-records points) spread so
+/// that each strikes during the run: points are drawn in `1..=M` with
+/// `M = total / (parallelism × (count + 1) × 2)`, so even `count`
+/// failures of one source in a row fit in its share of the records.
+pub fn seeded_failures(cfg: &RefJobConfig, seed: u64, count: usize) -> FailurePlan {
+    if count == 0 {
+        return FailurePlan::none();
+    }
+    let p = cfg.parallelism.max(1);
+    let max = (cfg.total_records() / (p as u64 * (count as u64 + 1) * 2)).max(1);
+    FailurePlan::seeded(seed, count, 2 * p + 1, max)
+}
+
+/// Waits until `handle`'s job ended, then collects the report.
+///
+/// # Errors
+/// As [`RefJobResults::finish`].
+pub fn wait_reference_job(
+    handle: JobHandle,
+    results: &RefJobResults,
+    interrupted: bool,
+    failures_planned: usize,
+) -> Result<RefJobReport, RefJobError> {
+    while !handle.is_finished() {
+        // Poll the job thread's end (it has no completion channel);
+        // 2 ms is far below any run's length.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let last = handle.metrics();
+    let outcome = handle.wait();
+    results.finish(outcome, last, interrupted, failures_planned)
+}
+
+/// Runs the reference job to its end: builds, starts, waits, checks.
+///
+/// # Errors
+/// An invalid configuration or the engine's refusal to start. A job that
+/// fails while running is not an error here: the report says so
+/// ([`RefJobReport::job_error`]).
+pub fn run_reference_job(
+    cfg: &RefJobConfig,
+    job_config: JobConfig,
+    failures: FailurePlan,
+) -> Result<RefJobReport, RefJobError> {
+    let planned = failures.failures.len();
+    let (handle, results) = start_reference_job(cfg, job_config, failures)?;
+    wait_reference_job(handle, &results, false, planned)
+}

@@ -1,0 +1,140 @@
+//! The reference job end to end: exact results against the closed form,
+//! with and without checkpoints and injected failures.
+
+use lockgate::{CheckpointMode, FailurePlan, JobConfig, RestartStrategy};
+use lockgate_operators::refjob::{
+    run_reference_job, seeded_failures, task_names, RefJobConfig, JOB_NAME,
+};
+use lockgate_operators::workload::{ExpectedResult, KeySpace, Workload};
+use std::time::Duration;
+
+fn checkpointed(mode: CheckpointMode, restarts: u32) -> JobConfig {
+    let mut c = JobConfig::default();
+    c.checkpoint.mode = mode;
+    c.checkpoint.interval = Some(Duration::from_millis(10));
+    c.restart = RestartStrategy {
+        max_attempts: restarts,
+        delay: Duration::ZERO,
+    };
+    c
+}
+
+#[test]
+fn w1_without_checkpoints_matches_the_closed_form() {
+    let cfg = RefJobConfig::w1(200_000);
+    let report = run_reference_job(&cfg, JobConfig::default(), FailurePlan::none()).unwrap();
+    assert!(report.ok(), "{:?}", report.failure());
+    let expected = ExpectedResult::compute(200_000, &KeySpace::uniform(cfg.keys).unwrap());
+    assert_eq!(report.check.fingerprint, expected.fingerprint());
+    assert_eq!(report.delivered, 200_000);
+    assert_eq!((report.lost, report.duplicated), (0, 0));
+    // W1 records every delivery (closed loop, no warm-up).
+    assert_eq!(report.latency.len(), 200_000);
+    assert_eq!(report.sources.emitted, 200_000);
+    assert_eq!(report.metrics.restarts, 0);
+    let names: Vec<_> = report
+        .metrics
+        .tasks
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    assert_eq!(names, task_names(2));
+}
+
+#[test]
+fn w1_exactly_once_survives_two_failures_exactly() {
+    let cfg = RefJobConfig::w1(200_000);
+    let plan = seeded_failures(&cfg, 7, 2);
+    assert_eq!(plan.failures.len(), 2);
+    let report =
+        run_reference_job(&cfg, checkpointed(CheckpointMode::ExactlyOnce, 2), plan).unwrap();
+    assert_eq!(report.metrics.restarts, 2, "{:?}", report.metrics.failures);
+    assert!(report.ok(), "{:?}", report.failure());
+    assert!(report.check.is_exact(), "{}", report.check);
+    assert_eq!((report.lost, report.duplicated), (0, 0));
+    // Replays reach the sink again: it received at least every record.
+    assert!(report.delivered >= 200_000);
+    assert!(report.metrics.completed_checkpoints() >= 1);
+}
+
+#[test]
+fn w1_at_least_once_with_failures_loses_nothing() {
+    let cfg = RefJobConfig::w1(200_000);
+    let plan = seeded_failures(&cfg, 11, 2);
+    let report =
+        run_reference_job(&cfg, checkpointed(CheckpointMode::AtLeastOnce, 2), plan).unwrap();
+    assert_eq!(report.metrics.restarts, 2, "{:?}", report.metrics.failures);
+    assert_eq!(report.lost, 0, "{}", report.check);
+    assert!(report.ok(), "{:?}", report.failure());
+}
+
+#[test]
+fn w2_short_run_is_exact_and_records_every_latency() {
+    let cfg = RefJobConfig::paced(Workload::W2, 50_000, Duration::from_secs(1), Duration::ZERO);
+    assert_eq!(cfg.total_records(), 50_000);
+    let report = run_reference_job(&cfg, JobConfig::default(), FailurePlan::none()).unwrap();
+    assert!(report.ok(), "{:?}", report.failure());
+    assert_eq!(report.latency.len(), 50_000);
+    assert_eq!(report.latency_uncorrected.len(), 50_000);
+    assert_eq!(report.recorded_records, 50_000);
+    let interval_total: u64 = report.intervals.iter().map(|h| h.len()).sum();
+    assert_eq!(interval_total, 50_000);
+}
+
+#[test]
+fn w3_with_warmup_records_only_after_it_and_checkpoints_exactly() {
+    let cfg = RefJobConfig::paced(
+        Workload::W3,
+        20_000,
+        Duration::from_millis(500),
+        Duration::from_millis(250),
+    );
+    assert_eq!(cfg.total_records(), 15_000);
+    assert_eq!(cfg.first_recorded_n(), 5_000);
+    let report = run_reference_job(
+        &cfg,
+        checkpointed(CheckpointMode::ExactlyOnce, 0),
+        FailurePlan::none(),
+    )
+    .unwrap();
+    assert!(report.ok(), "{:?}", report.failure());
+    assert_eq!(report.latency.len(), 10_000);
+}
+
+#[test]
+fn payload_records_flow_and_check_exactly() {
+    let mut cfg = RefJobConfig::w1(20_000);
+    cfg.payload_bytes = 100;
+    let report = run_reference_job(&cfg, JobConfig::default(), FailurePlan::none()).unwrap();
+    assert!(report.ok(), "{:?}", report.failure());
+}
+
+#[test]
+fn restore_from_another_configuration_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut jc = checkpointed(CheckpointMode::ExactlyOnce, 0);
+    jc.checkpoint.dir = Some(dir.path().to_path_buf());
+    let cfg = RefJobConfig::w1(50_000);
+    let report = run_reference_job(&cfg, jc.clone(), FailurePlan::none()).unwrap();
+    assert!(report.ok(), "{:?}", report.failure());
+    // The same job resumes from its final checkpoint: nothing left to do.
+    jc.checkpoint.restore = true;
+    let again = run_reference_job(&cfg, jc.clone(), FailurePlan::none()).unwrap();
+    assert!(again.ok(), "{:?}", again.failure());
+    let other = RefJobConfig::w1(60_000);
+    let err = run_reference_job(&other, jc, FailurePlan::none()).unwrap_err();
+    assert!(err.to_string().contains("another configuration"), "{err}");
+    assert_eq!(JOB_NAME, "lockgate-reference");
+}
+
+#[test]
+fn invalid_configurations_are_refused_before_starting() {
+    let mut cfg = RefJobConfig::paced(Workload::W2, 0, Duration::from_secs(1), Duration::ZERO);
+    assert!(run_reference_job(&cfg, JobConfig::default(), FailurePlan::none()).is_err());
+    cfg.rate = 10;
+    cfg.duration = Duration::ZERO;
+    assert!(run_reference_job(&cfg, JobConfig::default(), FailurePlan::none()).is_err());
+    let mut w1 = RefJobConfig::w1(10);
+    w1.parallelism = 0;
+    assert!(run_reference_job(&w1, JobConfig::default(), FailurePlan::none()).is_err());
+}

@@ -13,6 +13,7 @@
 //! cost of the engine is the ratio of the two.
 
 use crossbeam_channel::{bounded, Receiver, Select, Sender};
+use lockgate_operators::latency::LatencyRecorder;
 use lockgate_operators::workload::{
     route, ExpectedResult, Generator, KeySpace, KeyedSum, SinkCheck, SumRecord,
 };
@@ -30,6 +31,8 @@ pub struct RawReport {
     pub records_per_s: f64,
     /// True when count, per-key sums and fingerprint match the closed form.
     pub exact: bool,
+    /// Records whose latency was recorded.
+    pub latency_count: u64,
 }
 
 /// Sends full batches of one producer to its consumers, as lockgate's
@@ -147,9 +150,15 @@ pub fn run_w1(
         }));
     }
     let mut check = SinkCheck::new(records, keys).expect("within limits");
+    // The same sink work as lockgate's reference sink: check every record
+    // and record its latency from the emission time (one clock read per
+    // batch).
+    let mut latency = LatencyRecorder::new();
     drain_all(sink_in, |b| {
+        let now = lockgate::clock::now_ns();
         for r in &b {
             check.observe(r);
+            latency.record(now, r.ts_ns);
         }
     });
     let seconds = start.elapsed().as_secs_f64();
@@ -163,6 +172,7 @@ pub fn run_w1(
         seconds,
         records_per_s: check.received() as f64 / seconds,
         exact: report.is_exact(),
+        latency_count: latency.count(),
     }
 }
 
@@ -173,5 +183,6 @@ mod tests {
         let r = super::run_w1(50_000, 1_000, 2, 64, 4);
         assert_eq!(r.records, 50_000);
         assert!(r.exact);
+        assert_eq!(r.latency_count, 50_000);
     }
 }

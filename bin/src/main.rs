@@ -30,7 +30,7 @@ struct Cli {
 enum Command {
     /// Runs a reference workload (W1/W2/W3) and reports throughput,
     /// latency, checkpoints and correctness.
-    Loadgen(loadgen::Args),
+    Loadgen(Box<loadgen::Args>),
     /// Shows or compares saved runs (`--json` files of `loadgen`).
     Report(report_cmd::Args),
 }
@@ -56,7 +56,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Loadgen(args) => {
             init_tracing(cli.verbose, args.quiet);
-            ExitCode::from(loadgen::run(args))
+            ExitCode::from(loadgen::run(*args))
         }
         Command::Report(args) => {
             init_tracing(cli.verbose, false);

@@ -90,10 +90,10 @@ pub struct Args {
     #[arg(long)]
     pub rate: Option<u64>,
     /// W2/W3 only: recorded seconds after the warm-up [default: 10].
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// W2/W3 only: warm-up seconds, not recorded (0 allowed) [default: 2].
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub warmup: Option<f64>,
     /// Distinct keys.
     #[arg(long, default_value_t = 10_000)]

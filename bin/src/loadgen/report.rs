@@ -330,7 +330,7 @@ impl RunReport {
                 "closed loop: measured from the actual emission time, not a latency test".into()
             }),
             checkpoints: CheckpointsJson::from_stats(&r.metrics.checkpoints),
-            failures_injected: r.metrics.failures.len() as u64,
+            failures_injected: r.failures_struck as u64,
             failures_planned: r.failures_planned as u64,
             recoveries: u64::from(r.metrics.restarts),
             requested_rate: paced.then_some(r.config.rate),

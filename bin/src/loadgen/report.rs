@@ -360,13 +360,24 @@ impl RunReport {
             .is_some_and(|req| self.achieved_rate < req as f64 * 0.99)
     }
 
-    /// The warning printed when [`RunReport::rate_shortfall`].
+    /// The warning printed when [`RunReport::rate_shortfall`]: loud when
+    /// the sources could not keep up; a note when recoveries explain it
+    /// (each restart restarts the schedule from the restored position, so
+    /// the run takes longer than its schedule).
     pub fn rate_warning(&self) -> Option<String> {
-        self.rate_shortfall().then(|| {
+        if !self.rate_shortfall() {
+            return None;
+        }
+        let req = self.requested_rate.unwrap_or(0);
+        Some(if self.recoveries > 0 {
             format!(
-                "WARNING: the sources achieved {:.0} records/s, below the requested {} records/s: they fell up to {} behind schedule, and the latency figures include that backlog",
+                "note: the sources achieved {:.0} records/s for the requested {req}: each of the {} recoveries restarted the schedule from its checkpoint",
+                self.achieved_rate, self.recoveries
+            )
+        } else {
+            format!(
+                "WARNING: the sources achieved {:.0} records/s, below the requested {req} records/s: they fell up to {} behind schedule, and the latency figures include that backlog",
                 self.achieved_rate,
-                self.requested_rate.unwrap_or(0),
                 fmt_ns(self.behind_schedule_max_ns)
             )
         })

@@ -49,6 +49,7 @@ fn w1_exactly_once_survives_two_failures_exactly() {
     let report =
         run_reference_job(&cfg, checkpointed(CheckpointMode::ExactlyOnce, 2), plan).unwrap();
     assert_eq!(report.metrics.restarts, 2, "{:?}", report.metrics.failures);
+    assert_eq!(report.failures_struck, 2);
     assert!(report.ok(), "{:?}", report.failure());
     assert!(report.check.is_exact(), "{}", report.check);
     assert_eq!((report.lost, report.duplicated), (0, 0));

@@ -1,0 +1,562 @@
+//! The flags of `lockgate loadgen` and their checking: every invalid value
+//! or impossible combination is refused here, before anything runs.
+
+use lockgate::barrier::DEFAULT_BLOCKER_CAPACITY_BYTES;
+use lockgate::{CheckpointMode, JobConfig, PinPolicy, RestartStrategy, WaitStrategy};
+use lockgate_operators::refjob::{RefJobConfig, MAX_PAYLOAD_BYTES};
+use lockgate_operators::workload::{KeyDist, Workload};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Which reference workload (docs/workloads.md).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkloadArg {
+    /// Throughput, closed loop.
+    W1,
+    /// Latency at a fixed rate, open loop.
+    W2,
+    /// W2 with bursting odd-numbered sources (skewed alignment).
+    W3,
+}
+
+/// The checkpointing mode, spelled as on the command line.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModeArg {
+    /// No checkpoints.
+    None,
+    /// Aligned barriers.
+    ExactlyOnce,
+    /// Tracked barriers.
+    AtLeastOnce,
+}
+
+/// How idle tasks wait (the runtime's wait strategy).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitArg {
+    /// Park at once.
+    Park,
+    /// Spin a little, then park (the engine's default).
+    SpinPark,
+    /// Never park (one core per task only).
+    Spin,
+}
+
+/// When to print a progress line a second on stderr.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgressArg {
+    /// Only when stderr is a terminal.
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
+}
+
+impl ModeArg {
+    /// The spelling on the command line (and in JSON `mode`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModeArg::None => "none",
+            ModeArg::ExactlyOnce => "exactly-once",
+            ModeArg::AtLeastOnce => "at-least-once",
+        }
+    }
+}
+
+impl WaitArg {
+    fn as_str(self) -> &'static str {
+        match self {
+            WaitArg::Park => "park",
+            WaitArg::SpinPark => "spin-park",
+            WaitArg::Spin => "spin",
+        }
+    }
+}
+
+/// `lockgate loadgen`: runs a reference workload (docs/workloads.md) on
+/// the engine and reports throughput, latency, checkpoints and
+/// correctness. Exit codes: 0 ok, 1 the correctness check failed, 2 bad
+/// input, 130 interrupted (Ctrl-C).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// The workload: w1 (throughput, closed loop), w2 (latency at a fixed
+    /// rate), w3 (w2 with bursting sources).
+    #[arg(long, value_enum, default_value = "w2")]
+    pub workload: WorkloadArg,
+    /// W1 only: records in total [default: 20000000].
+    #[arg(long)]
+    pub records: Option<u64>,
+    /// W2/W3 only: records/s of all sources together [default: 200000].
+    #[arg(long)]
+    pub rate: Option<u64>,
+    /// W2/W3 only: recorded seconds after the warm-up [default: 10].
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub duration: Option<f64>,
+    /// W2/W3 only: warm-up seconds, not recorded (0 allowed) [default: 2].
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub warmup: Option<f64>,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 10_000)]
+    pub keys: u64,
+    /// Seeds failure injection (the generator and its Zipf draw are fixed
+    /// by the workload spec, so results compare across systems).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Key distribution: uniform or zipf:<s>.
+    #[arg(long, default_value = "uniform")]
+    pub key_dist: String,
+    /// Extra bytes carried per record.
+    #[arg(long, default_value_t = 0)]
+    pub payload_bytes: usize,
+    /// Parallelism of the sources and of keyed_sum (in W3 the odd-numbered
+    /// sources burst).
+    #[arg(long, default_value_t = 2)]
+    pub parallelism: usize,
+    /// Records per batch at most.
+    #[arg(long, default_value_t = 1024)]
+    pub batch_size: usize,
+    /// Batches a channel holds.
+    #[arg(long, default_value_t = 64)]
+    pub channel_capacity: usize,
+    /// A partial batch leaves at the latest this long after its first
+    /// record, µs.
+    #[arg(long, default_value_t = 1000)]
+    pub buffer_timeout_us: u64,
+    /// Thread pinning: none, round-robin, or a core list like 0,1.
+    #[arg(long, default_value = "none")]
+    pub pin: String,
+    /// How idle tasks wait (default: the engine's, chosen by measurement).
+    #[arg(long, value_enum, default_value = "spin-park")]
+    pub wait_strategy: WaitArg,
+    /// Bytes the alignment blocker holds before the gate stops reading
+    /// blocked channels (default: the engine's).
+    #[arg(long, default_value_t = DEFAULT_BLOCKER_CAPACITY_BYTES)]
+    pub blocker_capacity_bytes: u64,
+    /// Checkpointing: none, exactly-once, at-least-once.
+    #[arg(long, value_enum, default_value = "exactly-once")]
+    pub checkpoint: ModeArg,
+    /// Time between checkpoints, ms [default: 100].
+    #[arg(long)]
+    pub checkpoint_interval_ms: Option<u64>,
+    /// Where checkpoints go (must be empty or absent) [default: a temporary
+    /// folder, removed at the end].
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Exactly-once only: abort a checkpoint whose alignment holds more
+    /// bytes [default: unlimited].
+    #[arg(long)]
+    pub max_alignment_bytes: Option<u64>,
+    /// A checkpoint not complete after this long is aborted, ms [default:
+    /// 60000].
+    #[arg(long)]
+    pub checkpoint_timeout_ms: Option<u64>,
+    /// Task failures injected at seeded random points; the job recovers
+    /// from its checkpoints.
+    #[arg(long, default_value_t = 0)]
+    pub inject_failures: usize,
+    /// Resume from the latest complete checkpoint in DIR (which goes on
+    /// receiving checkpoints).
+    #[arg(long, value_name = "DIR")]
+    pub restore: Option<PathBuf>,
+    /// Writes the run as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Writes the latency percentile distribution (HdrHistogram .hgrm, ms).
+    #[arg(long, value_name = "FILE")]
+    pub hgrm: Option<PathBuf>,
+    /// Writes an HdrHistogram interval log (one histogram a second).
+    #[arg(long, value_name = "FILE")]
+    pub hlog: Option<PathBuf>,
+    /// Writes latency by percentile as an SVG plot.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// A progress line a second on stderr (auto: only on a terminal).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub progress: ProgressArg,
+    /// Prints only the last line (`result: ...`).
+    #[arg(long)]
+    pub quiet: bool,
+    /// W2/W3: the shortest sleep of a source between polls, µs (see
+    /// lockgate_operators::refjob).
+    #[arg(long, default_value_t = 50)]
+    pub tick_us: u64,
+}
+
+/// Where checkpoints go for this run.
+#[derive(Debug)]
+pub enum CheckpointDir {
+    /// No checkpoints.
+    None,
+    /// A temporary folder, removed at the end.
+    Temp(tempfile::TempDir),
+    /// A folder the user named.
+    User(PathBuf),
+}
+
+impl CheckpointDir {
+    /// The folder, if any.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            CheckpointDir::None => None,
+            CheckpointDir::Temp(t) => Some(t.path()),
+            CheckpointDir::User(p) => Some(p),
+        }
+    }
+}
+
+/// A checked run: everything `run` needs.
+#[derive(Debug)]
+pub struct Plan {
+    /// The workload.
+    pub refjob: RefJobConfig,
+    /// The engine's configuration.
+    pub job: JobConfig,
+    /// Checkpointing mode as on the command line.
+    pub mode: ModeArg,
+    /// Failures to inject.
+    pub failures: usize,
+    /// The seed of the failure plan.
+    pub seed: u64,
+    /// Checkpoint folder.
+    pub checkpoint_dir: CheckpointDir,
+    /// The effective value of every flag (JSON `config`).
+    pub config_json: serde_json::Value,
+    /// Print progress lines.
+    pub progress: bool,
+    /// Print only the last line.
+    pub quiet: bool,
+    /// Pinning, as given.
+    pub pinning: String,
+}
+
+fn secs(v: f64, flag: &str, allow_zero: bool) -> Result<Duration, String> {
+    if !v.is_finite() || v < 0.0 || (!allow_zero && v == 0.0) {
+        return Err(format!(
+            "--{flag} must be {} number of seconds, got {v}",
+            if allow_zero {
+                "a non-negative"
+            } else {
+                "a positive"
+            }
+        ));
+    }
+    Duration::try_from_secs_f64(v).map_err(|e| format!("--{flag} {v}: {e}"))
+}
+
+/// Checks that `path` can be written (its folder exists, it is not a
+/// folder), creating and removing it when it did not exist.
+fn check_writable(path: &Path, flag: &str) -> Result<(), String> {
+    if path.is_dir() {
+        return Err(format!("--{flag} {}: is a folder", path.display()));
+    }
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| format!("--{flag} {}: cannot write: {e}", path.display()))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+fn dir_is_empty_or_absent(dir: &Path) -> Result<bool, String> {
+    match std::fs::read_dir(dir) {
+        Ok(mut it) => Ok(it.next().is_none()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
+        Err(e) => Err(format!("--checkpoint-dir {}: {e}", dir.display())),
+    }
+}
+
+impl Args {
+    /// Checks every flag and combination and builds the run.
+    ///
+    /// # Errors
+    /// A message naming the bad flag (the caller exits with code 2).
+    pub fn plan(&self) -> Result<Plan, String> {
+        let workload = match self.workload {
+            WorkloadArg::W1 => Workload::W1,
+            WorkloadArg::W2 => Workload::W2,
+            WorkloadArg::W3 => Workload::W3,
+        };
+        let paced = workload.is_paced();
+        let wname = workload.name().to_ascii_lowercase();
+        let mut refjob = RefJobConfig {
+            workload,
+            ..Default::default()
+        };
+        if paced {
+            if self.records.is_some() {
+                return Err(format!(
+                    "--records applies to w1 only; {wname} runs for --duration at --rate"
+                ));
+            }
+            if let Some(r) = self.rate {
+                if r == 0 {
+                    return Err("--rate must be at least 1 record/s".into());
+                }
+                refjob.rate = r;
+            }
+            if let Some(d) = self.duration {
+                refjob.duration = secs(d, "duration", false)?;
+            }
+            if let Some(w) = self.warmup {
+                refjob.warmup = secs(w, "warmup", true)?;
+            }
+        } else {
+            for (flag, given) in [
+                ("rate", self.rate.is_some()),
+                ("duration", self.duration.is_some()),
+                ("warmup", self.warmup.is_some()),
+            ] {
+                if given {
+                    return Err(format!(
+                        "--{flag} does not apply to w1 (closed loop); use --records"
+                    ));
+                }
+            }
+            if let Some(r) = self.records {
+                if r == 0 {
+                    return Err("--records must be at least 1".into());
+                }
+                refjob.records = r;
+            }
+        }
+        if self.keys == 0 {
+            return Err("--keys must be at least 1".into());
+        }
+        refjob.keys = self.keys;
+        refjob.key_dist = self
+            .key_dist
+            .parse::<KeyDist>()
+            .map_err(|e| format!("--key-dist: {e}"))?;
+        if self.payload_bytes > MAX_PAYLOAD_BYTES {
+            return Err(format!(
+                "--payload-bytes {} is above the limit of {MAX_PAYLOAD_BYTES}",
+                self.payload_bytes
+            ));
+        }
+        refjob.payload_bytes = self.payload_bytes;
+        if self.parallelism == 0 {
+            return Err("--parallelism must be at least 1".into());
+        }
+        refjob.parallelism = self.parallelism;
+        if self.tick_us == 0 {
+            return Err("--tick-us must be at least 1".into());
+        }
+        refjob.tick = Duration::from_micros(self.tick_us);
+        refjob.validate().map_err(|e| e.to_string())?;
+
+        let mut job = JobConfig::default();
+        if self.batch_size == 0 {
+            return Err("--batch-size must be at least 1".into());
+        }
+        job.batch_size = self.batch_size;
+        if self.channel_capacity == 0 {
+            return Err("--channel-capacity must be at least 1".into());
+        }
+        job.channel_capacity = self.channel_capacity;
+        job.buffer_timeout = Duration::from_micros(self.buffer_timeout_us);
+        job.pinning = self
+            .pin
+            .parse::<PinPolicy>()
+            .map_err(|e| format!("--pin: {e}"))?;
+        if let PinPolicy::Cores(cores) = &job.pinning {
+            let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+            if let Some(c) = cores.iter().find(|c| **c >= n) {
+                return Err(format!(
+                    "--pin: core {c} does not exist (this machine has {n} cores, 0..{})",
+                    n - 1
+                ));
+            }
+        }
+        job.wait_strategy = match self.wait_strategy {
+            WaitArg::Park => WaitStrategy::Park,
+            WaitArg::SpinPark => WaitStrategy::default(),
+            WaitArg::Spin => WaitStrategy::Spin,
+        };
+        job.handler.blocker_capacity_bytes = self.blocker_capacity_bytes;
+
+        let mode = self.checkpoint;
+        let checkpointing = mode != ModeArg::None;
+        if !checkpointing {
+            for (flag, given) in [
+                (
+                    "checkpoint-interval-ms",
+                    self.checkpoint_interval_ms.is_some(),
+                ),
+                ("checkpoint-dir", self.checkpoint_dir.is_some()),
+                ("max-alignment-bytes", self.max_alignment_bytes.is_some()),
+                (
+                    "checkpoint-timeout-ms",
+                    self.checkpoint_timeout_ms.is_some(),
+                ),
+                ("restore", self.restore.is_some()),
+                ("inject-failures", self.inject_failures > 0),
+            ] {
+                if given {
+                    return Err(format!(
+                        "--{flag} needs checkpoints, but --checkpoint is none"
+                    ));
+                }
+            }
+        }
+        if mode == ModeArg::AtLeastOnce && self.max_alignment_bytes.is_some() {
+            return Err(
+                "--max-alignment-bytes applies to exactly-once only (at-least-once does not align)"
+                    .into(),
+            );
+        }
+        job.checkpoint.mode = match mode {
+            ModeArg::None => CheckpointMode::None,
+            ModeArg::ExactlyOnce => CheckpointMode::ExactlyOnce,
+            ModeArg::AtLeastOnce => CheckpointMode::AtLeastOnce,
+        };
+        let checkpoint_dir = if checkpointing {
+            let interval = self.checkpoint_interval_ms.unwrap_or(100);
+            if interval == 0 {
+                return Err("--checkpoint-interval-ms must be at least 1".into());
+            }
+            job.checkpoint.interval = Some(Duration::from_millis(interval));
+            let timeout = self.checkpoint_timeout_ms.unwrap_or(60_000);
+            if timeout == 0 {
+                return Err("--checkpoint-timeout-ms must be at least 1".into());
+            }
+            job.checkpoint.timeout = Duration::from_millis(timeout);
+            if let Some(m) = self.max_alignment_bytes {
+                job.handler.max_alignment_bytes = Some(m);
+            }
+            match (&self.restore, &self.checkpoint_dir) {
+                (Some(r), Some(d)) if r != d => {
+                    return Err(format!(
+                        "--restore {} and --checkpoint-dir {} differ: a restored run goes on writing checkpoints to the folder it restores from",
+                        r.display(),
+                        d.display()
+                    ))
+                }
+                (Some(r), _) => {
+                    if !r.is_dir() {
+                        return Err(format!("--restore {}: no such folder", r.display()));
+                    }
+                    job.checkpoint.restore = true;
+                    job.checkpoint.dir = Some(r.clone());
+                    CheckpointDir::User(r.clone())
+                }
+                (None, Some(d)) => {
+                    if !dir_is_empty_or_absent(d)? {
+                        return Err(format!(
+                            "--checkpoint-dir {} is not empty; use --restore {} to resume from it, or an empty folder",
+                            d.display(),
+                            d.display()
+                        ));
+                    }
+                    std::fs::create_dir_all(d).map_err(|e| {
+                        format!("--checkpoint-dir {}: cannot create: {e}", d.display())
+                    })?;
+                    job.checkpoint.dir = Some(d.clone());
+                    CheckpointDir::User(d.clone())
+                }
+                (None, None) => {
+                    let t = tempfile::Builder::new()
+                        .prefix("lockgate-checkpoints-")
+                        .tempdir()
+                        .map_err(|e| format!("cannot create a temporary checkpoint folder: {e}"))?;
+                    job.checkpoint.dir = Some(t.path().to_path_buf());
+                    CheckpointDir::Temp(t)
+                }
+            }
+        } else {
+            CheckpointDir::None
+        };
+        if self.inject_failures > 0 {
+            job.restart = RestartStrategy {
+                max_attempts: u32::try_from(self.inject_failures)
+                    .map_err(|_| "--inject-failures is too large".to_string())?,
+                delay: Duration::ZERO,
+            };
+            let per_source = refjob.total_records() / refjob.parallelism as u64;
+            if per_source < 2 * (self.inject_failures as u64 + 1) {
+                return Err(format!(
+                    "--inject-failures {}: the run has too few records ({}) to fail that often",
+                    self.inject_failures,
+                    refjob.total_records()
+                ));
+            }
+        }
+        job.validate()
+            .map_err(|e| format!("invalid settings: {e}"))?;
+        for (flag, p) in [
+            ("json", &self.json),
+            ("hgrm", &self.hgrm),
+            ("hlog", &self.hlog),
+            ("svg", &self.svg),
+        ] {
+            if let Some(p) = p {
+                check_writable(p, flag)?;
+            }
+        }
+        if self.quiet && self.progress == ProgressArg::Always {
+            return Err("--quiet and --progress always contradict each other".into());
+        }
+        let progress = match self.progress {
+            ProgressArg::Always => true,
+            ProgressArg::Never => false,
+            ProgressArg::Auto => {
+                !self.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr())
+            }
+        };
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        let config_json = serde_json::json!({
+            "workload": wname,
+            "records": (!paced).then_some(refjob.records),
+            "rate": paced.then_some(refjob.rate),
+            "duration": paced.then_some(refjob.duration.as_secs_f64()),
+            "warmup": paced.then_some(refjob.warmup.as_secs_f64()),
+            "keys": refjob.keys,
+            "seed": self.seed,
+            "key_dist": refjob.key_dist.to_string(),
+            "payload_bytes": refjob.payload_bytes,
+            "parallelism": refjob.parallelism,
+            "batch_size": job.batch_size,
+            "channel_capacity": job.channel_capacity,
+            "buffer_timeout_us": self.buffer_timeout_us,
+            "pin": self.pin,
+            "wait_strategy": self.wait_strategy.as_str(),
+            "blocker_capacity_bytes": self.blocker_capacity_bytes,
+            "checkpoint": mode.as_str(),
+            "checkpoint_interval_ms": job.checkpoint.interval.map(|d| d.as_millis() as u64),
+            "checkpoint_dir": match &checkpoint_dir {
+                CheckpointDir::User(p) => Some(p.display().to_string()),
+                _ => None,
+            },
+            "max_alignment_bytes": self.max_alignment_bytes,
+            "checkpoint_timeout_ms": checkpointing.then_some(job.checkpoint.timeout.as_millis() as u64),
+            "inject_failures": self.inject_failures,
+            "restore": path(&self.restore),
+            "json": path(&self.json),
+            "hgrm": path(&self.hgrm),
+            "hlog": path(&self.hlog),
+            "svg": path(&self.svg),
+            "progress": match self.progress {
+                ProgressArg::Auto => "auto",
+                ProgressArg::Always => "always",
+                ProgressArg::Never => "never",
+            },
+            "quiet": self.quiet,
+            "tick_us": self.tick_us,
+        });
+        Ok(Plan {
+            refjob,
+            job,
+            mode,
+            failures: self.inject_failures,
+            seed: self.seed,
+            checkpoint_dir,
+            config_json,
+            progress,
+            quiet: self.quiet,
+            pinning: self.pin.clone(),
+        })
+    }
+}

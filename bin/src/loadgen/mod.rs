@@ -1,0 +1,201 @@
+//! `lockgate loadgen`: runs a reference workload on the engine
+//! (`lockgate_operators::refjob`), shows progress, handles Ctrl-C, and
+//! reports (human summary, JSON, .hgrm, .hlog, SVG).
+//!
+//! Exit codes: 0 the run passed its correctness check, 1 it did not, 2 bad
+//! input (nothing ran), 130 interrupted by Ctrl-C.
+
+mod args;
+pub mod report;
+
+pub use args::Args;
+
+use lockgate::JobError;
+use lockgate_operators::latency::{write_hgrm, write_percentile_plot_svg, HlogWriter, NS_PER_MS};
+use lockgate_operators::refjob::{
+    seeded_failures, start_reference_job, wait_reference_job, RefJobError, RefJobReport,
+};
+use report::{fmt_ns, RunReport};
+use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Exit code: the correctness check failed.
+pub const EXIT_FAILED: u8 = 1;
+/// Exit code: bad input, nothing ran.
+pub const EXIT_USAGE: u8 = 2;
+/// Exit code: interrupted by Ctrl-C (128 + SIGINT, as shells report it).
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// Runs `lockgate loadgen` and returns its exit code.
+pub fn run(args: Args) -> u8 {
+    let plan = match args.plan() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let flag = interrupted.clone();
+        // A second Ctrl-C ends the process at once.
+        if let Err(e) = ctrlc::set_handler(move || {
+            if flag.swap(true, Ordering::SeqCst) {
+                std::process::exit(i32::from(EXIT_INTERRUPTED));
+            }
+        }) {
+            tracing::warn!(error = %e, "cannot install the Ctrl-C handler");
+        }
+    }
+    let failures = seeded_failures(&plan.refjob, plan.seed, plan.failures);
+    let planned = failures.failures.len();
+    let wall_start = SystemTime::now();
+    let (handle, results) = match start_reference_job(&plan.refjob, plan.job.clone(), failures) {
+        Ok(x) => x,
+        Err(e) => {
+            let msg = match &e {
+                RefJobError::Job(JobError::Restore(m)) => format!("--restore: {m}"),
+                RefJobError::Job(JobError::Storage(m)) => format!("checkpoint folder: {m}"),
+                other => other.to_string(),
+            };
+            eprintln!("error: {msg}");
+            return EXIT_USAGE;
+        }
+    };
+    tracing::info!(
+        workload = %plan.refjob.workload,
+        mode = plan.mode.as_str(),
+        checkpoint_dir = ?plan.checkpoint_dir.path(),
+        "run started"
+    );
+    let started = Instant::now();
+    let mut next_progress = started + Duration::from_secs(1);
+    let mut last_delivered = 0u64;
+    let mut stopping = false;
+    while !handle.is_finished() {
+        if !stopping && interrupted.load(Ordering::SeqCst) {
+            stopping = true;
+            eprintln!("interrupted: stopping the job (Ctrl-C again to quit at once)");
+            handle.stop();
+        }
+        // The job has no completion channel: poll it, 20 ms being far below
+        // a progress line's second.
+        std::thread::sleep(Duration::from_millis(20));
+        if plan.progress && Instant::now() >= next_progress {
+            next_progress += Duration::from_secs(1);
+            let p = results.progress();
+            let m = handle.metrics();
+            eprintln!(
+                "[{:6.1} s] {:>9} records/s at the sink, {} delivered, p99 {} so far, {} checkpoints completed",
+                started.elapsed().as_secs_f64(),
+                p.delivered - last_delivered,
+                p.delivered,
+                fmt_ns(p.p99_ns),
+                m.completed_checkpoints()
+            );
+            last_delivered = p.delivered;
+        }
+    }
+    let was_interrupted = stopping;
+    let report = match wait_reference_job(handle, &results, was_interrupted, planned) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_FAILED;
+        }
+    };
+    let code = finish(&plan, &args, &report, wall_start);
+    // Removes a temporary checkpoint folder.
+    drop(plan);
+    if was_interrupted {
+        EXIT_INTERRUPTED
+    } else {
+        code
+    }
+}
+
+/// Prints and writes the report; returns 0 or [`EXIT_FAILED`].
+fn finish(plan: &args::Plan, args: &Args, r: &RefJobReport, wall_start: SystemTime) -> u8 {
+    let saved = match RunReport::new(
+        r,
+        plan.config_json.clone(),
+        plan.mode.as_str(),
+        &plan.pinning,
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: building the report: {e}");
+            return EXIT_FAILED;
+        }
+    };
+    let mut write_failed = false;
+    let mut fail = |what: &str, e: &dyn std::fmt::Display| {
+        eprintln!("error: writing {what}: {e}");
+        write_failed = true;
+    };
+    if let Some(p) = &args.json {
+        match serde_json::to_string_pretty(&saved) {
+            Ok(text) => {
+                if let Err(e) = std::fs::write(p, text + "\n") {
+                    fail(&p.display().to_string(), &e);
+                }
+            }
+            Err(e) => fail("the JSON report", &e),
+        }
+    }
+    if let Some(p) = &args.hgrm {
+        let res = std::fs::File::create(p).and_then(|f| {
+            let mut w = std::io::BufWriter::new(f);
+            write_hgrm(&mut w, &r.latency, NS_PER_MS)?;
+            w.flush()
+        });
+        if let Err(e) = res {
+            fail(&p.display().to_string(), &e);
+        }
+    }
+    if let Some(p) = &args.hlog {
+        let res = (|| -> anyhow::Result<()> {
+            let f = std::io::BufWriter::new(std::fs::File::create(p)?);
+            let mut w = HlogWriter::new(f, wall_start)?;
+            for (i, h) in r.intervals.iter().enumerate() {
+                w.write_interval(
+                    h,
+                    Duration::from_secs(i as u64),
+                    Duration::from_secs(1),
+                    None,
+                )?;
+            }
+            w.finish()?;
+            Ok(())
+        })();
+        if let Err(e) = res {
+            fail(&p.display().to_string(), &e);
+        }
+    }
+    if let Some(p) = &args.svg {
+        let title = format!(
+            "lockgate {} {} — latency by percentile",
+            saved.workload, saved.mode
+        );
+        if r.latency.is_empty() {
+            fail(&p.display().to_string(), &"no latency was recorded");
+        } else if let Err(e) = write_percentile_plot_svg(p, &title, &[("lockgate", &r.latency)]) {
+            fail(&p.display().to_string(), &e);
+        }
+    }
+    if let Some(w) = saved.rate_warning() {
+        eprintln!("{w}");
+    }
+    if plan.quiet {
+        println!("{}", saved.result_line());
+    } else {
+        println!("{}", saved.human());
+    }
+    if saved.ok && !write_failed {
+        0
+    } else {
+        EXIT_FAILED
+    }
+}

@@ -1,0 +1,573 @@
+//! The saved form of a run (`--json`), built from the reference job's
+//! report, and its human summary (also used by `lockgate report show`).
+
+use lockgate::checkpoint::CheckpointStatus;
+use lockgate::CheckpointStats;
+use lockgate_operators::latency::{histogram_to_base64, Percentiles};
+use lockgate_operators::refjob::RefJobReport;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// The version of the JSON layout below; bumped on incompatible changes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Where the run ran.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Environment {
+    /// Cores available to the process.
+    pub cores: usize,
+    /// `model name` from /proc/cpuinfo ("unknown" elsewhere).
+    pub cpu_model: String,
+    /// `rustc --version` at build time.
+    pub rustc: String,
+    /// `git rev-parse --short HEAD` at build time.
+    pub git_commit: String,
+}
+
+impl Environment {
+    /// This machine and this binary.
+    pub fn detect() -> Self {
+        let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, v)| v.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        Environment {
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu_model,
+            rustc: env!("LOCKGATE_RUSTC").to_string(),
+            git_commit: env!("LOCKGATE_GIT_COMMIT").to_string(),
+        }
+    }
+}
+
+/// The peak resident set size of this process in bytes (`VmHWM` of
+/// /proc/self/status; 0 where unavailable).
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Latency percentiles in ns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyNs {
+    /// Values recorded.
+    pub count: u64,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// 99.99th percentile.
+    pub p9999: u64,
+    /// Maximum.
+    pub max: u64,
+}
+
+impl From<Percentiles> for LatencyNs {
+    fn from(p: Percentiles) -> Self {
+        LatencyNs {
+            count: p.count,
+            p50: p.p50,
+            p90: p.p90,
+            p99: p.p99,
+            p999: p.p999,
+            p9999: p.p9999,
+            max: p.max,
+        }
+    }
+}
+
+/// p50, p99 and max over checkpoints, ns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Spread {
+    /// Median.
+    pub p50: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// Maximum.
+    pub max: u64,
+}
+
+impl Spread {
+    /// Nearest-rank percentiles of `v` (all 0 when empty).
+    fn of(mut v: Vec<u64>) -> Self {
+        if v.is_empty() {
+            return Spread::default();
+        }
+        v.sort_unstable();
+        let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+        Spread {
+            p50: rank(0.5),
+            p99: rank(0.99),
+            max: *v.last().expect("not empty"),
+        }
+    }
+}
+
+/// One task's alignment for one checkpoint.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TaskAlignmentJson {
+    /// The task, e.g. `keyed_sum[1]`.
+    pub task: String,
+    /// First to last barrier, ns.
+    pub alignment_ns: u64,
+    /// Most bytes buffered during the alignment.
+    pub buffered_bytes: u64,
+}
+
+/// One checkpoint.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CheckpointJson {
+    /// Its id.
+    pub id: u64,
+    /// `completed`, `aborted` or `pending`.
+    pub status: String,
+    /// The abort reason (`subsumed`, `timeout`, ...).
+    pub reason: Option<String>,
+    /// `checkpoint` or `savepoint`; `final` marks the one after the
+    /// sources ended.
+    pub kind: String,
+    /// Trigger time, ns on the engine's monotonic clock.
+    pub trigger_ns: u64,
+    /// Trigger to last acknowledgement, ns.
+    pub duration_ns: u64,
+    /// Trigger to the barrier leaving the last source, ns.
+    pub start_delay_ns: u64,
+    /// Per task with inputs.
+    pub alignments: Vec<TaskAlignmentJson>,
+    /// Serialized state, bytes.
+    pub state_bytes: u64,
+}
+
+/// The checkpoint table.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CheckpointsJson {
+    /// Completed checkpoints.
+    pub completed: u64,
+    /// Aborted checkpoints.
+    pub aborted: u64,
+    /// Aborted, by reason.
+    pub aborted_by_reason: BTreeMap<String, u64>,
+    /// Over completed checkpoints, each taking its slowest task.
+    pub alignment_ns: Spread,
+    /// End-to-end durations of completed checkpoints.
+    pub duration_ns: Spread,
+    /// Most bytes any task buffered in any alignment.
+    pub buffered_bytes_max: u64,
+    /// State size of the last completed checkpoint, bytes.
+    pub state_bytes_last: u64,
+    /// Every checkpoint.
+    pub list: Vec<CheckpointJson>,
+}
+
+impl CheckpointsJson {
+    fn from_stats(stats: &[CheckpointStats]) -> Self {
+        let mut c = CheckpointsJson::default();
+        let mut align = Vec::new();
+        let mut dur = Vec::new();
+        for s in stats {
+            let (status, reason) = match s.status {
+                CheckpointStatus::Completed => {
+                    c.completed += 1;
+                    align.push(s.max_alignment_ns());
+                    dur.push(s.duration_ns);
+                    c.state_bytes_last = s.state_bytes;
+                    ("completed", None)
+                }
+                CheckpointStatus::Aborted(r) => {
+                    c.aborted += 1;
+                    *c.aborted_by_reason
+                        .entry(r.as_str().to_string())
+                        .or_default() += 1;
+                    ("aborted", Some(r.as_str().to_string()))
+                }
+                CheckpointStatus::Pending => ("pending", None),
+            };
+            c.buffered_bytes_max = c.buffered_bytes_max.max(s.max_buffered_bytes());
+            let kind = match s.kind {
+                lockgate::SnapshotKind::Savepoint => "savepoint",
+                _ => "checkpoint",
+            };
+            c.list.push(CheckpointJson {
+                id: s.id.get(),
+                status: status.into(),
+                reason,
+                kind: if s.is_final {
+                    format!("{kind} (final)")
+                } else {
+                    kind.into()
+                },
+                trigger_ns: s.trigger_ns,
+                duration_ns: s.duration_ns,
+                start_delay_ns: s.start_delay_ns,
+                alignments: s
+                    .alignments
+                    .iter()
+                    .map(|a| TaskAlignmentJson {
+                        task: a.task.clone(),
+                        alignment_ns: a.duration_ns,
+                        buffered_bytes: a.buffered_bytes,
+                    })
+                    .collect(),
+                state_bytes: s.state_bytes,
+            });
+        }
+        c.alignment_ns = Spread::of(align);
+        c.duration_ns = Spread::of(dur);
+        c
+    }
+}
+
+/// A run as saved by `--json` and read by `lockgate report`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RunReport {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Machine and build.
+    pub environment: Environment,
+    /// Every flag's effective value, keyed by flag name with `_`.
+    pub config: serde_json::Value,
+    /// `W1`, `W2` or `W3`.
+    pub workload: String,
+    /// Checkpointing as on the command line.
+    pub mode: String,
+    /// Records in the recorded window (after warm-up).
+    pub records: u64,
+    /// Length of the recorded window, s.
+    pub seconds: f64,
+    /// `records / seconds`.
+    pub records_per_s: f64,
+    /// Cores available.
+    pub cores: usize,
+    /// Pinning as on the command line.
+    pub pinning: String,
+    /// Latency from the intended send time, ns.
+    pub latency_ns: LatencyNs,
+    /// Set when the latency is not a latency test (W1, closed loop).
+    pub latency_note: Option<String>,
+    /// Checkpoints.
+    pub checkpoints: CheckpointsJson,
+    /// Failures that struck.
+    pub failures_injected: u64,
+    /// Failures planned (`--inject-failures`).
+    pub failures_planned: u64,
+    /// Restarts from a checkpoint.
+    pub recoveries: u64,
+    /// The requested rate, records/s (W2/W3).
+    pub requested_rate: Option<u64>,
+    /// What the sources emitted per second (replays included).
+    pub achieved_rate: f64,
+    /// The most a record was sent after its schedule time, ns.
+    pub behind_schedule_max_ns: u64,
+    /// Records the run emits in total.
+    pub total_records: u64,
+    /// Records the sink received, replays included.
+    pub delivered: u64,
+    /// Sequence numbers never received.
+    pub lost: u64,
+    /// Records received more than once.
+    pub duplicated: u64,
+    /// Latency from the actual send time (uncorrected), ns.
+    pub latency_uncorrected_ns: LatencyNs,
+    /// The closed form's fingerprint.
+    pub expected_fingerprint: u64,
+    /// The sink's fingerprint.
+    pub fingerprint: u64,
+    /// The correctness check in words.
+    pub check: String,
+    /// Peak resident memory, bytes.
+    pub peak_rss_bytes: u64,
+    /// The latency histogram, HdrHistogram V2 compressed, base64.
+    pub latency_histogram: String,
+    /// Stopped by Ctrl-C.
+    pub interrupted: bool,
+    /// Why the result is not ok.
+    pub failure: Option<String>,
+    /// The correctness check passed.
+    pub ok: bool,
+}
+
+impl RunReport {
+    /// The saved form of `r`.
+    pub fn new(
+        r: &RefJobReport,
+        config: serde_json::Value,
+        mode: &str,
+        pinning: &str,
+    ) -> anyhow::Result<Self> {
+        let env = Environment::detect();
+        let paced = r.config.workload.is_paced();
+        let failure = r.failure();
+        Ok(RunReport {
+            schema_version: SCHEMA_VERSION,
+            cores: env.cores,
+            environment: env,
+            config,
+            workload: r.config.workload.name().into(),
+            mode: mode.into(),
+            records: r.recorded_records,
+            seconds: r.recorded_seconds,
+            records_per_s: r.records_per_s(),
+            pinning: pinning.into(),
+            latency_ns: r.percentiles().into(),
+            latency_note: (!paced).then(|| {
+                "closed loop: measured from the actual emission time, not a latency test".into()
+            }),
+            checkpoints: CheckpointsJson::from_stats(&r.metrics.checkpoints),
+            failures_injected: r.failures_struck as u64,
+            failures_planned: r.failures_planned as u64,
+            recoveries: u64::from(r.metrics.restarts),
+            requested_rate: paced.then_some(r.config.rate),
+            achieved_rate: r.sources.achieved_rate,
+            behind_schedule_max_ns: r.sources.max_behind_ns,
+            total_records: r.total_records,
+            delivered: r.delivered,
+            lost: r.lost,
+            duplicated: r.duplicated,
+            latency_uncorrected_ns: Percentiles::from_histogram(&r.latency_uncorrected).into(),
+            expected_fingerprint: r.check.expected_fingerprint,
+            fingerprint: r.check.fingerprint,
+            check: r.check.to_string(),
+            peak_rss_bytes: peak_rss_bytes(),
+            latency_histogram: histogram_to_base64(&r.latency)?,
+            interrupted: r.interrupted,
+            ok: failure.is_none(),
+            failure,
+        })
+    }
+
+    /// True when the sources fell short of the requested rate by more than
+    /// 1% (a finite run's rate estimate is a little noisy; 1% is well above
+    /// that noise and well below a real shortfall).
+    pub fn rate_shortfall(&self) -> bool {
+        self.requested_rate
+            .is_some_and(|req| self.achieved_rate < req as f64 * 0.99)
+    }
+
+    /// The warning printed when [`RunReport::rate_shortfall`]: loud when
+    /// the sources could not keep up; a note when recoveries explain it
+    /// (each restart restarts the schedule from the restored position, so
+    /// the run takes longer than its schedule).
+    pub fn rate_warning(&self) -> Option<String> {
+        if !self.rate_shortfall() {
+            return None;
+        }
+        let req = self.requested_rate.unwrap_or(0);
+        Some(if self.recoveries > 0 {
+            format!(
+                "note: the sources achieved {:.0} records/s for the requested {req}: each of the {} recoveries restarted the schedule from its checkpoint",
+                self.achieved_rate, self.recoveries
+            )
+        } else {
+            format!(
+                "WARNING: the sources achieved {:.0} records/s, below the requested {req} records/s: they fell up to {} behind schedule, and the latency figures include that backlog",
+                self.achieved_rate,
+                fmt_ns(self.behind_schedule_max_ns)
+            )
+        })
+    }
+
+    /// The last line: `result: ok`, `result: interrupted (...)` or
+    /// `result: FAILED (<why>)`.
+    pub fn result_line(&self) -> String {
+        match (&self.failure, self.interrupted) {
+            (None, _) => "result: ok".into(),
+            (Some(_), true) => format!(
+                "result: interrupted ({} of {} records delivered)",
+                self.delivered, self.total_records
+            ),
+            (Some(why), false) => format!("result: FAILED ({why})"),
+        }
+    }
+
+    /// The human summary, ending with [`RunReport::result_line`].
+    pub fn human(&self) -> String {
+        let mut s = String::new();
+        let c = &self.config;
+        let get = |k: &str| c.get(k).cloned().unwrap_or(serde_json::Value::Null);
+        let _ = writeln!(
+            s,
+            "lockgate loadgen {}: {} checkpoints{}{}",
+            self.workload,
+            self.mode,
+            match get("checkpoint_interval_ms").as_u64() {
+                Some(ms) if self.mode != "none" => format!(" every {ms} ms"),
+                _ => String::new(),
+            },
+            if self.interrupted {
+                " [INTERRUPTED]"
+            } else {
+                ""
+            }
+        );
+        let _ = writeln!(
+            s,
+            "  machine:     {} cores ({}), pinning {}, rustc {}, commit {}",
+            self.cores,
+            self.environment.cpu_model,
+            self.pinning,
+            self.environment.rustc,
+            self.environment.git_commit
+        );
+        let _ = writeln!(
+            s,
+            "  settings:    parallelism {}, keys {} {}, payload {} B, batch {}, channel {}, buffer timeout {} µs, wait {}",
+            get("parallelism"),
+            get("keys"),
+            get("key_dist").as_str().unwrap_or("?"),
+            get("payload_bytes"),
+            get("batch_size"),
+            get("channel_capacity"),
+            get("buffer_timeout_us"),
+            get("wait_strategy").as_str().unwrap_or("?"),
+        );
+        let window = if self.requested_rate.is_some() {
+            match get("warmup").as_f64() {
+                Some(w) if w > 0.0 => format!("after a {w} s warm-up"),
+                _ => "no warm-up".into(),
+            }
+        } else {
+            "first emission to last delivery".into()
+        };
+        let _ = writeln!(
+            s,
+            "  records:     {} in {:.3} s = {:.0} records/s ({window})",
+            self.records, self.seconds, self.records_per_s
+        );
+        match self.requested_rate {
+            Some(req) => {
+                let _ = writeln!(
+                    s,
+                    "  rate:        requested {req} records/s, achieved {:.0} records/s; sources at most {} behind schedule",
+                    self.achieved_rate,
+                    fmt_ns(self.behind_schedule_max_ns)
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "  rate:        closed loop, sources emitted {:.0} records/s",
+                    self.achieved_rate
+                );
+            }
+        }
+        if let Some(w) = self.rate_warning() {
+            let _ = writeln!(s, "  {w}");
+        }
+        let _ = writeln!(
+            s,
+            "  correctness: {} records, {} delivered, {} lost, {} duplicated; fingerprint {:#018x} (expected {:#018x})",
+            self.total_records,
+            self.delivered,
+            self.lost,
+            self.duplicated,
+            self.fingerprint,
+            self.expected_fingerprint
+        );
+        let label = match &self.latency_note {
+            Some(n) => format!("latency ({n})"),
+            None => "latency (from the intended send time)".into(),
+        };
+        let _ = writeln!(s, "  {label}, µs, {} values:", self.latency_ns.count);
+        let _ = writeln!(s, "    {}", fmt_lat(&self.latency_ns));
+        if self.latency_note.is_none() {
+            let _ = writeln!(
+                s,
+                "  latency uncorrected (from the actual send time), µs:\n    {}",
+                fmt_lat(&self.latency_uncorrected_ns)
+            );
+        }
+        let cp = &self.checkpoints;
+        if self.mode != "none" {
+            let reasons: Vec<String> = cp
+                .aborted_by_reason
+                .iter()
+                .map(|(r, n)| format!("{r} {n}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  checkpoints: {} completed, {} aborted{}",
+                cp.completed,
+                cp.aborted,
+                if reasons.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", reasons.join(", "))
+                }
+            );
+            let _ = writeln!(
+                s,
+                "    alignment   p50 {:>10}  p99 {:>10}  max {:>10}",
+                fmt_ns(cp.alignment_ns.p50),
+                fmt_ns(cp.alignment_ns.p99),
+                fmt_ns(cp.alignment_ns.max)
+            );
+            let _ = writeln!(
+                s,
+                "    end-to-end  p50 {:>10}  p99 {:>10}  max {:>10}",
+                fmt_ns(cp.duration_ns.p50),
+                fmt_ns(cp.duration_ns.p99),
+                fmt_ns(cp.duration_ns.max)
+            );
+            let _ = writeln!(
+                s,
+                "    max buffered in alignment {} B, last state size {} B",
+                cp.buffered_bytes_max, cp.state_bytes_last
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  failures:    {} injected ({} planned), {} recoveries",
+            self.failures_injected, self.failures_planned, self.recoveries
+        );
+        let _ = writeln!(
+            s,
+            "  memory:      peak RSS {:.1} MiB",
+            self.peak_rss_bytes as f64 / (1024.0 * 1024.0)
+        );
+        let _ = write!(s, "{}", self.result_line());
+        s
+    }
+}
+
+/// A duration in ns, shown in the unit that reads best.
+pub fn fmt_ns(ns: u64) -> String {
+    if ns < 10_000 {
+        format!("{ns} ns")
+    } else if ns < 10_000_000 {
+        format!("{:.1} µs", ns as f64 / 1e3)
+    } else if ns < 10_000_000_000 {
+        format!("{:.2} ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.2} s", ns as f64 / 1e9)
+    }
+}
+
+fn fmt_lat(l: &LatencyNs) -> String {
+    let us = |v: u64| format!("{:.1}", v as f64 / 1e3);
+    format!(
+        "p50 {}  p90 {}  p99 {}  p99.9 {}  p99.99 {}  max {}",
+        us(l.p50),
+        us(l.p90),
+        us(l.p99),
+        us(l.p999),
+        us(l.p9999),
+        us(l.max)
+    )
+}

@@ -1,0 +1,212 @@
+//! `lockgate report`: shows a saved run (`loadgen --json`) or compares
+//! several side by side.
+
+use crate::loadgen::report::{fmt_ns, RunReport};
+use lockgate_operators::latency::{histogram_from_base64, write_percentile_plot_svg};
+use std::path::{Path, PathBuf};
+
+/// `lockgate report`: shows or compares saved runs. Exit codes: 0 done, 2
+/// a file is missing or is not a saved run.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    #[command(subcommand)]
+    command: ReportCommand,
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+enum ReportCommand {
+    /// Prints a saved run as `loadgen` printed it.
+    Show {
+        /// The run (`loadgen --json` output).
+        run: PathBuf,
+        /// Also writes its latency by percentile as an SVG plot.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
+    },
+    /// Prints runs side by side with the ratio of each figure to the
+    /// first run's.
+    Compare {
+        /// Two or more runs.
+        #[arg(required = true, num_args = 2..)]
+        runs: Vec<PathBuf>,
+        /// Also writes their latencies by percentile in one SVG plot.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
+    },
+}
+
+fn load(path: &Path) -> Result<RunReport, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let r: RunReport = serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not a saved loadgen run: {e}", path.display()))?;
+    if r.schema_version != crate::loadgen::report::SCHEMA_VERSION {
+        return Err(format!(
+            "{} has schema version {}, this binary reads {}",
+            path.display(),
+            r.schema_version,
+            crate::loadgen::report::SCHEMA_VERSION
+        ));
+    }
+    Ok(r)
+}
+
+fn name_of(path: &Path) -> String {
+    path.file_stem().map_or_else(
+        || path.display().to_string(),
+        |s| s.to_string_lossy().into(),
+    )
+}
+
+fn plot(svg: &Path, runs: &[(String, RunReport)]) -> Result<(), String> {
+    let mut hists = Vec::new();
+    for (name, r) in runs {
+        let h = histogram_from_base64(&r.latency_histogram)
+            .map_err(|e| format!("the latency histogram of {name}: {e}"))?;
+        hists.push((name.clone(), h));
+    }
+    let series: Vec<(&str, &hdrhistogram::Histogram<u64>)> =
+        hists.iter().map(|(n, h)| (n.as_str(), h)).collect();
+    write_percentile_plot_svg(svg, "lockgate latency by percentile", &series)
+        .map_err(|e| format!("writing {}: {e}", svg.display()))
+}
+
+/// One row of the comparison: a label and how to read the figure.
+type Figure = (&'static str, fn(&RunReport) -> f64, bool);
+
+fn figures() -> Vec<Figure> {
+    vec![
+        ("records/s", |r| r.records_per_s, false),
+        ("achieved rate", |r| r.achieved_rate, false),
+        ("latency p50", |r| r.latency_ns.p50 as f64, true),
+        ("latency p90", |r| r.latency_ns.p90 as f64, true),
+        ("latency p99", |r| r.latency_ns.p99 as f64, true),
+        ("latency p99.9", |r| r.latency_ns.p999 as f64, true),
+        ("latency p99.99", |r| r.latency_ns.p9999 as f64, true),
+        ("latency max", |r| r.latency_ns.max as f64, true),
+        (
+            "uncorrected p99",
+            |r| r.latency_uncorrected_ns.p99 as f64,
+            true,
+        ),
+        (
+            "checkpoints completed",
+            |r| r.checkpoints.completed as f64,
+            false,
+        ),
+        (
+            "alignment p99",
+            |r| r.checkpoints.alignment_ns.p99 as f64,
+            true,
+        ),
+        (
+            "checkpoint p99",
+            |r| r.checkpoints.duration_ns.p99 as f64,
+            true,
+        ),
+        (
+            "peak RSS MiB",
+            |r| r.peak_rss_bytes as f64 / 1048576.0,
+            false,
+        ),
+    ]
+}
+
+fn compare(runs: &[(String, RunReport)]) -> String {
+    const W: usize = 24;
+    let mut out = format!("{:<22}", "");
+    for (name, _) in runs {
+        out += &format!("{:>W$}", truncate(name, W - 1));
+    }
+    out.push('\n');
+    let mut line = |label: &str, cells: Vec<String>| {
+        out += &format!("{label:<22}");
+        for c in cells {
+            out += &format!("{c:>W$}");
+        }
+        out.push('\n');
+    };
+    line(
+        "workload / mode",
+        runs.iter()
+            .map(|(_, r)| format!("{} {}", r.workload, r.mode))
+            .collect(),
+    );
+    line(
+        "cores / pinning",
+        runs.iter()
+            .map(|(_, r)| format!("{} / {}", r.cores, r.pinning))
+            .collect(),
+    );
+    let base = &runs[0].1;
+    for (label, get, is_ns) in figures() {
+        let b = get(base);
+        line(
+            label,
+            runs.iter()
+                .enumerate()
+                .map(|(i, (_, r))| {
+                    let v = get(r);
+                    let shown = if is_ns {
+                        fmt_ns(v as u64)
+                    } else {
+                        format!("{v:.0}")
+                    };
+                    if i == 0 {
+                        shown
+                    } else if b == 0.0 {
+                        format!("{shown} (n/a)")
+                    } else {
+                        format!("{shown} ({:.2}x)", v / b)
+                    }
+                })
+                .collect(),
+        );
+    }
+    line(
+        "result",
+        runs.iter()
+            .map(|(_, r)| if r.ok { "ok".into() } else { "FAILED".into() })
+            .collect(),
+    );
+    out
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n.saturating_sub(1)).collect::<String>() + "…"
+    }
+}
+
+/// Runs `lockgate report` and returns its exit code.
+pub fn run(args: Args) -> u8 {
+    let res = match args.command {
+        ReportCommand::Show { run, svg } => load(&run).and_then(|r| {
+            println!("{}", r.human());
+            match svg {
+                Some(svg) => plot(&svg, &[(name_of(&run), r)]),
+                None => Ok(()),
+            }
+        }),
+        ReportCommand::Compare { runs, svg } => runs
+            .iter()
+            .map(|p| load(p).map(|r| (name_of(p), r)))
+            .collect::<Result<Vec<_>, _>>()
+            .and_then(|loaded| {
+                print!("{}", compare(&loaded));
+                match svg {
+                    Some(svg) => plot(&svg, &loaded),
+                    None => Ok(()),
+                }
+            }),
+    };
+    match res {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e}");
+            2
+        }
+    }
+}

@@ -1,0 +1,431 @@
+//! `lockgate loadgen` and `lockgate report` driven as a user drives them:
+//! the binary is spawned, its exit code, output and files checked.
+
+use lockgate_operators::latency::{histogram_from_base64, parse_hgrm, read_hlog};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Runs that move records take the machine's 2 cores: one at a time.
+static HEAVY: Mutex<()> = Mutex::new(());
+
+fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    HEAVY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lockgate"));
+    c.env_remove("RUST_LOG");
+    c
+}
+
+fn loadgen(args: &[&str]) -> Output {
+    bin()
+        .arg("loadgen")
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn last_line(s: &str) -> &str {
+    s.trim_end().lines().last().unwrap_or("")
+}
+
+/// A short W2 run: 20 000 records/s for 1 s, no warm-up.
+const SHORT_W2: &[&str] = &["--duration", "1", "--warmup", "0", "--rate", "20000"];
+
+fn assert_ok(o: &Output) {
+    let (out, err) = text(o);
+    assert_eq!(o.status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(last_line(&out), "result: ok", "{out}");
+}
+
+fn read_json(p: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+#[test]
+fn w1_without_checkpoints_is_exact() {
+    let _g = heavy();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("w1.json");
+    let o = loadgen(&[
+        "--workload",
+        "w1",
+        "--records",
+        "100000",
+        "--checkpoint",
+        "none",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_ok(&o);
+    let (out, _) = text(&o);
+    assert!(out.contains("not a latency test"), "{out}");
+    let j = read_json(&json);
+    assert_eq!(j["workload"], "W1");
+    assert_eq!(j["mode"], "none");
+    assert_eq!(j["records"], 100_000);
+    assert_eq!(j["lost"], 0);
+    assert_eq!(j["duplicated"], 0);
+    assert_eq!(j["fingerprint"], j["expected_fingerprint"]);
+    assert!(j["requested_rate"].is_null());
+    assert_eq!(j["config"]["records"], 100_000);
+    assert!(j["config"]["rate"].is_null());
+    assert_eq!(j["checkpoints"]["completed"], 0);
+}
+
+#[test]
+fn w2_exactly_once_writes_json_hgrm_hlog_and_svg() {
+    let _g = heavy();
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let (json, hgrm, hlog, svg) = (p("r.json"), p("r.hgrm"), p("r.hlog"), p("r.svg"));
+    let mut args = SHORT_W2.to_vec();
+    args.extend([
+        "--json",
+        &json,
+        "--hgrm",
+        &hgrm,
+        "--hlog",
+        &hlog,
+        "--svg",
+        &svg,
+        "--checkpoint-interval-ms",
+        "50",
+    ]);
+    let o = loadgen(&args);
+    assert_ok(&o);
+    let j = read_json(Path::new(&json));
+    assert_eq!(j["schema_version"], 1);
+    assert_eq!(j["mode"], "exactly-once");
+    assert_eq!(j["workload"], "W2");
+    assert_eq!(j["ok"], true);
+    assert_eq!(j["records"], 20_000);
+    assert_eq!(j["latency_ns"]["count"], 20_000);
+    assert_eq!(j["requested_rate"], 20_000);
+    assert!(j["achieved_rate"].as_f64().unwrap() > 0.0);
+    assert!(j["checkpoints"]["completed"].as_u64().unwrap() >= 1);
+    let list = j["checkpoints"]["list"].as_array().unwrap();
+    assert!(!list.is_empty());
+    assert!(list[0]["alignments"].as_array().is_some());
+    for key in ["cores", "cpu_model", "rustc", "git_commit"] {
+        assert!(!j["environment"][key].is_null(), "{key}");
+    }
+    assert!(j["peak_rss_bytes"].as_u64().unwrap() > 0);
+    let lat = &j["latency_ns"];
+    assert!(lat["p50"].as_u64() <= lat["p99"].as_u64());
+    assert!(lat["p99"].as_u64() <= lat["max"].as_u64());
+    let h = histogram_from_base64(j["latency_histogram"].as_str().unwrap()).unwrap();
+    assert_eq!(h.len(), 20_000);
+    assert_eq!(h.max(), lat["max"].as_u64().unwrap());
+    // The .hgrm in ms: its last line is the max and the total count.
+    let lines = parse_hgrm(&std::fs::read_to_string(&hgrm).unwrap()).unwrap();
+    let last = lines.last().unwrap();
+    assert_eq!(last.total_count, 20_000);
+    let max_ms = lat["max"].as_u64().unwrap() as f64 / 1e6;
+    assert!(
+        (last.value - max_ms).abs() <= 0.001 + max_ms * 1e-3,
+        "{last:?}"
+    );
+    // The interval log adds up to every recorded latency.
+    let intervals = read_hlog(&std::fs::read(&hlog).unwrap()).unwrap();
+    assert!(!intervals.is_empty());
+    let total: u64 = intervals.iter().map(|i| i.histogram.len()).sum();
+    assert_eq!(total, 20_000);
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+
+    // report show prints the same run; compare puts two side by side.
+    let show = bin().args(["report", "show", &json]).output().unwrap();
+    let (out, err) = text(&show);
+    assert_eq!(show.status.code(), Some(0), "{err}");
+    assert!(
+        out.contains("W2") && last_line(&out) == "result: ok",
+        "{out}"
+    );
+    let cmp = bin()
+        .args(["report", "compare", &json, &json])
+        .output()
+        .unwrap();
+    let (out, err) = text(&cmp);
+    assert_eq!(cmp.status.code(), Some(0), "{err}");
+    assert!(out.contains("(1.00x)"), "{out}");
+    let bad = bin().args(["report", "show", &hgrm]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+#[test]
+fn w3_at_least_once_runs_and_quiet_prints_one_line() {
+    let _g = heavy();
+    let mut args = SHORT_W2.to_vec();
+    args.extend([
+        "--workload",
+        "w3",
+        "--checkpoint",
+        "at-least-once",
+        "--quiet",
+    ]);
+    let o = loadgen(&args);
+    assert_ok(&o);
+    let (out, _) = text(&o);
+    assert_eq!(out.trim_end().lines().count(), 1, "{out}");
+}
+
+#[test]
+fn injected_failures_recover_exactly_once() {
+    let _g = heavy();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("f.json");
+    let mut args = SHORT_W2.to_vec();
+    args.extend([
+        "--inject-failures",
+        "2",
+        "--checkpoint-interval-ms",
+        "20",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let o = loadgen(&args);
+    assert_ok(&o);
+    let j = read_json(&json);
+    assert_eq!(j["failures_injected"], 2);
+    assert_eq!(j["recoveries"], 2);
+    assert_eq!(j["lost"], 0);
+    assert_eq!(j["duplicated"], 0);
+}
+
+#[test]
+fn injected_failures_at_least_once_lose_nothing() {
+    let _g = heavy();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("f.json");
+    let o = loadgen(&[
+        "--workload",
+        "w1",
+        "--records",
+        "200000",
+        "--checkpoint",
+        "at-least-once",
+        "--checkpoint-interval-ms",
+        "10",
+        "--inject-failures",
+        "2",
+        "--seed",
+        "5",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_ok(&o);
+    let j = read_json(&json);
+    assert_eq!(j["recoveries"], 2);
+    assert_eq!(j["lost"], 0);
+}
+
+/// Waits until `dir` holds a `chk-*` folder (a completed checkpoint).
+fn wait_for_checkpoint(dir: &Path, child: &mut std::process::Child) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let found = std::fs::read_dir(dir)
+            .map(|it| {
+                it.flatten()
+                    .any(|e| e.file_name().to_string_lossy().starts_with("chk-"))
+            })
+            .unwrap_or(false);
+        if found {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the run ended ({status}) before any checkpoint");
+        }
+        assert!(Instant::now() < deadline, "no checkpoint after 60 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn restore_after_a_killed_run_finishes_exactly() {
+    let _g = heavy();
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    let chk_s = chk.to_str().unwrap();
+    let run_args = [
+        "--duration",
+        "3",
+        "--warmup",
+        "0",
+        "--rate",
+        "20000",
+        "--checkpoint-interval-ms",
+        "50",
+    ];
+    let mut child = bin()
+        .arg("loadgen")
+        .args(run_args)
+        .args(["--checkpoint-dir", chk_s])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_checkpoint(&chk, &mut child);
+    child.kill().unwrap(); // SIGKILL
+    let _ = child.wait();
+    let mut args = run_args.to_vec();
+    args.extend(["--restore", chk_s]);
+    let o = loadgen(&args);
+    assert_ok(&o);
+    // Another configuration cannot resume from these checkpoints.
+    let o = loadgen(&[
+        "--duration",
+        "3",
+        "--warmup",
+        "0",
+        "--rate",
+        "30000",
+        "--restore",
+        chk_s,
+    ]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("another configuration"), "{err}");
+}
+
+#[test]
+fn ctrl_c_stops_cleanly_with_a_report() {
+    let _g = heavy();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("i.json");
+    let mut child = bin()
+        .args([
+            "loadgen",
+            "--duration",
+            "60",
+            "--warmup",
+            "0",
+            "--rate",
+            "20000",
+            "--progress",
+            "always",
+            "--json",
+            json.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first progress line says the run is under way.
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "stderr closed");
+        if line.starts_with('[') {
+            break;
+        }
+    }
+    let st = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = child.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(130), "{out}");
+    assert!(out.contains("INTERRUPTED"), "{out}");
+    assert!(last_line(&out).starts_with("result: interrupted"), "{out}");
+    let j = read_json(&json);
+    assert_eq!(j["interrupted"], true);
+    assert_eq!(j["ok"], false);
+    // No duplicate and nothing wrong in what was delivered.
+    assert_eq!(j["duplicated"], 0);
+}
+
+/// Every bad input is refused before the run, with exit code 2 and a
+/// message naming the problem.
+#[test]
+fn bad_inputs_are_refused_with_exit_code_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = dir.path().join("full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("something"), b"x").unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let full_s = full.to_str().unwrap().to_string();
+    let empty_s = empty.to_str().unwrap().to_string();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--rate", "0"], "--rate"),
+        (vec!["--duration", "0"], "--duration"),
+        (vec!["--duration", "-1"], "--duration"),
+        (vec!["--workload", "w1", "--rate", "1000"], "--rate"),
+        (vec!["--workload", "w1", "--duration", "1"], "--duration"),
+        (vec!["--workload", "w1", "--warmup", "1"], "--warmup"),
+        (vec!["--records", "10"], "--records"),
+        (vec!["--workload", "w1", "--records", "0"], "--records"),
+        (
+            vec!["--inject-failures", "1", "--checkpoint", "none"],
+            "--inject-failures",
+        ),
+        (
+            vec!["--checkpoint", "none", "--checkpoint-interval-ms", "10"],
+            "--checkpoint-interval-ms",
+        ),
+        (
+            vec![
+                "--checkpoint",
+                "at-least-once",
+                "--max-alignment-bytes",
+                "10",
+            ],
+            "--max-alignment-bytes",
+        ),
+        (
+            vec!["--checkpoint-interval-ms", "0"],
+            "--checkpoint-interval-ms",
+        ),
+        (vec!["--json", "/nonexistent-folder/x.json"], "--json"),
+        (vec!["--hgrm", &empty_s], "--hgrm"),
+        (vec!["--restore", &empty_s], "--restore"),
+        (vec!["--restore", "/nonexistent-folder"], "--restore"),
+        (vec!["--checkpoint-dir", &full_s], "not empty"),
+        (vec!["--keys", "0"], "--keys"),
+        (vec!["--key-dist", "zipf:-1"], "--key-dist"),
+        (vec!["--key-dist", "pareto"], "--key-dist"),
+        (vec!["--pin", "banana"], "--pin"),
+        (vec!["--pin", "4096"], "--pin"),
+        (vec!["--parallelism", "0"], "--parallelism"),
+        (vec!["--batch-size", "0"], "--batch-size"),
+        (vec!["--channel-capacity", "0"], "--channel-capacity"),
+        (vec!["--payload-bytes", "100000000"], "--payload-bytes"),
+        (vec!["--workload", "w4"], "w4"),
+        (vec!["--quiet", "--progress", "always"], "--quiet"),
+        (vec!["--rate", "abc"], "--rate"),
+    ];
+    for (args, needle) in cases {
+        let o = loadgen(&args);
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {out}{err}");
+        assert!(
+            err.contains(needle),
+            "{args:?}: stderr does not name {needle}: {err}"
+        );
+        assert!(out.is_empty(), "{args:?} printed: {out}");
+    }
+    // Nothing was left behind by the path checks.
+    assert!(!Path::new("/nonexistent-folder").exists());
+}
+
+#[test]
+fn version_is_printed() {
+    let o = bin().args(["loadgen", "--version"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stdout).contains(env!("CARGO_PKG_VERSION")));
+}

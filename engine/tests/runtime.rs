@@ -531,3 +531,44 @@ fn alignment_over_the_limit_aborts_the_checkpoint_and_the_job_goes_on() {
     h.stop();
     h.wait().unwrap();
 }
+
+#[test]
+fn planned_failures_strike_once_even_when_neighbours_report_first() {
+    // A failing source closes its channels; its neighbours see them
+    // disconnect. Each planned failure must still count once: 2 planned,
+    // 2 restarts, never a third.
+    for _ in 0..10 {
+        let mut c = JobConfig::default();
+        c.batch_size = 64;
+        c.checkpoint.mode = CheckpointMode::ExactlyOnce;
+        c.checkpoint.interval = Some(Duration::from_millis(5));
+        c.restart = RestartStrategy {
+            max_attempts: 2,
+            delay: Duration::ZERO,
+        };
+        let n = 200_000;
+        let (job, finals) = sum_job(c, n, 10);
+        let src = job
+            .task_names()
+            .iter()
+            .position(|t| t == "numbers[0]")
+            .unwrap();
+        let job = job.with_failures(
+            FailurePlan::none()
+                .with(src, FailurePoint::AfterRecords(20_000))
+                .with(src, FailurePoint::AfterRecords(20_000)),
+        );
+        let m = job
+            .start()
+            .unwrap()
+            .wait()
+            .expect("2 failures, 2 restarts allowed");
+        assert_eq!(m.restarts, 2, "{:?}", m.failures);
+        assert!(
+            m.failures.iter().all(|f| f.starts_with("numbers[0]")),
+            "{:?}",
+            m.failures
+        );
+        assert_eq!(*finals.lock().unwrap(), expected_sums(n, 10));
+    }
+}

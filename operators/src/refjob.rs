@@ -58,8 +58,8 @@ use crate::workload::{
 use hdrhistogram::Histogram;
 use lockgate::clock::now_ns;
 use lockgate::{
-    BoxError, CheckpointId, CheckpointMode, FailurePlan, FailurePoint, JobBuilder, JobConfig,
-    JobError, JobHandle, JobMetrics, Operator, RecordSize, Sink, Source, SourcePoll,
+    BoxError, CheckpointId, CheckpointMode, FailurePlan, JobBuilder, JobConfig, JobError,
+    JobHandle, JobMetrics, Operator, RecordSize, Sink, Source, SourcePoll,
 };
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -374,63 +374,9 @@ struct SinkSlot {
     last_delivery_ns: u64,
 }
 
-/// Failures planned at `AfterRecords` points, struck by the operators
-/// themselves (see [`start_reference_job`] for why not by the engine).
-#[derive(Debug, Default)]
-struct Injections {
-    /// `(task index, records)` in plan order.
-    points: Vec<(usize, u64)>,
-    /// Which have struck (over all attempts).
-    fired: Vec<AtomicBool>,
-}
-
-/// One operator instance's view of the [`Injections`]: counts the records
-/// it handled in this attempt and fails when its next unfired point is
-/// reached (the engine's `FailurePoint::AfterRecords` semantics).
-struct Injector {
-    shared: Arc<Shared>,
-    task: usize,
-    handled: u64,
-    armed: Option<usize>,
-}
-
-impl Injector {
-    fn new(shared: Arc<Shared>, task: usize) -> Self {
-        let inj = &shared.injections;
-        let armed = (0..inj.points.len())
-            .find(|i| inj.points[*i].0 == task && !inj.fired[*i].load(Relaxed));
-        Injector {
-            shared,
-            task,
-            handled: 0,
-            armed,
-        }
-    }
-
-    #[inline]
-    fn handled(&mut self, records: usize) -> Result<(), BoxError> {
-        let Some(i) = self.armed else {
-            return Ok(());
-        };
-        self.handled += records as u64;
-        let (_, at) = self.shared.injections.points[i];
-        if self.handled >= at {
-            self.shared.injections.fired[i].store(true, Relaxed);
-            self.armed = None;
-            return Err(format!(
-                "injected failure #{i} of task {} after {at} records",
-                self.task
-            )
-            .into());
-        }
-        Ok(())
-    }
-}
-
 #[derive(Debug)]
 struct Shared {
     cfg: RefJobConfig,
-    injections: Injections,
     mode: CheckpointMode,
     total: u64,
     first_recorded_n: u64,
@@ -576,11 +522,7 @@ impl RefJobReport {
 }
 
 impl RefJobResults {
-    fn new(
-        cfg: &RefJobConfig,
-        mode: CheckpointMode,
-        injections: Injections,
-    ) -> Result<Self, RefJobError> {
+    fn new(cfg: &RefJobConfig, mode: CheckpointMode) -> Result<Self, RefJobError> {
         cfg.validate()?;
         let total = cfg.total_records();
         let slots = vec![Mutex::new(SinkSlot {
@@ -595,7 +537,6 @@ impl RefJobResults {
         Ok(RefJobResults {
             shared: Arc::new(Shared {
                 cfg: cfg.clone(),
-                injections,
                 mode,
                 total,
                 first_recorded_n: cfg.first_recorded_n(),
@@ -659,17 +600,10 @@ impl RefJobResults {
         })
     }
 
-    /// Planned failures that struck: those the operators struck, plus the
-    /// engine's injected failures (other failure points).
+    /// Planned failures that struck (the engine reports each as an
+    /// injected failure).
     fn failures_struck(&self, failures: &[String]) -> usize {
-        let own = self
-            .shared
-            .injections
-            .fired
-            .iter()
-            .filter(|f| f.load(Relaxed))
-            .count();
-        own + failures
+        failures
             .iter()
             .filter(|f| f.contains("injected failure: planned"))
             .count()
@@ -802,7 +736,6 @@ impl RefJobResults {
 /// The generator source of one subtask.
 struct RefSource<P> {
     index: usize,
-    inject: Injector,
     gen: Generator,
     keys: KeySpace,
     shared: Arc<Shared>,
@@ -822,7 +755,6 @@ impl<P: Payload> RefSource<P> {
         let restarted = shared.sources[index].started.swap(true, Relaxed);
         Ok(RefSource {
             index,
-            inject: Injector::new(shared.clone(), index),
             gen,
             burst: cfg.workload.source_bursts(index),
             keys,
@@ -868,7 +800,6 @@ impl<P: Payload> Source<RefEvent<P>> for RefSource<P> {
                 out.push(Self::event(n, key, now, now, pb));
             }
             self.account(out.len(), now, 0);
-            self.inject.handled(out.len())?;
             return Ok(if self.gen.next_n().is_none() {
                 SourcePoll::Finished
             } else {
@@ -902,7 +833,6 @@ impl<P: Payload> Source<RefEvent<P>> for RefSource<P> {
         }
         if !out.is_empty() {
             self.account(out.len(), now, behind);
-            self.inject.handled(out.len())?;
         }
         if self.gen.next_n().is_none() {
             return Ok(SourcePoll::Finished);
@@ -948,7 +878,6 @@ impl<P: Payload> Source<RefEvent<P>> for RefSource<P> {
 /// `keyed_sum`: workloads.md's running sum per key, checkpointed.
 struct RefKeyedSum {
     sums: KeyedSum,
-    inject: Injector,
 }
 
 impl<P: Payload> Operator<RefEvent<P>, RefSum<P>> for RefKeyedSum {
@@ -958,7 +887,6 @@ impl<P: Payload> Operator<RefEvent<P>, RefSum<P>> for RefKeyedSum {
         input: &mut Vec<RefEvent<P>>,
         out: &mut Vec<RefSum<P>>,
     ) -> Result<(), BoxError> {
-        self.inject.handled(input.len())?;
         for e in input.drain(..) {
             let s = self.sums.apply(&Event {
                 key: e.key,
@@ -990,13 +918,11 @@ impl<P: Payload> Operator<RefEvent<P>, RefSum<P>> for RefKeyedSum {
 /// The checking, latency-recording sink.
 struct RefSink {
     slot: usize,
-    inject: Injector,
     shared: Arc<Shared>,
 }
 
 impl<P: Payload> Sink<RefSum<P>> for RefSink {
     fn write(&mut self, input: &mut Vec<RefSum<P>>) -> Result<(), BoxError> {
-        self.inject.handled(input.len())?;
         let now = now_ns();
         let first_rec = self.shared.first_recorded_n;
         let start = self.shared.t0.get().copied().unwrap_or_else(|| {
@@ -1067,48 +993,13 @@ pub fn build_reference_job(
     cfg: &RefJobConfig,
     job: &JobBuilder,
 ) -> Result<RefJobResults, RefJobError> {
-    build_reference_job_with_failures(cfg, job, FailurePlan::none()).map(|(r, _)| r)
-}
-
-/// As [`build_reference_job`], with the failures of `plan` at
-/// `AfterRecords` points struck by the job's own operators (counting
-/// records per attempt and striking each planned failure once, in order
-/// per task, as the engine's plan does). Returns the rest of the plan
-/// (other failure points) for [`JobBuilder::with_failures`].
-///
-/// Why not leave them all to the engine: when a task fails, its
-/// neighbours may report `channel disconnected` to the job thread before
-/// the failed task's own event arrives, and the engine then does not mark
-/// the planned failure as struck, so it strikes again after the restart
-/// (one more failure than planned). Struck here, a planned failure is
-/// marked the moment it strikes.
-///
-/// # Errors
-/// As [`build_reference_job`].
-pub fn build_reference_job_with_failures(
-    cfg: &RefJobConfig,
-    job: &JobBuilder,
-    plan: FailurePlan,
-) -> Result<(RefJobResults, FailurePlan), RefJobError> {
-    let tasks = 2 * cfg.parallelism + 1;
-    let mut injections = Injections::default();
-    let mut rest = FailurePlan::none();
-    for f in plan.failures {
-        match f.at {
-            FailurePoint::AfterRecords(k) if f.task < tasks => {
-                injections.points.push((f.task, k));
-                injections.fired.push(AtomicBool::new(false));
-            }
-            at => rest = rest.with(f.task, at),
-        }
-    }
-    let results = RefJobResults::new(cfg, job.config().checkpoint.mode, injections)?;
+    let results = RefJobResults::new(cfg, job.config().checkpoint.mode)?;
     if cfg.payload_bytes > 0 {
         build_typed::<Bytes>(&results, job)?;
     } else {
         build_typed::<()>(&results, job)?;
     }
-    Ok((results, rest))
+    Ok(results)
 }
 
 fn build_typed<P: Payload>(results: &RefJobResults, job: &JobBuilder) -> Result<(), RefJobError> {
@@ -1119,7 +1010,6 @@ fn build_typed<P: Payload>(results: &RefJobResults, job: &JobBuilder) -> Result<
     let (total, nkeys) = (shared.total, cfg.keys);
     let s_src = shared.clone();
     let s_sink = shared.clone();
-    let s_ks = shared.clone();
     job.source("source", p, move |i| {
         RefSource::<P>::new(i, s_src.clone(), keys.clone())
             .expect("source index and parallelism were validated")
@@ -1129,9 +1019,8 @@ fn build_typed<P: Payload>(results: &RefJobResults, job: &JobBuilder) -> Result<
         ..e
     })
     .key_by(|e: &RefEvent<P>| e.key)
-    .process("keyed_sum", p, move |j| RefKeyedSum {
+    .process("keyed_sum", p, move |_| RefKeyedSum {
         sums: KeyedSum::new(),
-        inject: Injector::new(s_ks.clone(), p + j),
     })
     .rebalance()
     .sink("sink", 1, move |i| {
@@ -1140,7 +1029,6 @@ fn build_typed<P: Payload>(results: &RefJobResults, job: &JobBuilder) -> Result<
         lock(&s_sink.slots[i]).check = SinkCheck::new(total, nkeys).expect("sizes were validated");
         RefSink {
             slot: i,
-            inject: Injector::new(s_sink.clone(), 2 * p + i),
             shared: s_sink.clone(),
         }
     });
@@ -1158,9 +1046,10 @@ pub fn start_reference_job(
     job_config: JobConfig,
     failures: FailurePlan,
 ) -> Result<(JobHandle, RefJobResults), RefJobError> {
-    let job = JobBuilder::new(JOB_NAME, job_config).with_app_config(cfg.app_config_json());
-    let (results, rest) = build_reference_job_with_failures(cfg, &job, failures)?;
-    let job = job.with_failures(rest);
+    let job = JobBuilder::new(JOB_NAME, job_config)
+        .with_app_config(cfg.app_config_json())
+        .with_failures(failures);
+    let results = build_reference_job(cfg, &job)?;
     // Compute the closed form before the clock starts mattering.
     results.expected();
     let handle = job.start()?;

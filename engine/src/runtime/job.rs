@@ -353,8 +353,11 @@ impl Driver {
                             error: TaskError::Panic(panic_message(&*p)),
                         },
                     };
-                    drop(body);
+                    // Report before the task's channels close (when `body`
+                    // drops): a neighbour that then sees them disconnect
+                    // reports only after the real cause.
                     let _ = rt.events.send(ev);
+                    drop(body);
                 })
                 .map_err(|e| JobError::Internal(format!("spawning task {name}: {e}")))?;
             threads.push(t);

@@ -670,7 +670,13 @@ impl RefJobResults {
         for slot in &self.shared.slots {
             let s = lock(slot);
             lat.push(s.latency.histogram().clone());
-            unc.push(s.uncorrected.histogram().clone());
+            // W1's records carry their actual send time as intended time:
+            // both figures are the same histogram, recorded once.
+            unc.push(if self.shared.cfg.workload.is_paced() {
+                s.uncorrected.histogram().clone()
+            } else {
+                s.latency.histogram().clone()
+            });
             for (i, h) in s.intervals.iter().enumerate() {
                 if intervals.len() <= i {
                     intervals.resize_with(i + 1, new_histogram);
@@ -942,6 +948,7 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
         let s = &mut *s;
         let interval = &mut s.intervals[second];
         let mut recorded = false;
+        let paced = self.shared.cfg.workload.is_paced();
         for r in input.drain(..) {
             s.check.observe(&SumRecord {
                 key: r.key,
@@ -953,7 +960,9 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
                 let lat = now.saturating_sub(r.ts_ns);
                 s.latency.record_latency(lat);
                 interval.saturating_record(lat);
-                s.uncorrected.record(now, r.sent_ns);
+                if paced {
+                    s.uncorrected.record(now, r.sent_ns);
+                }
                 recorded = true;
             }
             s.deliveries += 1;

@@ -12,9 +12,10 @@
 pub mod barrier;
 pub mod clock;
 pub mod element;
+pub mod scenario;
 
 pub use barrier::{
-    AbortReason, AlignmentStats, Aligner, AnyHandler, BarrierHandler, BarrierSignal,
+    AbortReason, Aligner, AlignmentStats, AnyHandler, BarrierHandler, BarrierSignal,
     CheckpointMode, HandlerConfig, Tracker,
 };
 pub use element::{

@@ -173,7 +173,23 @@ macro_rules! fixed_size_records {
     ($($t:ty),*) => { $(impl RecordSize for $t {})* };
 }
 fixed_size_records!(
-    u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, f32, f64, bool, char, ()
+    u8,
+    u16,
+    u32,
+    u64,
+    u128,
+    usize,
+    i8,
+    i16,
+    i32,
+    i64,
+    i128,
+    isize,
+    f32,
+    f64,
+    bool,
+    char,
+    ()
 );
 impl<A: RecordSize, B: RecordSize> RecordSize for (A, B) {
     const FIXED_SIZE: bool = A::FIXED_SIZE && B::FIXED_SIZE;

@@ -312,13 +312,10 @@ pub struct Run {
 
 impl Run {
     /// The run as one JSON object `{"output": [...], "notifications": [...]}`
-    /// in the shapes of a scenario file's `expect_output` and
-    /// `expect_notifications` (`reason` only on aborts).
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "output": self.output,
-            "notifications": self.notifications,
-        })
+    /// in the shapes (and key order) of a scenario file's `expect_output` and
+    /// `expect_notifications` (`reason` only on aborts), pretty-printed.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a Run always serializes")
     }
 }
 
@@ -796,7 +793,9 @@ mod tests {
                 difference: None
             }
         );
-        let json = s.run().to_json();
+        let text = s.run().to_json();
+        assert!(text.contains(r#""ch": 0,"#) && text.find("output") < text.find("notif"));
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
             json["notifications"][0],
             serde_json::json!({"checkpoint": 1, "kind": "triggered", "after_output": 2})

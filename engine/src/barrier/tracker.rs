@@ -222,7 +222,10 @@ impl<T> BarrierHandler<T> for Tracker {
         now_ns: u64,
         signals: &mut Vec<BarrierSignal>,
     ) -> Option<StreamElement<T>> {
-        assert!(channel < self.num_channels, "channel {channel} out of range");
+        assert!(
+            channel < self.num_channels,
+            "channel {channel} out of range"
+        );
         match element {
             StreamElement::Records(_) | StreamElement::Watermark(_) => Some(element),
             StreamElement::Barrier(barrier) => {

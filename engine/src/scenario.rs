@@ -313,9 +313,24 @@ pub struct Run {
 impl Run {
     /// The run as one JSON object `{"output": [...], "notifications": [...]}`
     /// in the shapes (and key order) of a scenario file's `expect_output` and
-    /// `expect_notifications` (`reason` only on aborts), pretty-printed.
+    /// `expect_notifications` (`reason` only on aborts), one item per line
+    /// so that it can be pasted into a scenario file.
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).expect("a Run always serializes")
+        fn list<T: Serialize>(items: &[T]) -> String {
+            if items.is_empty() {
+                return "[]".to_string();
+            }
+            let lines: Vec<String> = items
+                .iter()
+                .map(|i| format!("    {}", serde_json::to_string(i).expect("plain data")))
+                .collect();
+            format!("[\n{}\n  ]", lines.join(",\n"))
+        }
+        format!(
+            "{{\n  \"output\": {},\n  \"notifications\": {}\n}}",
+            list(&self.output),
+            list(&self.notifications)
+        )
     }
 }
 
@@ -794,7 +809,8 @@ mod tests {
             }
         );
         let text = s.run().to_json();
-        assert!(text.contains(r#""ch": 0,"#) && text.find("output") < text.find("notif"));
+        assert!(text.contains(r#"{"ch":0,"buffer":1}"#), "{text}");
+        assert!(text.find("output") < text.find("notif"));
         let json: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
             json["notifications"][0],

@@ -100,7 +100,11 @@ impl Tracker {
     /// Completes the pending checkpoint at `index`: it and every older one
     /// leave the queue; it triggers unless it was aborted.
     fn complete(&mut self, index: usize, now_ns: u64, signals: &mut Vec<BarrierSignal>) {
-        let done = self.pending.drain(..=index).last().expect("index is valid");
+        let done = self
+            .pending
+            .drain(..=index)
+            .next_back()
+            .expect("index is valid");
         if !done.aborted {
             signals.push(BarrierSignal::Trigger {
                 barrier: done.barrier,

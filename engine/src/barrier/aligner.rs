@@ -6,7 +6,7 @@
 //! checkpoint reported at most once) and FLIP-147's rule for ended channels.
 //! The numbers are those of `testdata/scenarios/README.md`.
 //!
-//! 1. **Block** (`Aligner::on_element_slow`, first branch): a channel that
+//! 1. **Block** ([`Aligner::on_element`], first branch): a channel that
 //!    delivered barrier N of the running alignment is blocked; everything
 //!    that arrives on it later (records and events) is held in the blocker
 //!    and acts only when replayed.
@@ -266,11 +266,9 @@ impl<T: RecordSize> Aligner<T> {
     }
 }
 
-impl<T: RecordSize> Aligner<T> {
-    /// [`BarrierHandler::on_element`] for everything but records and
-    /// watermarks of an unblocked channel.
-    #[inline(never)]
-    fn on_element_slow(
+impl<T: RecordSize> BarrierHandler<T> for Aligner<T> {
+    #[inline]
+    fn on_element(
         &mut self,
         channel: usize,
         element: StreamElement<T>,
@@ -300,32 +298,6 @@ impl<T: RecordSize> Aligner<T> {
                 Some(StreamElement::EndOfPartition)
             }
         }
-    }
-}
-
-impl<T: RecordSize> BarrierHandler<T> for Aligner<T> {
-    /// The fast path (records and watermarks of an unblocked channel) is
-    /// small enough to be inlined into the input gate's loop; everything
-    /// else goes to an out-of-line function. (Measured: without the split
-    /// the whole function was not inlined and the 32-byte element went
-    /// through memory, ~16 ns/element instead of ~3, see `BENCHMARKS.md`.)
-    #[inline]
-    fn on_element(
-        &mut self,
-        channel: usize,
-        element: StreamElement<T>,
-        now_ns: u64,
-        signals: &mut Vec<BarrierSignal>,
-    ) -> Option<StreamElement<T>> {
-        if !self.blocked.contains(channel)
-            && matches!(
-                element,
-                StreamElement::Records(_) | StreamElement::Watermark(_)
-            )
-        {
-            return Some(element);
-        }
-        self.on_element_slow(channel, element, now_ns, signals)
     }
 
     #[inline]

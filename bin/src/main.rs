@@ -1,8 +1,17 @@
-//! `lockgate`: the load generator (`loadgen`), saved-run reports
-//! (`report`), and (merged separately) the scenario runner.
+//! The `lockgate` command: one subcommand per tool.
+//!
+//! - `loadgen`: runs a reference workload and reports throughput, latency,
+//!   checkpoints and correctness;
+//! - `report`: shows or compares saved `loadgen` runs;
+//! - `scenario`: runs barrier scenario files through the barrier handlers.
+//!
+//! To add a subcommand: a module `<name>_cmd.rs` with its clap `Args`
+//! struct and a `run` function returning the exit code, one variant in
+//! [`Command`], one arm in `main`.
 
 mod loadgen;
 mod report_cmd;
+mod scenario_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -14,7 +23,7 @@ use std::process::ExitCode;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// lockgate: a streaming dataflow engine with Flink-style aligned
-/// checkpoints.
+/// checkpoints, built for low latency.
 #[derive(Parser, Debug)]
 #[command(name = "lockgate", version, propagate_version = true)]
 struct Cli {
@@ -26,6 +35,7 @@ struct Cli {
     command: Command,
 }
 
+/// The subcommands.
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Runs a reference workload (W1/W2/W3) and reports throughput,
@@ -33,6 +43,9 @@ enum Command {
     Loadgen(Box<loadgen::Args>),
     /// Shows or compares saved runs (`--json` files of `loadgen`).
     Report(report_cmd::Args),
+    /// Runs barrier scenario files through lockgate's barrier handlers and
+    /// compares with their expectations (see testdata/scenarios/README.md).
+    Scenario(scenario_cmd::ScenarioArgs),
 }
 
 fn init_tracing(verbose: u8, quiet: bool) {
@@ -61,6 +74,10 @@ fn main() -> ExitCode {
         Command::Report(args) => {
             init_tracing(cli.verbose, false);
             ExitCode::from(report_cmd::run(args))
+        }
+        Command::Scenario(args) => {
+            init_tracing(cli.verbose, false);
+            ExitCode::from(scenario_cmd::run(&args))
         }
     }
 }

@@ -24,6 +24,7 @@ pub mod input_gate;
 pub mod metrics;
 pub mod operator;
 pub mod runtime;
+pub mod scenario;
 pub(crate) mod sinks;
 pub(crate) mod sources;
 pub mod two_phase;

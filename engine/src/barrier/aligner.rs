@@ -39,6 +39,15 @@
 //!    1.8's `task.checkpoint.alignment.max-size`). Records count their
 //!    [`RecordSize`] bytes, events 0.
 //!
+//! **End of input** ([`BarrierHandler::end_of_input`], the README's
+//! "end of `input`"): a running alignment ends without a signal and
+//! everything held is released for replay. From then on nothing is held:
+//! replayed (or later) records, watermarks and ends of partition pass, and
+//! barriers and cancel markers are consumed without a signal. (A replayed
+//! barrier could otherwise start a new alignment that blocks its channel
+//! and holds the rest of the replay for good: no more input can complete
+//! it, as a channel that never delivered the old barrier is still open.)
+//!
 //! The blocker is a ring buffer ([`VecDeque`]) that keeps its allocation
 //! between alignments, so a warm aligner allocates nothing per element.
 
@@ -81,6 +90,8 @@ pub struct Aligner<T> {
     /// Released elements waiting to be replayed, in replay order.
     replay: VecDeque<(usize, StreamElement<T>)>,
     replay_bytes: u64,
+    /// Set by `end_of_input`: no more alignments, nothing is held.
+    input_ended: bool,
 }
 
 impl<T: RecordSize> Aligner<T> {
@@ -105,6 +116,7 @@ impl<T: RecordSize> Aligner<T> {
             held_bytes: 0,
             replay: VecDeque::new(),
             replay_bytes: 0,
+            input_ended: false,
         }
     }
 
@@ -269,6 +281,10 @@ impl<T: RecordSize> BarrierHandler<T> for Aligner<T> {
         }
         match element {
             StreamElement::Records(_) | StreamElement::Watermark(_) => Some(element),
+            // End of input (module docs): no more decisions.
+            StreamElement::Barrier(_) | StreamElement::CancelCheckpoint(_) if self.input_ended => {
+                None
+            }
             StreamElement::Barrier(barrier) => {
                 self.on_barrier(channel, barrier, now_ns, signals);
                 None
@@ -318,7 +334,9 @@ impl<T: RecordSize> BarrierHandler<T> for Aligner<T> {
         self.num_closed
     }
 
+    /// See "End of input" in the module docs.
     fn end_of_input(&mut self) {
+        self.input_ended = true;
         if self.aligning.is_some() || !self.held.is_empty() {
             self.release();
         }

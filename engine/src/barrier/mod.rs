@@ -179,7 +179,10 @@ pub trait BarrierHandler<T> {
 
     /// The end of the input: a running alignment ends without a signal and
     /// everything held becomes available through
-    /// [`BarrierHandler::next_replay`], in replay order.
+    /// [`BarrierHandler::next_replay`], in replay order. From then on the
+    /// handler holds nothing and consumes barriers and cancel markers
+    /// without a signal, so that the replay hands on every held record
+    /// (the aligner's module docs say why).
     fn end_of_input(&mut self);
 
     /// The bytes held by the blocker now.

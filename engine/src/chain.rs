@@ -26,6 +26,9 @@ pub(crate) trait Link<I>: Send {
     fn push(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError>;
     /// The task's watermark advanced.
     fn watermark(&mut self, w: Watermark) -> Result<(), TaskError>;
+    /// The task became idle (`true`) or active again (`false`): forwarded
+    /// downstream as [`crate::StreamElement::Idle`].
+    fn idle(&mut self, idle: bool) -> Result<(), TaskError>;
     /// Collects every operator's state for checkpoint `id`.
     fn snapshot(
         &mut self,
@@ -118,6 +121,10 @@ impl<I, O: Send, Op: Operator<I, O>> Link<I> for Stage<I, O, Op> {
         self.next.watermark(w)
     }
 
+    fn idle(&mut self, idle: bool) -> Result<(), TaskError> {
+        self.next.idle(idle)
+    }
+
     fn snapshot(
         &mut self,
         id: CheckpointId,
@@ -198,6 +205,9 @@ impl<T: Clone + Send> Link<T> for ChannelWriter<T> {
     fn watermark(&mut self, w: Watermark) -> Result<(), TaskError> {
         ChannelWriter::watermark(self, w)
     }
+    fn idle(&mut self, idle: bool) -> Result<(), TaskError> {
+        ChannelWriter::idle(self, idle)
+    }
     fn snapshot(
         &mut self,
         _id: CheckpointId,
@@ -234,6 +244,9 @@ impl Link<()> for NoOutput {
         Ok(())
     }
     fn watermark(&mut self, _w: Watermark) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn idle(&mut self, _idle: bool) -> Result<(), TaskError> {
         Ok(())
     }
     fn snapshot(

@@ -265,6 +265,7 @@ impl<T: Clone + Send> ChannelWriter<T> {
                 StreamElement::CancelCheckpoint(id) => StreamElement::CancelCheckpoint(*id),
                 StreamElement::EndOfPartition => StreamElement::EndOfPartition,
                 StreamElement::Watermark(w) => StreamElement::Watermark(*w),
+                StreamElement::Idle(i) => StreamElement::Idle(*i),
                 StreamElement::Records(_) => unreachable!("records are pushed, not broadcast"),
             };
             send_blocking(&self.channels[ch], copy, &self.cancel, &self.metrics)?;
@@ -282,6 +283,10 @@ impl<T: Clone + Send> ChannelWriter<T> {
 
     pub(crate) fn watermark(&mut self, w: Watermark) -> Result<(), TaskError> {
         self.broadcast_event(StreamElement::Watermark(w))
+    }
+
+    pub(crate) fn idle(&mut self, idle: bool) -> Result<(), TaskError> {
+        self.broadcast_event(StreamElement::Idle(idle))
     }
 
     pub(crate) fn end_of_partition(&mut self) -> Result<(), TaskError> {

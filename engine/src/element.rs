@@ -113,6 +113,11 @@ pub enum StreamElement<T> {
     EndOfPartition,
     /// An event-time watermark.
     Watermark(Watermark),
+    /// The channel's producer became idle (`true`: it emits no records for
+    /// now, so it must not hold back the watermark of the consumer) or
+    /// active again (`false`), as Flink's `WatermarkStatus` (IDLE/ACTIVE)
+    /// that `withIdleness` sources emit.
+    Idle(bool),
 }
 
 impl<T> StreamElement<T> {

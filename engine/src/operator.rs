@@ -136,6 +136,14 @@ pub trait Source<T>: Send {
     fn current_watermark(&self) -> Option<Watermark> {
         None
     }
+
+    /// True while the source is idle: it emits nothing for now and must not
+    /// hold back the watermark downstream (Flink's `withIdleness`). The task
+    /// forwards every change as [`crate::StreamElement::Idle`]. Default:
+    /// never idle.
+    fn is_idle(&self) -> bool {
+        false
+    }
 }
 
 /// A sink: an operator with no output.

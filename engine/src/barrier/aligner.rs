@@ -280,7 +280,9 @@ impl<T: RecordSize> BarrierHandler<T> for Aligner<T> {
             return None;
         }
         match element {
-            StreamElement::Records(_) | StreamElement::Watermark(_) => Some(element),
+            StreamElement::Records(_) | StreamElement::Watermark(_) | StreamElement::Idle(_) => {
+                Some(element)
+            }
             // End of input (module docs): no more decisions.
             StreamElement::Barrier(_) | StreamElement::CancelCheckpoint(_) if self.input_ended => {
                 None

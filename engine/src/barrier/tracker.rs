@@ -231,7 +231,9 @@ impl<T> BarrierHandler<T> for Tracker {
             "channel {channel} out of range"
         );
         match element {
-            StreamElement::Records(_) | StreamElement::Watermark(_) => Some(element),
+            StreamElement::Records(_) | StreamElement::Watermark(_) | StreamElement::Idle(_) => {
+                Some(element)
+            }
             StreamElement::Barrier(barrier) => {
                 self.on_barrier(channel, barrier, now_ns, signals);
                 None

@@ -155,6 +155,7 @@ impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
         let mut emitted: u64 = 0;
         let mut stopping = false;
         let mut watermark = i64::MIN;
+        let mut idle = false;
         loop {
             if let Some(t) = self.chain.next_timer_ns() {
                 let now = crate::clock::now_ns();
@@ -192,6 +193,11 @@ impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
                     watermark = w.0;
                     self.chain.watermark(w)?;
                 }
+            }
+            let now_idle = self.source.is_idle();
+            if now_idle != idle {
+                idle = now_idle;
+                self.chain.idle(idle)?;
             }
             match poll {
                 SourcePoll::Ready => {}
@@ -258,6 +264,7 @@ pub(crate) struct WatermarkMerger {
     ended: Vec<bool>,
     idle: Vec<bool>,
     current: i64,
+    output_idle: bool,
 }
 
 impl WatermarkMerger {
@@ -267,6 +274,7 @@ impl WatermarkMerger {
             ended: vec![false; channels],
             idle: vec![false; channels],
             current: i64::MIN,
+            output_idle: false,
         }
     }
 
@@ -301,6 +309,17 @@ impl WatermarkMerger {
     pub(crate) fn on_idle(&mut self, ch: usize, idle: bool) -> Option<Watermark> {
         self.idle[ch] = idle;
         self.advance()
+    }
+
+    /// `Some(all idle)` when the task's own status changed: it is idle when
+    /// every open channel is idle, as Flink's `StatusWatermarkValve`.
+    pub(crate) fn status_change(&mut self) -> Option<bool> {
+        let open: Vec<usize> = (0..self.idle.len()).filter(|c| !self.ended[*c]).collect();
+        let all_idle = !open.is_empty() && open.iter().all(|c| self.idle[*c]);
+        (all_idle != self.output_idle).then(|| {
+            self.output_idle = all_idle;
+            all_idle
+        })
     }
 }
 
@@ -373,6 +392,14 @@ impl<T: RecordSize + Send> TaskBody for GateTask<T> {
                 GateEvent::Element(ch, StreamElement::Watermark(w)) => {
                     if let Some(w) = self.watermarks.on_watermark(ch, w) {
                         self.chain.watermark(w)?;
+                    }
+                }
+                GateEvent::Element(ch, StreamElement::Idle(idle)) => {
+                    if let Some(w) = self.watermarks.on_idle(ch, idle) {
+                        self.chain.watermark(w)?;
+                    }
+                    if let Some(all_idle) = self.watermarks.status_change() {
+                        self.chain.idle(all_idle)?;
                     }
                 }
                 GateEvent::Element(ch, StreamElement::EndOfPartition) => {

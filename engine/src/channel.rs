@@ -191,21 +191,23 @@ impl<T: Clone + Send> ChannelWriter<T> {
         let n = self.channels.len();
         let batch_size = self.config.batch_size;
         match &self.partitioning {
-            Partitioning::Forward => {
-                let ch = self.subtask % n;
-                for r in records.drain(..) {
-                    self.buffers[ch].push(r);
-                    if self.buffers[ch].len() >= batch_size {
+            // One channel, whatever the partitioning: whole runs of records.
+            _ if n == 1 => self.push_run(0, records)?,
+            Partitioning::Forward => self.push_run(self.subtask % n, records)?,
+            Partitioning::Rebalance => {
+                // Batch by batch round robin: each run fills one channel's
+                // batch, then the next channel takes over.
+                while !records.is_empty() {
+                    let ch = self.next_rr % n;
+                    let room = batch_size - self.buffers[ch].len();
+                    let take = room.min(records.len());
+                    if take == records.len() {
+                        self.push_run(ch, records)?;
+                    } else {
+                        self.buffers[ch].extend(records.drain(..take));
                         self.send_buffer(ch)?;
                     }
-                }
-            }
-            Partitioning::Rebalance => {
-                for r in records.drain(..) {
-                    let ch = self.next_rr % n;
-                    self.buffers[ch].push(r);
-                    if self.buffers[ch].len() >= batch_size {
-                        self.send_buffer(ch)?;
+                    if self.buffers[ch].is_empty() {
                         self.next_rr = self.next_rr.wrapping_add(1);
                     }
                 }
@@ -242,6 +244,30 @@ impl<T: Clone + Send> ChannelWriter<T> {
             }
         } else {
             self.oldest_ns = None;
+        }
+        Ok(())
+    }
+
+    /// Appends a run of records to channel `ch`'s batch, sending every batch
+    /// that fills. When the batch is empty and the run fits, the run's
+    /// vector itself becomes the batch (no copy); `records` is left empty.
+    #[inline]
+    fn push_run(&mut self, ch: usize, records: &mut Vec<T>) -> Result<(), TaskError> {
+        let batch_size = self.config.batch_size;
+        if self.buffers[ch].is_empty() && records.len() <= batch_size {
+            std::mem::swap(&mut self.buffers[ch], records);
+            if self.buffers[ch].len() >= batch_size {
+                self.send_buffer(ch)?;
+            }
+            return Ok(());
+        }
+        while !records.is_empty() {
+            let room = batch_size - self.buffers[ch].len();
+            let take = room.min(records.len());
+            self.buffers[ch].extend(records.drain(..take));
+            if self.buffers[ch].len() >= batch_size {
+                self.send_buffer(ch)?;
+            }
         }
         Ok(())
     }

@@ -19,8 +19,13 @@ fn job() -> JobFingerprint {
     }
 }
 
+/// Metadata with a fixed completion time (not the clock's), so that two
+/// calls give equal values.
 fn meta(id: u64, kind: SnapshotKind) -> CheckpointMetadata {
-    CheckpointMetadata::new(CheckpointId(id), kind, 1_000 * id, job())
+    CheckpointMetadata {
+        completed_at_unix_ms: 1_700_000_000_000 + id,
+        ..CheckpointMetadata::new(CheckpointId(id), kind, 1_000 * id, job())
+    }
 }
 
 /// Three subtask states whose bytes depend on `id`, so checkpoints differ.

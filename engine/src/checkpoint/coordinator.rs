@@ -249,6 +249,39 @@ impl Coordinator {
                 .all(|s| self.drained[*s] || self.finished[*s])
     }
 
+    /// When [`Coordinator::tick`] has something to do next (a trigger or a
+    /// checkpoint timeout), in ns on [`crate::clock::now_ns`]'s clock;
+    /// `None` when nothing is scheduled (no checkpointing).
+    pub(crate) fn next_wakeup_ns(&self) -> Option<u64> {
+        if !self.enabled {
+            return None;
+        }
+        let timeout = self.config.timeout.as_nanos() as u64;
+        let expiry = self
+            .pending
+            .values()
+            .map(|p| p.trigger_ns.saturating_add(timeout + 1))
+            .min();
+        let trigger = if self.all_drained() {
+            // the final checkpoint is triggered once nothing is pending
+            (self.pending.is_empty() && !self.final_done).then(crate::clock::now_ns)
+        } else if self.pending.len() < self.config.max_concurrent {
+            self.config.interval.map(|i| {
+                let due = self.last_trigger_ns.saturating_add(i.as_nanos() as u64);
+                let paused = self
+                    .last_end_ns
+                    .saturating_add(self.config.min_pause.as_nanos() as u64);
+                due.max(paused)
+            })
+        } else {
+            None
+        };
+        match (expiry, trigger) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     pub(crate) fn tick(&mut self) -> Vec<CoordinatorOutput> {
         let mut out = Vec::new();
         if !self.enabled {

@@ -26,7 +26,6 @@ use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 /// A command from a [`JobHandle`] to the job thread.
 pub(crate) enum Command {
@@ -386,18 +385,17 @@ impl Driver {
         let n = self.graph.num_tasks();
         let mut finished = vec![false; n];
         let mut num_finished = 0;
-        let tick = if self.config.checkpoint.mode == CheckpointMode::None {
-            crossbeam_channel::never()
-        } else {
-            // The coordinator's clock: interval, timeout and min pause are
-            // checked at this resolution (1 ms), far below their scales.
-            crossbeam_channel::tick(Duration::from_millis(1))
-        };
         if let Some(savepoint) = *stopping {
             // A stop asked for during a failed attempt applies to this one.
             self.stop_sources(attempt, savepoint);
         }
         loop {
+            // The coordinator sleeps until its next deadline (a trigger or a
+            // timeout), not on a fixed tick: an idle job thread costs nothing.
+            let tick = match self.coordinator.next_wakeup_ns() {
+                Some(t) => crossbeam_channel::at(crate::clock::instant_of(t)),
+                None => crossbeam_channel::never(),
+            };
             select! {
                 recv(attempt.events) -> ev => {
                     let Ok(ev) = ev else { unreachable!("the driver holds a sender") };

@@ -42,6 +42,11 @@ impl std::str::FromStr for PinPolicy {
     }
 }
 
+/// Default timer slack of task threads: 1 µs, far below the 50 µs Linux
+/// default that would otherwise delay every timed wake-up of a paced source
+/// (measured on the 2-core reference machine, `docs/workloads.md`).
+pub const DEFAULT_TIMER_SLACK_NS: u64 = 1_000;
+
 /// Restart strategy on a task failure (Flink's fixed-delay strategy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestartStrategy {
@@ -127,6 +132,11 @@ pub struct JobConfig {
     pub checkpoint: CheckpointConfig,
     /// Restarts on failure.
     pub restart: RestartStrategy,
+    /// The timer slack of task threads, ns (Linux `PR_SET_TIMERSLACK`):
+    /// how late the kernel may wake a timed sleep. Linux's default, 50 µs,
+    /// would be added to every paced source's wake-up; lockgate's default is
+    /// 1 µs. `None`: leave the OS default.
+    pub timer_slack_ns: Option<u64>,
 }
 
 impl Default for JobConfig {
@@ -140,6 +150,7 @@ impl Default for JobConfig {
             handler: HandlerConfig::default(),
             checkpoint: CheckpointConfig::default(),
             restart: RestartStrategy::default(),
+            timer_slack_ns: Some(DEFAULT_TIMER_SLACK_NS),
         }
     }
 }

@@ -572,3 +572,40 @@ fn planned_failures_strike_once_even_when_neighbours_report_first() {
         assert_eq!(*finals.lock().unwrap(), expected_sums(n, 10));
     }
 }
+
+/// Reads the task thread's timer slack from procfs on its first batch.
+struct SlackProbe;
+impl Operator<u64, u64> for SlackProbe {
+    fn process(&mut self, input: &mut Vec<u64>, out: &mut Vec<u64>) -> Result<(), BoxError> {
+        input.clear();
+        let s = std::fs::read_to_string("/proc/thread-self/timerslack_ns")?;
+        out.push(s.trim().parse()?);
+        Ok(())
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn task_threads_run_with_the_configured_timer_slack() {
+    if std::fs::metadata("/proc/thread-self/timerslack_ns").is_err() {
+        return; // an old kernel without the file: nothing to check
+    }
+    for slack in [Some(2_000u64), None] {
+        let mut config = JobConfig::default();
+        config.timer_slack_ns = slack;
+        let job = JobBuilder::new("slack", config);
+        let out = job
+            .source("numbers", 1, |i| Counter::part(i, 1, 10))
+            .rebalance()
+            .process("probe", 1, |_| SlackProbe)
+            .collect();
+        job.start().unwrap().wait().unwrap();
+        let seen: Vec<u64> = out.try_iter().collect();
+        assert!(!seen.is_empty());
+        match slack {
+            Some(s) => assert!(seen.iter().all(|v| *v == s), "{seen:?}"),
+            // the OS default (50 µs on Linux unless changed for the process)
+            None => assert!(seen.iter().all(|v| *v != 2_000), "{seen:?}"),
+        }
+    }
+}

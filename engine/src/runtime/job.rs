@@ -138,6 +138,20 @@ impl JobHandle {
     }
 }
 
+/// Sets the calling thread's timer slack (Linux only; elsewhere a no-op).
+#[cfg(target_os = "linux")]
+fn set_timer_slack(ns: u64) {
+    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and changes only
+    // the calling thread's timer slack; no memory is passed or borrowed.
+    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
+    if rc != 0 {
+        tracing::debug!("PR_SET_TIMERSLACK failed; keeping the default timer slack");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_timer_slack(_ns: u64) {}
+
 /// True for the errors a task sees because another task failed first.
 fn is_secondary(e: &TaskError) -> bool {
     matches!(e, TaskError::Cancelled | TaskError::Disconnected(_))
@@ -330,10 +344,14 @@ impl Driver {
                     }),
             };
             let core = cores.as_ref().map(|c| c[task % c.len()]);
+            let slack = self.config.timer_slack_ns;
             let os_name = self.graph.os_thread_name(task);
             let t = std::thread::Builder::new()
                 .name(os_name)
                 .spawn(move || {
+                    if let Some(slack) = slack {
+                        set_timer_slack(slack);
+                    }
                     if let Some(core) = core {
                         // Pinning is best effort: a core that does not exist
                         // leaves the thread unpinned.

@@ -2,7 +2,7 @@
 //! and backpressure.
 //!
 //! One bounded crossbeam channel joins each (producer subtask, consumer
-//! subtask) pair of an edge. [`ChannelWriter`] is the tail of a task's
+//! subtask) pair of an edge. `ChannelWriter` is the tail of a task's
 //! operator chain: it routes each record to a channel by the edge's
 //! [`Partitioning`], collects records into per-channel batches, and sends a
 //! batch when it is full, when the task's input runs dry (natural batching:

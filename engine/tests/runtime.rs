@@ -609,3 +609,31 @@ fn task_threads_run_with_the_configured_timer_slack() {
         }
     }
 }
+
+#[test]
+fn pinning_works_when_tasks_outnumber_cores() {
+    // 5 tasks; round robin over the machine's cores, then all on core 0.
+    for pin in [PinPolicy::RoundRobin, PinPolicy::Cores(vec![0])] {
+        let mut config = JobConfig::default();
+        config.pinning = pin.clone();
+        let n = 50_000;
+        let (job, finals) = sum_job(config, n, 10);
+        job.start().unwrap().wait().unwrap();
+        assert_eq!(*finals.lock().unwrap(), expected_sums(n, 10), "{pin:?}");
+    }
+}
+
+#[test]
+fn pin_policies_parse_with_clear_errors() {
+    assert_eq!("none".parse::<PinPolicy>(), Ok(PinPolicy::None));
+    assert_eq!(
+        "round-robin".parse::<PinPolicy>(),
+        Ok(PinPolicy::RoundRobin)
+    );
+    assert_eq!(
+        "0, 1".parse::<PinPolicy>(),
+        Ok(PinPolicy::Cores(vec![0, 1]))
+    );
+    let err = "0,x".parse::<PinPolicy>().unwrap_err();
+    assert!(err.contains("0,x"), "{err}");
+}

@@ -1,8 +1,8 @@
 //! The task runtime: one OS thread per task, joined by bounded channels,
 //! driven by a job thread that also coordinates checkpoints and restarts.
 //!
-//! - [`task`]: the loops of a source task and of an input-gate task.
-//! - [`job`]: starting the task threads, [`JobHandle`], failure handling,
+//! - `task`: the loops of a source task and of an input-gate task.
+//! - `job`: starting the task threads, [`JobHandle`], failure handling,
 //!   restarts, the checkpoint coordinator's loop.
 
 pub(crate) mod job;

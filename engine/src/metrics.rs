@@ -125,3 +125,18 @@ impl TaskMetrics {
         }
     }
 }
+
+/// The peak resident set size of this process in bytes (`VmHWM` of
+/// `/proc/self/status`; 0 where unavailable, e.g. off Linux). A process's
+/// peak only grows: compare pipelines in separate processes.
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}

@@ -178,7 +178,7 @@ where
 /// The latency figures of a report, in ns (each the highest value
 /// equivalent to the quantile's bucket, as HdrHistogram reports them; all
 /// 0 for an empty histogram).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Percentiles {
     /// Values recorded.
     pub count: u64,

@@ -15,18 +15,6 @@ use std::time::Duration;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-fn peak_rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
 fn main() -> ExitCode {
     let mut pipeline = String::from("lockgate");
     let mut records: u64 = 20_000_000;
@@ -108,7 +96,7 @@ fn main() -> ExitCode {
     println!(
         "{{\"workload\":\"W1\",\"pipeline\":\"{pipeline}\",\"checkpoint\":\"{}\",\"records\":{records},\"seconds\":{secs:.4},\"records_per_s\":{rps:.0},\"exact\":{exact},\"checkpoints_completed\":{completed},\"batch_size\":{batch},\"peak_rss_bytes\":{}}}",
         if pipeline == "raw" { "none" } else { mode.as_str() },
-        peak_rss_bytes()
+        lockgate::metrics::peak_rss_bytes()
     );
     if exact {
         ExitCode::SUCCESS

@@ -46,52 +46,10 @@ impl Environment {
     }
 }
 
-/// The peak resident set size of this process in bytes (`VmHWM` of
-/// /proc/self/status; 0 where unavailable).
-pub fn peak_rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
+pub use lockgate::metrics::peak_rss_bytes;
 
-/// Latency percentiles in ns.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct LatencyNs {
-    /// Values recorded.
-    pub count: u64,
-    /// Median.
-    pub p50: u64,
-    /// 90th percentile.
-    pub p90: u64,
-    /// 99th percentile.
-    pub p99: u64,
-    /// 99.9th percentile.
-    pub p999: u64,
-    /// 99.99th percentile.
-    pub p9999: u64,
-    /// Maximum.
-    pub max: u64,
-}
-
-impl From<Percentiles> for LatencyNs {
-    fn from(p: Percentiles) -> Self {
-        LatencyNs {
-            count: p.count,
-            p50: p.p50,
-            p90: p.p90,
-            p99: p.p99,
-            p999: p.p999,
-            p9999: p.p9999,
-            max: p.max,
-        }
-    }
-}
+/// Latency percentiles in ns (the JSON's `latency_ns` object).
+pub type LatencyNs = Percentiles;
 
 /// p50, p99 and max over checkpoints, ns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -19,7 +19,9 @@
 //!   the Flink files and their `--emit` output are unchanged.
 //! - A notification's `after_output` still counts **buffers only**: its
 //!   place among watermark and idle items between two buffers is not part
-//!   of the format (put a buffer between them where the order matters). This module parses a file
+//!   of the format (put a buffer between them where the order matters).
+//!
+//! This module parses a file
 //! ([`Scenario::from_file`], [`Scenario::from_json`]), drives it through the
 //! handler of its mode exactly as an input gate does ([`Scenario::run`]),
 //! compares the result with the file's expectation ([`Scenario::check`]), and

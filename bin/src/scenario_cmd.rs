@@ -1,6 +1,7 @@
 //! `lockgate scenario [FILE...]` and `lockgate scenario --emit FILE`: run
 //! barrier scenario files (format and contract in
-//! `testdata/scenarios/README.md`) through lockgate's handlers.
+//! `testdata/scenarios/README.md`, lockgate's watermark extension in
+//! `testdata/scenarios/EXTENSIONS.md`) through lockgate's handlers.
 
 use clap::Args;
 use lockgate::scenario::{Scenario, ScenarioError};
@@ -25,7 +26,8 @@ pub struct ScenarioArgs {
 
     /// Print what the handler actually does with FILE's input, as one JSON
     /// object {"output": [...], "notifications": [...]} in the shapes of the
-    /// file's expect_output and expect_notifications.
+    /// file's expect_output and expect_notifications (watermark and idle
+    /// items appear in the output only when the input has some).
     #[arg(long, value_name = "FILE")]
     pub emit: Option<PathBuf>,
 }
@@ -40,9 +42,10 @@ macro_rules! bundled {
     };
 }
 
-/// The project's scenario files (`testdata/scenarios/`), embedded at build
-/// time so that `lockgate scenario` works from any directory. A test checks
-/// that this list names every file of the directory.
+/// The project's scenario files (`testdata/scenarios/`: the 18 translated
+/// from Flink's tests and lockgate's own `lg_*` files), embedded at build
+/// time so that `lockgate scenario` works from any directory, sorted by
+/// name. A test checks that this list names every file of the directory.
 pub const BUNDLED: &[(&str, &str)] = &[
     bundled!("ac120_abort_on_canceled_barriers"),
     bundled!("ac120_multi_channel_no_barriers"),
@@ -62,6 +65,9 @@ pub const BUNDLED: &[(&str, &str)] = &[
     bundled!("cbt120_multi_channel_with_barriers"),
     bundled!("cbt120_single_channel_with_barriers"),
     bundled!("cbt120_trigger_checkpoints_with_end_of_partition"),
+    bundled!("lg_at_least_once_watermarks_pass_at_once"),
+    bundled!("lg_watermark_held_while_blocked"),
+    bundled!("lg_watermark_on_unblocked_channel_passes"),
 ];
 
 /// Runs the subcommand; returns the exit code: 0 all passed, 1 a scenario

@@ -1,5 +1,6 @@
-//! `lockgate scenario`, run as a process: the bundled scenarios, a failing
-//! file, unreadable files, `--emit`.
+//! `lockgate scenario`, run as a process: the bundled scenarios (Flink's and
+//! lockgate's `lg_*` watermark files), a failing file, unreadable files,
+//! `--emit`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -142,6 +143,20 @@ fn emit_prints_what_the_handler_did_in_the_files_shapes() {
     assert_eq!(emitted["output"], file["expect_output"]);
     assert_eq!(emitted["notifications"], file["expect_notifications"]);
     assert_eq!(emitted.as_object().map(|m| m.len()), Some(2));
+
+    // A file with watermark and idle items: they are emitted in their
+    // shapes, among the buffers, as the file expects them.
+    let name = "lg_watermark_held_while_blocked.json";
+    let o = lockgate(&["scenario", "--emit", &scenario_path(name)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains(r#"{"ch":0,"watermark":20}"#), "{out}");
+    assert!(out.contains(r#"{"ch":1,"idle":true}"#), "{out}");
+    let emitted: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(scenario_dir().join(name)).unwrap()).unwrap();
+    assert_eq!(emitted["output"], file["expect_output"]);
+    assert_eq!(emitted["notifications"], file["expect_notifications"]);
 
     let o = lockgate(&["scenario", "--emit", "/nonexistent/x.json"]);
     assert_eq!(o.status.code(), Some(2));

@@ -3,7 +3,25 @@
 //!
 //! The file format and the contract the handlers follow are described in
 //! `testdata/scenarios/README.md`; the files there are translated from the
-//! tests of Apache Flink's barrier handlers. This module parses a file
+//! tests of Apache Flink's barrier handlers. lockgate extends the format
+//! (`testdata/scenarios/EXTENSIONS.md`, its own `lg_*.json` files) with
+//! in-band watermarks and watermark status:
+//!
+//! - input items `{"ch": 0, "watermark": 17}` (a [`Watermark`] of 17 ms)
+//!   and `{"ch": 0, "idle": true}` (`false`: active again; Flink's
+//!   `WatermarkStatus`). They count 0 bytes (rule 7), are held on a blocked
+//!   channel like any element (rule 1) and are handed on like records.
+//!   On a channel, watermark values never decrease, and nothing follows an
+//!   end of partition.
+//! - `expect_output` lists them where the handler hands them on, as
+//!   `{"ch":0,"watermark":17}` and `{"ch":0,"idle":true}`, among the
+//!   buffers. A file without them in its input has none in its output, so
+//!   the Flink files and their `--emit` output are unchanged.
+//! - A notification's `after_output` still counts **buffers only**: its
+//!   place among watermark and idle items between two buffers is not part
+//!   of the format (put a buffer between them where the order matters).
+//!
+//! This module parses a file
 //! ([`Scenario::from_file`], [`Scenario::from_json`]), drives it through the
 //! handler of its mode exactly as an input gate does ([`Scenario::run`]),
 //! compares the result with the file's expectation ([`Scenario::check`]), and
@@ -14,7 +32,7 @@
 //! nothing here panics on input.
 
 use crate::barrier::{AbortReason, Aligner, BarrierHandler, BarrierSignal, HandlerConfig, Tracker};
-use crate::element::{CheckpointBarrier, CheckpointId, RecordSize, StreamElement};
+use crate::element::{CheckpointBarrier, CheckpointId, RecordSize, StreamElement, Watermark};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -42,8 +60,9 @@ pub enum ScenarioError {
     },
     /// The JSON is well-formed but describes no valid scenario (a channel
     /// out of range, an input item that is not exactly one of buffer,
-    /// barrier, cancel and end of partition, a duplicate buffer id, input
-    /// after a channel's end of partition, a notification whose `reason`
+    /// barrier, cancel, end of partition, watermark and idle, a duplicate
+    /// buffer id, input after a channel's end of partition, a watermark
+    /// below an earlier one of its channel, a notification whose `reason`
     /// does not fit its `kind`, no channel at all).
     #[error("{file}: {reason}")]
     Invalid {
@@ -70,11 +89,14 @@ pub enum ScenarioMode {
 pub enum CheckKind {
     /// Output and notifications equal the expectation element by element.
     Exact,
-    /// The output is a permutation of the input buffers keeping per-channel
-    /// order; the notifications have the expected ids, kinds and reasons in
-    /// order; a trigger of N comes after exactly (exactly-once) or at least
-    /// (at-least-once) the buffers that precede barrier N on their channel;
-    /// abort positions are free.
+    /// The output is a permutation of the input buffers (and watermark and
+    /// idle items) keeping per-channel order; the notifications have the
+    /// expected ids, kinds and reasons in order; a trigger of N comes after
+    /// exactly (exactly-once) or at least (at-least-once) the buffers that
+    /// precede barrier N on their channel, and, as far as `after_output`
+    /// (a buffer count) can tell, after the watermark and idle items that
+    /// precede it and (exactly-once) before those that follow it; abort
+    /// positions are free.
     Semantic,
 }
 
@@ -161,6 +183,23 @@ pub enum InputItem {
         /// 0-based channel index.
         ch: usize,
     },
+    /// An event-time watermark (lockgate's extension, `EXTENSIONS.md`):
+    /// `{"ch": 0, "watermark": 17}`; counts 0 bytes.
+    Watermark {
+        /// 0-based channel index.
+        ch: usize,
+        /// The watermark in ms (never below an earlier one of the channel).
+        value: i64,
+    },
+    /// A watermark status change (lockgate's extension, `EXTENSIONS.md`;
+    /// Flink's `WatermarkStatus`): `{"ch": 0, "idle": true}`; counts 0
+    /// bytes.
+    Idle {
+        /// 0-based channel index.
+        ch: usize,
+        /// `true`: the channel became idle; `false`: active again.
+        idle: bool,
+    },
 }
 
 impl InputItem {
@@ -170,24 +209,137 @@ impl InputItem {
             InputItem::Buffer { ch, .. }
             | InputItem::Barrier { ch, .. }
             | InputItem::Cancel { ch, .. }
-            | InputItem::EndOfPartition { ch } => ch,
+            | InputItem::EndOfPartition { ch }
+            | InputItem::Watermark { ch, .. }
+            | InputItem::Idle { ch, .. } => ch,
+        }
+    }
+
+    /// The item as the handler hands it on, for the items that are handed
+    /// on and listed in `expect_output` (buffers, watermarks, idle items);
+    /// `None` for barriers, cancel markers and ends of partition.
+    pub fn as_output(&self) -> Option<OutputItem> {
+        match *self {
+            InputItem::Buffer { ch, id, .. } => Some(OutputItem::Buffer { ch, buffer: id }),
+            InputItem::Watermark { ch, value } => Some(OutputItem::Watermark {
+                ch,
+                watermark: value,
+            }),
+            InputItem::Idle { ch, idle } => Some(OutputItem::Idle { ch, idle }),
+            _ => None,
         }
     }
 }
 
-/// A buffer handed on by a handler: `{"ch": 0, "buffer": 1}`.
+/// An element handed on by a handler, as `expect_output` lists it:
+/// `{"ch": 0, "buffer": 1}`, or (lockgate's extension, `EXTENSIONS.md`)
+/// `{"ch": 0, "watermark": 17}` and `{"ch": 0, "idle": true}`. Exactly one
+/// of `buffer`, `watermark` and `idle` is present; `ch` comes first when
+/// written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OutputItem {
-    /// 0-based channel index.
-    pub ch: usize,
-    /// The buffer's id.
-    pub buffer: u64,
+#[serde(try_from = "RawOutput", into = "RawOutput")]
+pub enum OutputItem {
+    /// A data buffer.
+    Buffer {
+        /// 0-based channel index.
+        ch: usize,
+        /// The buffer's id.
+        buffer: u64,
+    },
+    /// A watermark, in ms.
+    Watermark {
+        /// 0-based channel index.
+        ch: usize,
+        /// The watermark's value in ms.
+        watermark: i64,
+    },
+    /// A watermark status change (`true`: idle, `false`: active).
+    Idle {
+        /// 0-based channel index.
+        ch: usize,
+        /// The new status.
+        idle: bool,
+    },
+}
+
+impl OutputItem {
+    /// The channel the element came from.
+    pub fn channel(&self) -> usize {
+        match *self {
+            OutputItem::Buffer { ch, .. }
+            | OutputItem::Watermark { ch, .. }
+            | OutputItem::Idle { ch, .. } => ch,
+        }
+    }
+
+    /// The buffer's id for a buffer, `None` for a watermark or idle item.
+    pub fn buffer_id(&self) -> Option<u64> {
+        match *self {
+            OutputItem::Buffer { buffer, .. } => Some(buffer),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for OutputItem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "buffer {} of ch {}", self.buffer, self.ch)
+        match *self {
+            OutputItem::Buffer { ch, buffer } => write!(f, "buffer {buffer} of ch {ch}"),
+            OutputItem::Watermark { ch, watermark } => {
+                write!(f, "watermark {watermark} of ch {ch}")
+            }
+            OutputItem::Idle { ch, idle: true } => write!(f, "idle of ch {ch}"),
+            OutputItem::Idle { ch, idle: false } => write!(f, "active of ch {ch}"),
+        }
+    }
+}
+
+/// [`OutputItem`]'s JSON, as written: `ch` and one of the rest.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOutput {
+    ch: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    buffer: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    watermark: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    idle: Option<bool>,
+}
+
+impl TryFrom<RawOutput> for OutputItem {
+    type Error = String;
+    fn try_from(raw: RawOutput) -> Result<Self, String> {
+        match (raw.buffer, raw.watermark, raw.idle) {
+            (Some(buffer), None, None) => Ok(OutputItem::Buffer { ch: raw.ch, buffer }),
+            (None, Some(watermark), None) => Ok(OutputItem::Watermark {
+                ch: raw.ch,
+                watermark,
+            }),
+            (None, None, Some(idle)) => Ok(OutputItem::Idle { ch: raw.ch, idle }),
+            _ => Err(
+                "an output item must have `ch` and exactly one of `buffer`, \
+                      `watermark`, `idle`"
+                    .to_string(),
+            ),
+        }
+    }
+}
+
+impl From<OutputItem> for RawOutput {
+    fn from(item: OutputItem) -> Self {
+        let mut raw = RawOutput {
+            ch: item.channel(),
+            buffer: None,
+            watermark: None,
+            idle: None,
+        };
+        match item {
+            OutputItem::Buffer { buffer, .. } => raw.buffer = Some(buffer),
+            OutputItem::Watermark { watermark, .. } => raw.watermark = Some(watermark),
+            OutputItem::Idle { idle, .. } => raw.idle = Some(idle),
+        }
+        raw
     }
 }
 
@@ -203,7 +355,8 @@ pub struct Notification {
     /// Why it was aborted; present on aborts only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<ScenarioReason>,
-    /// How many buffers had been handed on before it.
+    /// How many buffers had been handed on before it (buffers only:
+    /// watermark and idle items in the output do not count).
     pub after_output: usize,
 }
 
@@ -269,6 +422,10 @@ struct RawInput {
     cancel: Option<u64>,
     #[serde(default)]
     end_of_partition: Option<bool>,
+    #[serde(default)]
+    watermark: Option<i64>,
+    #[serde(default)]
+    idle: Option<bool>,
 }
 
 /// A parsed and validated scenario file.
@@ -292,7 +449,8 @@ pub struct Scenario {
     pub buffer_size: usize,
     /// The arrival order at the handler.
     pub input: Vec<InputItem>,
-    /// The buffers in the order the handler must hand them on.
+    /// The buffers (and watermark and idle items) in the order the handler
+    /// must hand them on.
     pub expect_output: Vec<OutputItem>,
     /// The checkpoints triggered or aborted, in order.
     pub expect_notifications: Vec<Notification>,
@@ -303,10 +461,10 @@ pub struct Scenario {
 /// What a handler did with a scenario's input.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Run {
-    /// The buffers handed on, in order.
+    /// The buffers, watermarks and idle items handed on, in order.
     pub output: Vec<OutputItem>,
     /// The checkpoints triggered or aborted, in order, each with the number
-    /// of buffers handed on before it.
+    /// of buffers (only) handed on before it.
     pub notifications: Vec<Notification>,
 }
 
@@ -391,6 +549,7 @@ impl Scenario {
         let mut input = Vec::with_capacity(raw.input.len());
         let mut ids = HashSet::new();
         let mut ended = vec![false; raw.channels];
+        let mut last_watermark: Vec<Option<i64>> = vec![None; raw.channels];
         for (i, item) in raw.input.iter().enumerate() {
             let ch = item.ch;
             if ch >= raw.channels {
@@ -418,11 +577,13 @@ impl Scenario {
                 item.barrier.is_some(),
                 item.cancel.is_some(),
                 eop,
+                item.watermark.is_some(),
+                item.idle.is_some(),
             ];
             if kinds.iter().filter(|k| **k).count() != 1 {
                 return Err(invalid(format!(
                     "input[{i}]: must have exactly one of `buffer`, `barrier`, `cancel`, \
-                     `end_of_partition`"
+                     `end_of_partition`, `watermark`, `idle`"
                 )));
             }
             if item.size.is_some() && item.buffer.is_none() {
@@ -443,6 +604,19 @@ impl Scenario {
                 InputItem::Barrier { ch, id }
             } else if let Some(id) = item.cancel {
                 InputItem::Cancel { ch, id }
+            } else if let Some(value) = item.watermark {
+                // A channel's watermarks never go back (Flink's sources and
+                // operators emit non-decreasing watermarks per output).
+                if let Some(last) = last_watermark[ch].filter(|&last| value < last) {
+                    return Err(invalid(format!(
+                        "input[{i}]: watermark {value} on channel {ch} is below its earlier \
+                         watermark {last}"
+                    )));
+                }
+                last_watermark[ch] = Some(value);
+                InputItem::Watermark { ch, value }
+            } else if let Some(idle) = item.idle {
+                InputItem::Idle { ch, idle }
             } else {
                 ended[ch] = true;
                 InputItem::EndOfPartition { ch }
@@ -450,10 +624,11 @@ impl Scenario {
             input.push(parsed);
         }
         for (i, out) in raw.expect_output.iter().enumerate() {
-            if out.ch >= raw.channels {
+            if out.channel() >= raw.channels {
                 return Err(invalid(format!(
                     "expect_output[{i}]: channel {} out of range (the scenario has {} channels)",
-                    out.ch, raw.channels
+                    out.channel(),
+                    raw.channels
                 )));
             }
         }
@@ -502,8 +677,10 @@ impl Scenario {
     /// an input gate drives it: each input item is fed, then the replay is
     /// drained completely (each replayed element fed again) before the next
     /// item; after the last item, [`BarrierHandler::end_of_input`] and a last
-    /// drain. Each buffer is one `StreamElement::Records(vec![buffer])`;
-    /// time does not matter (every element is fed at `now_ns` = its index).
+    /// drain. Each buffer is one `StreamElement::Records(vec![buffer])`, a
+    /// watermark a `StreamElement::Watermark`, an idle item a
+    /// `StreamElement::Idle`; time does not matter (every element is fed at
+    /// `now_ns` = its index).
     pub fn run(&self) -> Run {
         match self.mode {
             ScenarioMode::ExactlyOnce => {
@@ -543,40 +720,37 @@ impl Scenario {
     }
 
     fn semantic_difference(&self, run: &Run) -> Option<String> {
-        // 1. The output is a permutation of the input buffers, per-channel
-        //    order kept.
-        let mut per_channel: Vec<Vec<u64>> = vec![Vec::new(); self.channels];
+        // 1. The output is a permutation of the input's buffers, watermarks
+        //    and idle items, per-channel order kept.
+        let mut per_channel: Vec<Vec<OutputItem>> = vec![Vec::new(); self.channels];
         for item in &self.input {
-            if let InputItem::Buffer { ch, id, .. } = *item {
-                per_channel[ch].push(id);
+            if let Some(out) = item.as_output() {
+                per_channel[out.channel()].push(out);
             }
         }
         let mut next = vec![0usize; self.channels];
         for (i, out) in run.output.iter().enumerate() {
-            let Some(expected) = per_channel.get(out.ch) else {
+            let ch = out.channel();
+            let Some(expected) = per_channel.get(ch) else {
                 return Some(format!("output[{i}]: {out} is on no channel of the input"));
             };
-            match expected.get(next[out.ch]) {
-                Some(&id) if id == out.buffer => next[out.ch] += 1,
-                Some(&id) => {
+            match expected.get(next[ch]) {
+                Some(e) if e == out => next[ch] += 1,
+                Some(e) => {
                     return Some(format!(
-                        "output[{i}]: {out} where ch {} must hand on buffer {id} next",
-                        out.ch
+                        "output[{i}]: {out} where ch {ch} must hand on {e} next"
                     ))
                 }
                 None => {
                     return Some(format!(
-                        "output[{i}]: {out} after every buffer of ch {} was handed on",
-                        out.ch
+                        "output[{i}]: {out} after every item of ch {ch} was handed on"
                     ))
                 }
             }
         }
-        for (ch, ids) in per_channel.iter().enumerate() {
-            if let Some(id) = ids.get(next[ch]) {
-                return Some(format!(
-                    "output: buffer {id} of ch {ch} was never handed on"
-                ));
+        for (ch, items) in per_channel.iter().enumerate() {
+            if let Some(item) = items.get(next[ch]) {
+                return Some(format!("output: {item} was never handed on"));
             }
         }
         // 2. The same ids, kinds and reasons in the same order.
@@ -601,12 +775,18 @@ impl Scenario {
         // 3. A trigger of N comes after exactly (exactly-once) or at least
         //    (at-least-once) the buffers that precede barrier N on their
         //    channel; a channel without barrier N contributes all its
-        //    buffers when it ended, none otherwise.
-        let position: HashMap<u64, usize> = run
+        //    buffers when it ended, none otherwise. `after_output` counts
+        //    buffers, so positions are among the buffers only.
+        let buffers: Vec<OutputItem> = run
             .output
             .iter()
+            .filter(|o| o.buffer_id().is_some())
+            .copied()
+            .collect();
+        let position: HashMap<u64, usize> = buffers
+            .iter()
             .enumerate()
-            .map(|(i, o)| (o.buffer, i))
+            .filter_map(|(i, o)| Some((o.buffer_id()?, i)))
             .collect();
         for n in run
             .notifications
@@ -625,9 +805,9 @@ impl Scenario {
             }
             if self.mode == ScenarioMode::ExactlyOnce && required.len() != n.after_output {
                 let required: HashSet<u64> = required.iter().map(|&(_, id)| id).collect();
-                let extra = run.output[..n.after_output.min(run.output.len())]
+                let extra = buffers[..n.after_output.min(buffers.len())]
                     .iter()
-                    .find(|o| !required.contains(&o.buffer));
+                    .find(|o| o.buffer_id().is_some_and(|id| !required.contains(&id)));
                 if let Some(o) = extra {
                     return Some(format!(
                         "triggered {} after {} outputs, but {o} before it does not precede \
@@ -635,6 +815,73 @@ impl Scenario {
                         n.checkpoint, n.after_output, n.checkpoint
                     ));
                 }
+            }
+            if let Some(d) = self.event_position_difference(run, n) {
+                return Some(d);
+            }
+        }
+        None
+    }
+
+    /// Step 3 of the semantic check for watermark and idle items (whose
+    /// place the buffer count `after_output` pins only up to the buffers
+    /// around them): one that precedes barrier N on its channel (every one
+    /// of an ended channel without barrier N) has at most `after_output`
+    /// buffers before it in the output; in exactly-once mode one that
+    /// follows barrier N on its channel has at least `after_output`.
+    /// Assumes step 1 passed (the output's items of a channel are the
+    /// input's, in order).
+    fn event_position_difference(&self, run: &Run, n: &Notification) -> Option<String> {
+        // For each output item, the number of buffers handed on before it;
+        // per channel, the output indices of its items in order.
+        let mut buffers_before = Vec::with_capacity(run.output.len());
+        let mut indices: Vec<Vec<usize>> = vec![Vec::new(); self.channels];
+        let mut count = 0;
+        for (i, o) in run.output.iter().enumerate() {
+            buffers_before.push(count);
+            count += usize::from(o.buffer_id().is_some());
+            indices[o.channel()].push(i);
+        }
+        let mut has_barrier = vec![false; self.channels];
+        let mut ended = vec![false; self.channels];
+        for item in &self.input {
+            match *item {
+                InputItem::Barrier { ch, id } if id == n.checkpoint => has_barrier[ch] = true,
+                InputItem::EndOfPartition { ch } => ended[ch] = true,
+                _ => {}
+            }
+        }
+        let mut seen_barrier = vec![false; self.channels];
+        let mut k = vec![0usize; self.channels];
+        for item in &self.input {
+            let ch = item.channel();
+            match *item {
+                InputItem::Barrier { id, .. } if id == n.checkpoint => seen_barrier[ch] = true,
+                InputItem::Buffer { .. } => k[ch] += 1,
+                InputItem::Watermark { .. } | InputItem::Idle { .. } => {
+                    let out = item.as_output().expect("handed-on item");
+                    let before = indices[ch].get(k[ch]).map(|&i| buffers_before[i])?;
+                    k[ch] += 1;
+                    let precedes = !seen_barrier[ch] && (has_barrier[ch] || ended[ch]);
+                    if precedes && before > n.after_output {
+                        return Some(format!(
+                            "triggered {} after {} outputs, but {out} precedes barrier {} on \
+                             its channel and was handed on after {before} outputs",
+                            n.checkpoint, n.after_output, n.checkpoint
+                        ));
+                    }
+                    if seen_barrier[ch]
+                        && self.mode == ScenarioMode::ExactlyOnce
+                        && before < n.after_output
+                    {
+                        return Some(format!(
+                            "triggered {} after {} outputs, but {out} follows barrier {} on \
+                             its channel and was handed on after {before} outputs",
+                            n.checkpoint, n.after_output, n.checkpoint
+                        ));
+                    }
+                }
+                _ => {}
             }
         }
         None
@@ -673,8 +920,18 @@ impl Scenario {
             ),
             InputItem::Cancel { ch, id } => (ch, StreamElement::CancelCheckpoint(CheckpointId(id))),
             InputItem::EndOfPartition { ch } => (ch, StreamElement::EndOfPartition),
+            InputItem::Watermark { ch, value } => (ch, StreamElement::Watermark(Watermark(value))),
+            InputItem::Idle { ch, idle } => (ch, StreamElement::Idle(idle)),
         }
     }
+}
+
+/// What a run has seen so far: the run itself and the number of buffers in
+/// its output (what a notification's `after_output` counts).
+#[derive(Default)]
+struct Recorder {
+    run: Run,
+    buffers: usize,
 }
 
 /// Feeds one element and records what came out.
@@ -684,31 +941,48 @@ fn feed<H: BarrierHandler<ScenarioBuffer>>(
     element: StreamElement<ScenarioBuffer>,
     now_ns: u64,
     signals: &mut Vec<BarrierSignal>,
-    run: &mut Run,
+    rec: &mut Recorder,
 ) {
     let passed = handler.on_element(channel, element, now_ns, signals);
     // Signals are acted on before the passed element is handed on.
     for signal in signals.drain(..) {
-        run.notifications.push(match signal {
+        rec.run.notifications.push(match signal {
             BarrierSignal::Trigger { barrier, .. } => Notification {
                 checkpoint: barrier.id.get(),
                 kind: NotificationKind::Triggered,
                 reason: None,
-                after_output: run.output.len(),
+                after_output: rec.buffers,
             },
             BarrierSignal::Abort { id, reason } => Notification {
                 checkpoint: id.get(),
                 kind: NotificationKind::Aborted,
                 reason: Some(reason.into()),
-                after_output: run.output.len(),
+                after_output: rec.buffers,
             },
         });
     }
-    if let Some(StreamElement::Records(batch)) = passed {
-        run.output.extend(batch.iter().map(|b| OutputItem {
-            ch: channel,
-            buffer: b.id,
-        }));
+    match passed {
+        Some(StreamElement::Records(batch)) => {
+            rec.buffers += batch.len();
+            rec.run
+                .output
+                .extend(batch.iter().map(|b| OutputItem::Buffer {
+                    ch: channel,
+                    buffer: b.id,
+                }));
+        }
+        Some(StreamElement::Watermark(Watermark(watermark))) => {
+            rec.run.output.push(OutputItem::Watermark {
+                ch: channel,
+                watermark,
+            })
+        }
+        Some(StreamElement::Idle(idle)) => {
+            rec.run.output.push(OutputItem::Idle { ch: channel, idle })
+        }
+        // An end of partition is not listed in the output (the format
+        // has no item for it); barriers and cancel markers never pass.
+        _ => {}
     }
 }
 
@@ -717,15 +991,15 @@ fn drain<H: BarrierHandler<ScenarioBuffer>>(
     handler: &mut H,
     now_ns: u64,
     signals: &mut Vec<BarrierSignal>,
-    run: &mut Run,
+    rec: &mut Recorder,
 ) {
     while let Some((channel, element)) = handler.next_replay() {
-        feed(handler, channel, element, now_ns, signals, run);
+        feed(handler, channel, element, now_ns, signals, rec);
     }
 }
 
 fn drive<H: BarrierHandler<ScenarioBuffer>>(mut handler: H, scenario: &Scenario) -> Run {
-    let mut run = Run::default();
+    let mut rec = Recorder::default();
     let mut signals = Vec::new();
     for (i, item) in scenario.input.iter().enumerate() {
         let (channel, element) = Scenario::element(item);
@@ -736,14 +1010,14 @@ fn drive<H: BarrierHandler<ScenarioBuffer>>(mut handler: H, scenario: &Scenario)
             element,
             now_ns,
             &mut signals,
-            &mut run,
+            &mut rec,
         );
-        drain(&mut handler, now_ns, &mut signals, &mut run);
+        drain(&mut handler, now_ns, &mut signals, &mut rec);
     }
     handler.end_of_input();
     let now_ns = scenario.input.len() as u64;
-    drain(&mut handler, now_ns, &mut signals, &mut run);
-    run
+    drain(&mut handler, now_ns, &mut signals, &mut rec);
+    rec.run
 }
 
 /// The first difference between two lists, element by element, in words.
@@ -878,5 +1152,130 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("/nonexistent/dir/s.json: cannot read"), "{e}");
+    }
+
+    /// Two channels; channel 0 is blocked for checkpoint 1 when watermark
+    /// 10 and buffer 3 arrive, channel 1's watermark 4 precedes its barrier.
+    const WATERMARKS: &str = r#"{
+        "name": "wm", "source": "test", "mode": "exactly_once", "check": "exact",
+        "channels": 2, "buffer_size": 8,
+        "input": [
+            {"ch": 0, "watermark": 1}, {"ch": 0, "barrier": 1}, {"ch": 0, "watermark": 10},
+            {"ch": 0, "buffer": 3}, {"ch": 0, "idle": true}, {"ch": 1, "buffer": 2},
+            {"ch": 1, "watermark": 4}, {"ch": 1, "barrier": 1}
+        ],
+        "expect_output": [
+            {"ch": 0, "watermark": 1}, {"ch": 1, "buffer": 2}, {"ch": 1, "watermark": 4},
+            {"ch": 0, "watermark": 10}, {"ch": 0, "buffer": 3}, {"ch": 0, "idle": true}
+        ],
+        "expect_notifications": [{"checkpoint": 1, "kind": "triggered", "after_output": 1}]
+    }"#;
+
+    #[test]
+    fn watermarks_and_idle_items_are_held_replayed_and_emitted_in_their_shapes() {
+        let s = Scenario::from_json("wm.json", WATERMARKS).unwrap();
+        assert_eq!(
+            s.input[2],
+            InputItem::Watermark { ch: 0, value: 10 },
+            "parsed as a watermark"
+        );
+        assert_eq!(s.input[4], InputItem::Idle { ch: 0, idle: true });
+        assert_eq!(s.check().difference, None);
+        let mut semantic = s.clone();
+        semantic.check = CheckKind::Semantic;
+        assert_eq!(semantic.check().difference, None);
+        let text = s.run().to_json();
+        assert!(text.contains(r#"{"ch":0,"watermark":10}"#), "{text}");
+        assert!(text.contains(r#"{"ch":0,"idle":true}"#), "{text}");
+        // The emitted output reads back as the file's expectation.
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let back: Vec<OutputItem> = serde_json::from_value(json["output"].clone()).unwrap();
+        assert_eq!(back, s.expect_output);
+    }
+
+    #[test]
+    fn semantic_check_places_watermarks_around_the_trigger() {
+        let mut s = Scenario::from_json("wm.json", WATERMARKS).unwrap();
+        s.check = CheckKind::Semantic;
+        let wm = |ch, watermark| OutputItem::Watermark { ch, watermark };
+        let buf = |ch, buffer| OutputItem::Buffer { ch, buffer };
+        let idle = OutputItem::Idle { ch: 0, idle: true };
+        let mut run = s.run();
+        // Watermark 10 follows barrier 1 on ch 0 but comes before any
+        // buffer, so before the trigger after 1 buffer.
+        run.output = vec![wm(0, 1), wm(0, 10), buf(1, 2), wm(1, 4), buf(0, 3), idle];
+        let d = s.check_run(&run).difference.unwrap();
+        assert!(d.contains("watermark 10 of ch 0 follows barrier 1"), "{d}");
+        // Watermark 4 precedes barrier 1 on ch 1 but comes after buffer 3,
+        // which is handed on after the trigger.
+        run.output = vec![wm(0, 1), buf(1, 2), wm(0, 10), buf(0, 3), wm(1, 4), idle];
+        let d = s.check_run(&run).difference.unwrap();
+        assert!(d.contains("watermark 4 of ch 1 precedes barrier 1"), "{d}");
+        // A lost idle item.
+        run.output = s.expect_output[..5].to_vec();
+        let d = s.check_run(&run).difference.unwrap();
+        assert!(d.contains("idle of ch 0 was never handed on"), "{d}");
+    }
+
+    #[test]
+    fn bad_watermark_input_is_an_error_naming_the_item() {
+        let cases = [
+            (
+                WATERMARKS.replace("\"watermark\": 10}", "\"watermark\": 0}"),
+                "input[2]: watermark 0 on channel 0 is below its earlier watermark 1",
+            ),
+            (
+                WATERMARKS.replace(
+                    "{\"ch\": 1, \"watermark\": 4}, {\"ch\": 1, \"barrier\": 1}",
+                    "{\"ch\": 1, \"end_of_partition\": true}, {\"ch\": 1, \"watermark\": 4}",
+                ),
+                "input[7]: channel 1 delivers input after its end_of_partition",
+            ),
+            (
+                WATERMARKS.replace(
+                    "\"idle\": true}, {\"ch\": 1",
+                    "\"idle\": true, \"buffer\": 9}, {\"ch\": 1",
+                ),
+                "input[4]: must have exactly one of",
+            ),
+            (
+                WATERMARKS.replace(
+                    "{\"ch\": 0, \"watermark\": 10},\n",
+                    "{\"ch\": 0, \"watermark\": 10, \"size\": 3},\n",
+                ),
+                "input[2]: `size` is only allowed on a buffer",
+            ),
+            (
+                WATERMARKS.replace(
+                    "{\"ch\": 0, \"watermark\": 10}, {\"ch\": 0, \"buffer\": 3}",
+                    "{\"ch\": 0, \"watermark\": 10, \"buffer\": 4}, {\"ch\": 0, \"buffer\": 3}",
+                ),
+                "exactly one of `buffer`, `watermark`, `idle`",
+            ),
+            (
+                WATERMARKS.replace(
+                    "{\"ch\": 0, \"idle\": true}\n",
+                    "{\"ch\": 5, \"idle\": true}\n",
+                ),
+                "expect_output[5]: channel 5 out of range",
+            ),
+            (
+                WATERMARKS.replace(
+                    "\"watermark\": 1}, {\"ch\": 0, \"barrier\"",
+                    "\"watermark\": \"x\"}, {\"ch\": 0, \"barrier\"",
+                ),
+                "bad scenario JSON",
+            ),
+        ];
+        for (text, want) in cases {
+            assert_ne!(text, WATERMARKS, "the case for {want} changes the file");
+            let e = Scenario::from_json("x.json", &text)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("x.json: ") && e.contains(want),
+                "{e} lacks {want}"
+            );
+        }
     }
 }

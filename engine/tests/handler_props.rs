@@ -1,15 +1,17 @@
-//! Property test: random well-formed input sequences (records, barriers,
-//! cancel markers, ends of partition over 1..=130 channels) driven through
-//! both handlers as an input gate drives them, checked against a reference
-//! model of what exactly-once and at-least-once mean (see
-//! `testdata/scenarios/README.md`, rules 1-10).
+//! Property test: random well-formed input sequences (records, watermarks,
+//! idle markers, barriers, cancel markers, ends of partition over 1..=130
+//! channels) driven through both handlers as an input gate drives them,
+//! checked against a reference model of what exactly-once and at-least-once
+//! mean (see `testdata/scenarios/README.md`, rules 1-10, and
+//! `EXTENSIONS.md` there for watermarks: they are elements like records).
 //!
 //! Well-formed: on each channel the ids of barriers and cancel markers
-//! strictly increase, and nothing follows an end of partition.
+//! strictly increase, watermarks never decrease, idle markers alternate
+//! (idle, active, idle, ...), and nothing follows an end of partition.
 
 use lockgate::{
     Aligner, BarrierHandler, BarrierSignal, CheckpointBarrier, CheckpointId, HandlerConfig,
-    StreamElement, Tracker,
+    StreamElement, Tracker, Watermark,
 };
 use proptest::prelude::*;
 use std::collections::{HashMap, HashSet};
@@ -19,13 +21,17 @@ use std::collections::{HashMap, HashSet};
 #[derive(Clone, Debug, PartialEq)]
 enum Item {
     Records(Vec<u64>),
+    Watermark(i64),
+    Idle(bool),
     Barrier(u64),
     Cancel(u64),
     End,
 }
 
 /// Builds a well-formed input over `channels` channels from random words
-/// (one item per word). Checkpoint ids advance in rounds: each channel
+/// (one item per word). Watermarks advance by 0 to 2 ms per channel (equal
+/// ones are allowed, as in Flink), idle markers toggle per channel.
+/// Checkpoint ids advance in rounds: each channel
 /// delivers the next id after its last one, so that alignments complete;
 /// now and then a channel skips an id (a newer checkpoint overtakes) or
 /// sends a cancel marker instead of a barrier. The rates are scaled by the
@@ -34,6 +40,8 @@ enum Item {
 fn build(channels: usize, words: &[u64]) -> Vec<(usize, Item)> {
     let mut next_id = vec![1u64; channels];
     let mut ended = vec![false; channels];
+    let mut watermark = vec![0i64; channels];
+    let mut idle = vec![false; channels];
     let mut next_record = 0u64;
     let mut items = Vec::with_capacity(words.len());
     for &w in words {
@@ -45,12 +53,20 @@ fn build(channels: usize, words: &[u64]) -> Vec<(usize, Item)> {
         };
         let kind = (w >> 16) % 100; // percent
         let rare = |shift: u32, per_round: u64| (w >> shift) % (per_round * channels as u64) == 0;
-        let item = if kind < 60 {
+        let item = if kind < 50 {
             // 1 to 3 records per batch
             let n = 1 + (w >> 24) % 3;
             let batch = (next_record..next_record + n).collect();
             next_record += n;
             Item::Records(batch)
+        } else if kind < 57 {
+            // 7% watermarks
+            watermark[ch] += ((w >> 24) % 3) as i64;
+            Item::Watermark(watermark[ch])
+        } else if kind < 60 {
+            // 3% idle markers
+            idle[ch] = !idle[ch];
+            Item::Idle(idle[ch])
         } else if kind < 98 {
             // a skip about once in 16 rounds, a cancel about once in 8
             let id = next_id[ch] + u64::from(rare(32, 16));
@@ -77,18 +93,42 @@ fn build(channels: usize, words: &[u64]) -> Vec<(usize, Item)> {
 fn element(item: &Item) -> StreamElement<u64> {
     match item {
         Item::Records(r) => StreamElement::Records(r.clone()),
+        Item::Watermark(t) => StreamElement::Watermark(Watermark(*t)),
+        Item::Idle(i) => StreamElement::Idle(*i),
         Item::Barrier(id) => StreamElement::Barrier(CheckpointBarrier::new(CheckpointId(*id), 0)),
         Item::Cancel(id) => StreamElement::CancelCheckpoint(CheckpointId(*id)),
         Item::End => StreamElement::EndOfPartition,
     }
 }
 
-/// What a handler did: records handed on `(channel, id)` in order, and
-/// `(checkpoint, triggered?, outputs before it)` per notification.
+/// One element handed on, as the model compares them: a record by its id,
+/// a watermark by its value, an idle marker by its status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Passed {
+    Record(u64),
+    Watermark(i64),
+    Idle(bool),
+}
+
+/// The elements of `item` that a handler must hand on, in order.
+fn passed_of(item: &Item) -> Vec<Passed> {
+    match item {
+        Item::Records(r) => r.iter().map(|&id| Passed::Record(id)).collect(),
+        Item::Watermark(t) => vec![Passed::Watermark(*t)],
+        Item::Idle(i) => vec![Passed::Idle(*i)],
+        _ => Vec::new(),
+    }
+}
+
+/// What a handler did: records handed on `(channel, id)` in order; every
+/// record, watermark and idle marker handed on `(channel, what)` in order;
+/// and `(checkpoint, triggered?, records before it, items before it)` per
+/// notification.
 #[derive(Default, Debug)]
 struct Outcome {
     output: Vec<(usize, u64)>,
-    notes: Vec<(u64, bool, usize)>,
+    items: Vec<(usize, Passed)>,
+    notes: Vec<(u64, bool, usize, usize)>,
 }
 
 /// Drives `input` through `handler` as an input gate does; `after_call` sees
@@ -109,15 +149,23 @@ fn drive<H: BarrierHandler<u64>>(
         let passed = h.on_element(ch, el, 0, &mut signals);
         after_call(h, &copy, &passed)?;
         for s in signals.drain(..) {
+            let (records, items) = (out.output.len(), out.items.len());
             out.notes.push(match s {
-                BarrierSignal::Trigger { barrier, .. } => {
-                    (barrier.id.get(), true, out.output.len())
-                }
-                BarrierSignal::Abort { id, .. } => (id.get(), false, out.output.len()),
+                BarrierSignal::Trigger { barrier, .. } => (barrier.id.get(), true, records, items),
+                BarrierSignal::Abort { id, .. } => (id.get(), false, records, items),
             });
         }
-        if let Some(StreamElement::Records(batch)) = passed {
-            out.output.extend(batch.iter().map(|&id| (ch, id)));
+        match passed {
+            Some(StreamElement::Records(batch)) => {
+                out.output.extend(batch.iter().map(|&id| (ch, id)));
+                out.items
+                    .extend(batch.iter().map(|&id| (ch, Passed::Record(id))));
+            }
+            Some(StreamElement::Watermark(Watermark(t))) => {
+                out.items.push((ch, Passed::Watermark(t)))
+            }
+            Some(StreamElement::Idle(i)) => out.items.push((ch, Passed::Idle(i))),
+            _ => {}
         }
         Ok::<(), TestCaseError>(())
     };
@@ -136,37 +184,49 @@ fn drive<H: BarrierHandler<u64>>(
 
 /// The reference model's checks, common to both modes; `exact` adds the
 /// exactly-once half (nothing after barrier n is handed on before n's
-/// trigger).
+/// trigger). Watermarks and idle markers follow the same rules as records,
+/// checked at their exact place in the output.
 fn check_model(
     channels: usize,
     input: &[(usize, Item)],
     out: &Outcome,
     exact: bool,
 ) -> Result<(), TestCaseError> {
-    // Records per channel in arrival order.
-    let mut per_channel: Vec<Vec<u64>> = vec![Vec::new(); channels];
+    // Records, watermarks and idle markers per channel in arrival order.
+    let mut per_channel: Vec<Vec<Passed>> = vec![Vec::new(); channels];
     for (ch, item) in input {
-        if let Item::Records(r) = item {
-            per_channel[*ch].extend(r);
-        }
+        per_channel[*ch].extend(passed_of(item));
     }
-    // No record lost or duplicated, per-channel order kept.
-    let mut handed: Vec<Vec<u64>> = vec![Vec::new(); channels];
-    for &(ch, id) in &out.output {
-        handed[ch].push(id);
+    // Nothing lost or duplicated, per-channel order kept; `index[ch][k]`:
+    // where the k-th element of channel ch is in the output.
+    let mut handed: Vec<Vec<Passed>> = vec![Vec::new(); channels];
+    let mut index: Vec<Vec<usize>> = vec![Vec::new(); channels];
+    for (i, &(ch, p)) in out.items.iter().enumerate() {
+        handed[ch].push(p);
+        index[ch].push(i);
     }
     for ch in 0..channels {
         prop_assert_eq!(
             &handed[ch],
             &per_channel[ch],
-            "channel {} lost, duplicated or reordered records",
+            "channel {} lost, duplicated or reordered elements",
             ch
         );
     }
+    // The records alone, as the notifications count them.
+    let records: Vec<(usize, u64)> = out
+        .items
+        .iter()
+        .filter_map(|&(ch, p)| match p {
+            Passed::Record(id) => Some((ch, id)),
+            _ => None,
+        })
+        .collect();
+    prop_assert_eq!(&records, &out.output);
     // No checkpoint notified twice; triggers only ever newer.
     let mut notified = HashSet::new();
     let mut last_trigger = 0;
-    for &(id, triggered, _) in &out.notes {
+    for &(id, triggered, _, _) in &out.notes {
         prop_assert!(
             notified.insert(id),
             "checkpoint {} notified twice: {:?}",
@@ -194,25 +254,38 @@ fn check_model(
         .enumerate()
         .map(|(i, &(_, id))| (id, i))
         .collect();
-    for &(n, triggered, after) in &out.notes {
+    for &(n, triggered, after, after_items) in &out.notes {
         if !triggered {
             continue;
         }
         for (c, items) in by_channel.iter().enumerate() {
-            // The records before barrier n on this channel (all of them when
-            // it has no barrier n: it must have ended for n to trigger).
+            // The elements before barrier n on this channel (all of them
+            // when it has no barrier n: it must have ended for n to
+            // trigger) are handed on before the trigger; in exactly-once
+            // mode the ones after it are handed on after the trigger.
             let mut before = true;
+            let mut k = 0; // the channel's elements seen so far
             for item in items {
                 match item {
                     Item::Barrier(id) if *id == n => before = false,
                     Item::Records(r) => {
                         for id in r {
+                            k += 1;
                             let handed_before = position[id] < after;
                             if before {
                                 prop_assert!(handed_before, "record {} of ch {} precedes barrier {} but was handed on after its trigger", id, c, n);
                             } else if exact {
                                 prop_assert!(!handed_before, "record {} of ch {} follows barrier {} but was handed on before its trigger", id, c, n);
                             }
+                        }
+                    }
+                    Item::Watermark(_) | Item::Idle(_) => {
+                        let handed_before = index[c][k] < after_items;
+                        k += 1;
+                        if before {
+                            prop_assert!(handed_before, "{:?} of ch {} precedes barrier {} but was handed on after its trigger", item, c, n);
+                        } else if exact {
+                            prop_assert!(!handed_before, "{:?} of ch {} follows barrier {} but was handed on before its trigger", item, c, n);
                         }
                     }
                     _ => {}
@@ -244,7 +317,11 @@ proptest! {
         let input = build(channels, &words);
         let config = HandlerConfig { max_alignment_bytes: limit, blocker_capacity_bytes: u64::MAX };
         let mut aligner = Aligner::<u64>::new(channels, config);
-        let out = drive(&mut aligner, &input, |h, _, _| {
+        let out = drive(&mut aligner, &input, |h, fed, passed| {
+            // A watermark or idle marker is handed on unchanged or held.
+            if matches!(fed, StreamElement::Watermark(_) | StreamElement::Idle(_)) {
+                prop_assert!(passed.is_none() || passed.as_ref() == Some(fed));
+            }
             // Rule 7: whatever is held stays within the limit (a release
             // empties the blocker before the next element is read).
             if let Some(limit) = limit {
@@ -267,8 +344,12 @@ proptest! {
         let input = build(channels, &words);
         let mut tracker = Tracker::new(channels);
         let out = drive(&mut tracker, &input, |h, fed, passed| {
-            // Rule 8: every record comes back at once, nothing waits.
-            if let StreamElement::Records(_) = fed {
+            // Rule 8: every record, watermark and idle marker comes back at
+            // once, nothing waits.
+            if matches!(
+                fed,
+                StreamElement::Records(_) | StreamElement::Watermark(_) | StreamElement::Idle(_)
+            ) {
                 prop_assert_eq!(passed.as_ref(), Some(fed));
             }
             prop_assert!(!BarrierHandler::<u64>::has_replay(h));
@@ -285,7 +366,8 @@ fn tracker_pending_bounded(t: &Tracker) -> bool {
 }
 
 /// The generator reaches what the properties are about: with 130 channels
-/// it still completes checkpoints, and it produces aborts of every kind.
+/// it still completes checkpoints, it produces aborts, and the aligner holds
+/// watermarks and idle markers (so their rule is exercised).
 #[test]
 fn the_generator_triggers_and_aborts_with_many_channels() {
     // A fixed pseudo-random word stream (splitmix64), so this test is
@@ -303,12 +385,26 @@ fn the_generator_triggers_and_aborts_with_many_channels() {
     for channels in [2, 130] {
         let input = build(channels, &words);
         let mut aligner = Aligner::<u64>::new(channels, HandlerConfig::default());
-        let out = drive(&mut aligner, &input, |_, _, _| Ok(())).unwrap();
+        // Watermarks and idle markers the aligner held (fed, not handed on).
+        let (mut held_watermarks, mut held_idle) = (0, 0);
+        let out = drive(&mut aligner, &input, |_, fed, passed| {
+            match (fed, passed) {
+                (StreamElement::Watermark(_), None) => held_watermarks += 1,
+                (StreamElement::Idle(_), None) => held_idle += 1,
+                _ => {}
+            }
+            Ok(())
+        })
+        .unwrap();
         let triggers = out.notes.iter().filter(|n| n.1).count();
         let aborts = out.notes.len() - triggers;
         assert!(
             triggers >= 3 && aborts >= 1,
             "{channels} channels: {triggers} triggers, {aborts} aborts"
+        );
+        assert!(
+            held_watermarks >= 1 && held_idle >= 1,
+            "{channels} channels: {held_watermarks} watermarks and {held_idle} idle markers held"
         );
         check_model(channels, &input, &out, true).unwrap();
     }

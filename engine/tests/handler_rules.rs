@@ -1,11 +1,12 @@
 //! One test (or a few) per rule of the barrier handler contract
 //! (`testdata/scenarios/README.md`, rules 1-10), with the edge cases the
-//! scenario files do not reach.
+//! scenario files do not reach, and the rules for watermarks and idle
+//! markers (`testdata/scenarios/EXTENSIONS.md`: elements like records).
 
 use lockgate::scenario::ScenarioBuffer;
 use lockgate::{
     AbortReason, Aligner, BarrierHandler, BarrierSignal, CheckpointBarrier, CheckpointId,
-    HandlerConfig, StreamElement, Tracker,
+    HandlerConfig, StreamElement, Tracker, Watermark,
 };
 
 type El = StreamElement<ScenarioBuffer>;
@@ -26,6 +27,14 @@ fn c(id: u64) -> El {
 fn e() -> El {
     StreamElement::EndOfPartition
 }
+/// A watermark of `t` ms.
+fn w(t: i64) -> El {
+    StreamElement::Watermark(Watermark(t))
+}
+/// A watermark status change (`true`: idle).
+fn idle(i: bool) -> El {
+    StreamElement::Idle(i)
+}
 
 /// A notification, with how many records had been handed on before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +50,9 @@ struct Gate<H> {
     h: H,
     /// Records handed on: (channel, id).
     out: Vec<(usize, u64)>,
+    /// Every element handed on (records, watermarks, idle markers, ends of
+    /// partition), with its channel, in order.
+    handed: Vec<(usize, El)>,
     notes: Vec<Note>,
     ends: Vec<usize>,
     signals: Vec<BarrierSignal>,
@@ -51,6 +63,7 @@ impl<H: BarrierHandler<ScenarioBuffer>> Gate<H> {
         Gate {
             h,
             out: Vec::new(),
+            handed: Vec::new(),
             notes: Vec::new(),
             ends: Vec::new(),
             signals: Vec::new(),
@@ -66,6 +79,9 @@ impl<H: BarrierHandler<ScenarioBuffer>> Gate<H> {
                 BarrierSignal::Trigger { barrier, .. } => Trigger(barrier.id.get(), self.out.len()),
                 BarrierSignal::Abort { id, reason } => Abort(id.get(), reason, self.out.len()),
             });
+        }
+        if let Some(el) = &passed {
+            self.handed.push((ch, el.clone()));
         }
         match passed {
             Some(StreamElement::Records(batch)) => {
@@ -166,6 +182,79 @@ fn rule1_a_blocked_channel_holds_records_and_events_until_replayed() {
     assert_eq!(g.ends, vec![0]);
     assert_eq!(g.h.num_closed(), 1);
     assert_eq!(g.h.held_bytes(), 0);
+}
+
+#[test]
+fn rule1_a_watermark_on_a_blocked_channel_is_held_and_replayed_in_order_with_records() {
+    let mut g = aligner(2);
+    assert!(g.feed(0, w(5)), "a watermark before the barrier passes");
+    g.feed(0, b(1));
+    assert!(!g.feed(0, r(1, 4)));
+    assert!(
+        !g.feed(0, w(10)),
+        "a watermark of a blocked channel is held"
+    );
+    assert!(
+        !g.feed(0, idle(true)),
+        "an idle marker of a blocked channel is held"
+    );
+    assert!(!g.feed(0, r(2, 4)));
+    assert_eq!(
+        g.h.held_bytes(),
+        8,
+        "watermarks and idle markers count 0 bytes"
+    );
+    assert!(
+        g.feed(1, w(7)),
+        "a watermark of an unblocked channel passes"
+    );
+    assert!(!g.feed_only(1, b(1)));
+    assert_eq!(g.notes, vec![Trigger(1, 0)]);
+    // The replay hands back the held elements in arrival order; fed again,
+    // each passes (the alignment is over).
+    let mut replayed = Vec::new();
+    while let Some((ch, el)) = g.h.next_replay() {
+        replayed.push((ch, el.clone()));
+        assert!(g.feed_only(ch, el), "replayed after the trigger, it passes");
+    }
+    assert_eq!(
+        replayed,
+        vec![(0, r(1, 4)), (0, w(10)), (0, idle(true)), (0, r(2, 4))]
+    );
+    assert_eq!(
+        g.handed,
+        vec![
+            (0, w(5)),
+            (1, w(7)),
+            (0, r(1, 4)),
+            (0, w(10)),
+            (0, idle(true)),
+            (0, r(2, 4))
+        ]
+    );
+    assert_eq!(g.h.held_bytes(), 0);
+}
+
+#[test]
+fn rule2_a_held_watermark_behind_a_newer_barrier_is_held_again_until_its_trigger() {
+    let mut g = aligner(2);
+    g.feed(0, b(1));
+    g.feed(0, w(1));
+    g.feed(0, b(2));
+    g.feed(0, w(2));
+    // Barrier 2 on ch 1 subsumes 1 and releases ch 0's held w1, B2, w2.
+    g.feed_only(1, b(2));
+    assert_eq!(g.notes, vec![Abort(1, AbortReason::Subsumed, 0)]);
+    assert!(g.handed.is_empty());
+    assert!(g.replay_one()); // w1: before B2 on ch 0, so before trigger 2
+    assert_eq!(g.handed, vec![(0, w(1))]);
+    assert_eq!(g.notes.len(), 1);
+    assert!(g.replay_one()); // B2 of ch 0 completes checkpoint 2
+    assert_eq!(g.notes[1], Trigger(2, 0));
+    assert_eq!(g.handed.len(), 1, "w2 follows B2: not yet handed on");
+    assert!(g.replay_one());
+    assert!(!g.replay_one());
+    assert_eq!(g.handed, vec![(0, w(1)), (0, w(2))]);
 }
 
 // ---- Rule 2: replay ----
@@ -461,6 +550,20 @@ fn rule7_the_limit_counts_earlier_releases_not_yet_replayed() {
     }
 }
 
+#[test]
+fn rule7_a_held_watermark_counts_zero_bytes() {
+    let mut g = aligner_with_limit(2, 0);
+    g.feed(0, b(1));
+    assert!(!g.feed(0, w(3)));
+    assert!(!g.feed(0, idle(true)));
+    assert!(g.notes.is_empty(), "0 bytes held is not over a limit of 0");
+    assert!(g.h.is_blocked(0));
+    // One record byte is over the limit: abort and replay in arrival order.
+    g.feed(0, r(1, 1));
+    assert_eq!(g.notes, vec![Abort(1, AbortReason::AlignmentLimit, 0)]);
+    assert_eq!(g.handed, vec![(0, w(3)), (0, idle(true)), (0, r(1, 1))]);
+}
+
 // ---- Blocker capacity (advice to the input gate) ----
 
 #[test]
@@ -548,7 +651,37 @@ fn end_of_input_hands_on_everything_held_even_behind_a_newer_barrier() {
     assert_eq!(g.h.held_bytes(), 0);
 }
 
+#[test]
+fn end_of_input_hands_on_a_held_watermark_without_a_notification() {
+    let mut g = aligner(2);
+    g.feed(0, b(1));
+    g.feed(0, w(9));
+    g.feed(0, idle(false));
+    assert!(g.handed.is_empty());
+    g.h.end_of_input();
+    g.drain();
+    assert_eq!(g.handed, vec![(0, w(9)), (0, idle(false))]);
+    assert!(g.notes.is_empty());
+}
+
 // ---- Rule 8: tracker ----
+
+#[test]
+fn rule8_the_tracker_hands_on_watermarks_and_idle_markers_at_once() {
+    let mut t = tracker(2);
+    t.feed(0, b(1));
+    assert!(t.feed(0, w(4)), "no blocking after a barrier");
+    assert!(t.feed(0, idle(true)));
+    assert!(t.feed(1, w(2)));
+    t.feed(1, b(1));
+    assert!(t.feed(1, idle(false)));
+    assert_eq!(t.notes, vec![Trigger(1, 0)]);
+    assert_eq!(
+        t.handed,
+        vec![(0, w(4)), (0, idle(true)), (1, w(2)), (1, idle(false))]
+    );
+    assert!(!BarrierHandler::<ScenarioBuffer>::has_replay(&t.h));
+}
 
 #[test]
 fn rule8_tracker_never_holds_and_tracks_several_checkpoints() {

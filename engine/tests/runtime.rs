@@ -637,3 +637,27 @@ fn pin_policies_parse_with_clear_errors() {
     let err = "0,x".parse::<PinPolicy>().unwrap_err();
     assert!(err.contains("0,x"), "{err}");
 }
+
+#[test]
+fn a_union_with_an_empty_input_runs_to_the_end_with_the_right_result() {
+    let n = 100_000;
+    let job = JobBuilder::new("union", JobConfig::default());
+    let finals: Finals = Arc::default();
+    let f2 = finals.clone();
+    let sums = job
+        .source("numbers", 2, move |i| Counter::part(i, 2, n))
+        .key_by(|x| x % 10)
+        .process("keyed_sum", 2, |_| KeyedSum::new(10))
+        .rebalance();
+    let empty = job
+        .source("empty", 1, |i| Counter::part(i, 1, 0))
+        .map(|x| (x, x))
+        .rebalance();
+    sums.union(empty)
+        .sink("sink", 1, move |_| MaxSink(f2.clone()));
+    let m = job.start().unwrap().wait().unwrap();
+    assert_eq!(*finals.lock().unwrap(), expected_sums(n, 10));
+    let sink = m.tasks.iter().find(|t| t.name == "sink[0]").unwrap();
+    assert_eq!(sink.records_in, n);
+    assert!(sink.batches_in > 0 && sink.batches_in <= n);
+}

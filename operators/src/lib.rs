@@ -7,6 +7,8 @@
 //!   (`docs/workloads.md`).
 //! - [`latency`]: latency histograms (HdrHistogram) and their reports
 //!   (`.hgrm`, `.hlog`, base64 for JSON, SVG percentile plots).
+//! - [`sources`]: general-purpose sources (a replayable [`sources::Sequence`]).
+//! - [`demo`]: a small exactly-once job for crash tests.
 //! - [`file_sink`]: the transactional (two-phase-commit) file sink.
 //! - [`flights`]: the NYC flights records, a resumable CSV reader (plain or
 //!   gzip) and the engine-independent reference computation.
@@ -15,8 +17,10 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks, missing_docs)]
 
+pub mod demo;
 pub mod file_sink;
 pub mod flights;
 pub mod latency;
 pub mod refjob;
+pub mod sources;
 pub mod workload;

@@ -1,23 +1,12 @@
 //! A job killed with SIGKILL restarts from its checkpoint folder and its
 //! committed output is exactly that of a run that was never killed.
 
+use lockgate_operators::demo::expected_lines;
 use lockgate_operators::file_sink::read_committed;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockgate-txn-demo");
-
-fn expected(n: u64) -> Vec<String> {
-    let mut sums = [0u64; 2];
-    let mut lines: Vec<String> = (0..n)
-        .map(|x| {
-            sums[(x % 2) as usize] += x;
-            format!("{x},{}", sums[(x % 2) as usize])
-        })
-        .collect();
-    lines.sort();
-    lines
-}
 
 fn committed(dir: &std::path::Path) -> Vec<String> {
     let text = String::from_utf8(read_committed(dir).unwrap()).unwrap();
@@ -71,7 +60,7 @@ fn a_killed_job_resumes_from_its_checkpoints_with_exact_output() {
     let status = args(true).status().unwrap();
     assert!(status.success(), "the restored run failed: {status}");
     let got = committed(out.path());
-    let want = expected(n);
+    let want = expected_lines(n);
     assert_eq!(got.len(), want.len(), "records lost or duplicated");
     assert!(
         got == want,

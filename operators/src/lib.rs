@@ -13,7 +13,11 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks, missing_docs)]
 
+pub mod co_process;
 pub mod file_sink;
 pub mod flights;
+pub mod join;
 pub mod latency;
+pub mod timers;
+pub mod window;
 pub mod workload;

@@ -14,8 +14,11 @@
 #![warn(clippy::undocumented_unsafe_blocks, missing_docs)]
 
 pub mod co_process;
+pub mod csv_source;
+pub mod fan_out;
 pub mod file_sink;
 pub mod flights;
+pub mod flights_job;
 pub mod join;
 pub mod latency;
 pub mod timers;

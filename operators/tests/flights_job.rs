@@ -203,3 +203,29 @@ fn a_malformed_row_is_an_input_error_with_its_line() {
     assert_eq!(r.summary.flights_skipped, 1);
     assert_eq!(r.summary.flights_read, 499);
 }
+
+/// The whole bundled data set, checked against the golden files.
+#[test]
+fn the_whole_data_set_gives_the_golden_files() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = tempfile::tempdir().unwrap();
+    let s = spec(
+        &find_bundled(BundledFile::Flights).unwrap(),
+        &find_bundled(BundledFile::Weather).unwrap(),
+        out.path(),
+        2,
+    );
+    let r = run(
+        &s,
+        config(CheckpointMode::ExactlyOnce, 0),
+        FailurePlan::none(),
+    )
+    .unwrap();
+    let golden = root.join("testdata/flights");
+    assert_eq!(
+        read(&r.by_visibility_path),
+        read(&golden.join("by_visibility.csv"))
+    );
+    assert_eq!(read(&r.daily_path), read(&golden.join("daily.csv")));
+    assert_eq!(r.summary.late_records(), 0);
+}

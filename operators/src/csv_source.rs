@@ -146,7 +146,8 @@ impl<R: CsvRecord + Send> Source<R> for CsvSource<R> {
             return Err("the CSV reader is not open".into());
         };
         let mut result = Ok(SourcePoll::Ready);
-        while out.len() < max {
+        let start = out.len();
+        while out.len() - start < max {
             match reader.next_record() {
                 Ok(Some(r)) => {
                     let t = (self.time_of)(&r);

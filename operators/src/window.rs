@@ -608,7 +608,9 @@ mod tests {
         v
     }
 
-    fn sum_op() -> WindowOperator<Rec, u32, Sum<fn(&Rec) -> i64>> {
+    type SumOp = WindowOperator<Rec, u32, Sum<fn(&Rec) -> i64>>;
+
+    fn sum_op() -> SumOp {
         WindowOperator::new(
             WindowAssigner::tumbling(10).unwrap(),
             Sum((|r: &Rec| r.2) as fn(&Rec) -> i64),

@@ -1,12 +1,13 @@
 //! The flights job on the engine against the plain-Rust reference, on a
 //! slice of the bundled data, with and without failures.
 
+use lockgate::channel::key_to_subtask;
 use lockgate::{CheckpointMode, FailurePlan, FailurePoint, JobConfig, RestartStrategy};
 use lockgate_operators::flights::{
     find_bundled, read_all, reference, render_by_visibility_csv, render_daily_csv, BadRows,
     BundledFile, Flight, Weather,
 };
-use lockgate_operators::flights_job::{run, task_names, FlightsJobSpec};
+use lockgate_operators::flights_job::{origin_hash, run, task_names, FlightsJobSpec};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -125,15 +126,31 @@ fn the_job_matches_the_reference_and_failures_do_not_change_a_byte() {
     assert!(r.metrics.completed_checkpoints() >= 1);
     assert_eq!(r.rows.duplicates, 0);
 
-    // With three failures: in the source, the join and the aggregate.
+    // With three failures: two in the busiest aggregate subtask (the last
+    // stage: a restore never puts it past what it had received), each
+    // after a fifth of its input, and one in a join subtask while it takes
+    // a snapshot. Whatever their order, each strikes: a restart puts the
+    // aggregate back at most to where it was, so it needs at most 4 fifths
+    // of its input to meet both of its failures.
     let failing = tempfile::tempdir().unwrap();
     let s = spec(&fpath, &wpath, failing.path(), 2);
     let names = task_names(&s);
     let idx = |n: &str| names.iter().position(|t| t == n).unwrap();
+    let mut per_subtask = [0u64; 2];
+    for f in &flights {
+        per_subtask[key_to_subtask(origin_hash(&f.origin), 2)] += 1;
+    }
+    let busiest = if per_subtask[0] >= per_subtask[1] {
+        0
+    } else {
+        1
+    };
+    let fifth = per_subtask[busiest] / 5;
+    let aggregate = idx(&format!("aggregate[{busiest}]"));
     let plan = FailurePlan::none()
-        .with(idx("flights[0]"), FailurePoint::AfterRecords(12_000))
-        .with(idx("enrich[1]"), FailurePoint::AfterRecords(4_000))
-        .with(idx("aggregate[0]"), FailurePoint::DuringSnapshot);
+        .with(aggregate, FailurePoint::AfterRecords(fifth))
+        .with(idx("enrich[0]"), FailurePoint::DuringSnapshot)
+        .with(aggregate, FailurePoint::AfterRecords(fifth));
     let r = run(&s, config(CheckpointMode::ExactlyOnce, 5), plan).unwrap();
     assert_eq!(r.metrics.restarts, 3, "{:?}", r.metrics.failures);
     assert_eq!(read(&r.by_visibility_path), expected_vis);

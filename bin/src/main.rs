@@ -3,12 +3,14 @@
 //! - `loadgen`: runs a reference workload and reports throughput, latency,
 //!   checkpoints and correctness;
 //! - `report`: shows or compares saved `loadgen` runs;
-//! - `scenario`: runs barrier scenario files through the barrier handlers.
+//! - `scenario`: runs barrier scenario files through the barrier handlers;
+//! - `flights`: the NYC flights job (event time, a join, windows).
 //!
 //! To add a subcommand: a module `<name>_cmd.rs` with its clap `Args`
 //! struct and a `run` function returning the exit code, one variant in
 //! [`Command`], one arm in `main`.
 
+mod flights_cmd;
 mod loadgen;
 mod report_cmd;
 mod scenario_cmd;
@@ -46,6 +48,9 @@ enum Command {
     /// Runs barrier scenario files through lockgate's barrier handlers and
     /// compares with their expectations (see testdata/scenarios/README.md).
     Scenario(scenario_cmd::ScenarioArgs),
+    /// Runs the NYC flights job: enriches flights with hourly weather,
+    /// writes by_visibility.csv and daily.csv.
+    Flights(flights_cmd::Args),
 }
 
 fn init_tracing(verbose: u8, quiet: bool) {
@@ -78,6 +83,10 @@ fn main() -> ExitCode {
         Command::Scenario(args) => {
             init_tracing(cli.verbose, false);
             ExitCode::from(scenario_cmd::run(&args))
+        }
+        Command::Flights(args) => {
+            init_tracing(cli.verbose, false);
+            flights_cmd::run(args)
         }
     }
 }

@@ -14,13 +14,25 @@
 //!   gzip) and the engine-independent reference computation.
 //! - [`refjob`]: the reference topology of W1/W2/W3 on the engine, with
 //!   its checking, latency-recording sink (what the load generator runs).
+//! - Event time: [`timers`] (keyed event/processing-time timers),
+//!   [`window`] (tumbling and sliding windows), [`co_process`] (keyed
+//!   two-input operators), [`join`] (an enrichment join on it).
+//! - [`csv_source`]: a replayable CSV file source; [`flights_job`]: the NYC
+//!   flights job; [`fan_out`]: feeding one stream to two operators.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks, missing_docs)]
 
+pub mod co_process;
+pub mod csv_source;
 pub mod demo;
+pub mod fan_out;
 pub mod file_sink;
 pub mod flights;
+pub mod flights_job;
+pub mod join;
 pub mod latency;
 pub mod refjob;
 pub mod sources;
+pub mod timers;
+pub mod window;
 pub mod workload;

@@ -1,0 +1,233 @@
+//! `lockgate flights`: the NYC flights job (see
+//! `lockgate_operators::flights_job`).
+//!
+//! Exit status: 0 on success; 2 for bad input (a missing file, a bad
+//! header, a malformed row with `--bad-rows fail`, bundled data not found,
+//! invalid flag values), with the file, line and reason; 1 when the job
+//! failed for another reason (no restart left, checkpoint storage, output).
+
+use clap::ValueEnum;
+use lockgate::{CheckpointMode, JobConfig, RestartStrategy};
+use lockgate_operators::flights::{find_bundled, BadRows, BundledFile};
+use lockgate_operators::flights_job::{
+    run as run_job, seeded_failures, FlightsJobError, FlightsJobSpec,
+};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Failures injected by `--inject-failures` strike after a record count in
+/// `1..=FAILURE_MAX_RECORDS` of their task (the load generator's seeded
+/// plan, [`lockgate::FailurePlan::seeded`]). On the bundled data most tasks
+/// get far more than 50 000 records (337k flights), so most planned
+/// failures strike, spread over the first part of the run; one planned past
+/// its task's input (the weather source emits 26 115 rows; an aggregate
+/// subtask no origin hashes to gets none) does not, and the run prints the
+/// restarts that happened.
+const FAILURE_MAX_RECORDS: u64 = 50_000;
+
+/// What to do with malformed rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BadRowsArg {
+    /// Exit 2 naming the file, line and reason.
+    Fail,
+    /// Skip and count them.
+    Skip,
+}
+
+/// The checkpointing mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CheckpointArg {
+    /// No checkpoints (output committed at the end).
+    None,
+    /// Aligned barriers: exactly-once output.
+    ExactlyOnce,
+    /// Tracked barriers: after a failure rows may repeat (repeats are
+    /// dropped when the files are written, and counted).
+    AtLeastOnce,
+}
+
+/// The flags of `lockgate flights`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// flights.csv, plain or gzip [default: the bundled
+    /// data/nycflights13/flights.csv.gz, found from the repository root].
+    #[arg(long, value_name = "PATH")]
+    pub flights: Option<PathBuf>,
+    /// weather.csv, plain or gzip [default: the bundled
+    /// data/nycflights13/weather.csv.gz].
+    #[arg(long, value_name = "PATH")]
+    pub weather: Option<PathBuf>,
+    /// The output folder (by_visibility.csv, daily.csv, parts/).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Subtasks of the keyed operators (the join and the aggregates).
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub parallelism: usize,
+    /// The watermark bound: how far (minutes of time_hour) a record may
+    /// come after a later one and still be on time.
+    #[arg(long, default_value_t = 60, value_name = "N")]
+    pub max_out_of_orderness_min: i64,
+    /// Malformed rows: fail (exit 2) or skip and count.
+    #[arg(long, value_enum, default_value_t = BadRowsArg::Fail)]
+    pub bad_rows: BadRowsArg,
+    /// Checkpointing mode.
+    #[arg(long, value_enum, default_value_t = CheckpointArg::ExactlyOnce)]
+    pub checkpoint: CheckpointArg,
+    /// Time between checkpoints, ms.
+    #[arg(long, default_value_t = 100, value_name = "MS")]
+    pub checkpoint_interval_ms: u64,
+    /// Where checkpoints are written (default: kept in memory).
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Resume from the latest complete checkpoint in --checkpoint-dir.
+    #[arg(long)]
+    pub restore: bool,
+    /// Task failures to inject (seeded; the job restarts from its last
+    /// checkpoint after each).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub inject_failures: usize,
+    /// Seed of the failure plan.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+fn usage_error(msg: &str) -> ExitCode {
+    eprintln!("error: {msg}");
+    ExitCode::from(2)
+}
+
+/// Runs the command; prints what it did on stdout and errors on stderr.
+pub fn run(args: Args) -> ExitCode {
+    let flights = match args
+        .flights
+        .clone()
+        .map_or_else(|| find_bundled(BundledFile::Flights), Ok)
+    {
+        Ok(p) => p,
+        Err(e) => return usage_error(&e.to_string()),
+    };
+    let weather = match args
+        .weather
+        .clone()
+        .map_or_else(|| find_bundled(BundledFile::Weather), Ok)
+    {
+        Ok(p) => p,
+        Err(e) => return usage_error(&e.to_string()),
+    };
+    if args.parallelism == 0 {
+        return usage_error("--parallelism must be at least 1");
+    }
+    if args.max_out_of_orderness_min < 0 {
+        return usage_error("--max-out-of-orderness-min must not be negative");
+    }
+    if args.checkpoint_interval_ms == 0 {
+        return usage_error("--checkpoint-interval-ms must be positive");
+    }
+    if args.restore && args.checkpoint_dir.is_none() {
+        return usage_error("--restore needs --checkpoint-dir");
+    }
+    if args.restore && args.checkpoint == CheckpointArg::None {
+        return usage_error(
+            "--restore needs checkpoints (--checkpoint exactly-once or at-least-once)",
+        );
+    }
+    let Some(bound_ms) = args.max_out_of_orderness_min.checked_mul(60_000) else {
+        return usage_error("--max-out-of-orderness-min is too large");
+    };
+    let spec = FlightsJobSpec {
+        flights,
+        weather,
+        out_dir: args.out.clone(),
+        parallelism: args.parallelism,
+        max_out_of_orderness_ms: bound_ms,
+        bad_rows: match args.bad_rows {
+            BadRowsArg::Fail => BadRows::Fail,
+            BadRowsArg::Skip => BadRows::Skip,
+        },
+    };
+    let mut config = JobConfig::default();
+    config.checkpoint.mode = match args.checkpoint {
+        CheckpointArg::None => CheckpointMode::None,
+        CheckpointArg::ExactlyOnce => CheckpointMode::ExactlyOnce,
+        CheckpointArg::AtLeastOnce => CheckpointMode::AtLeastOnce,
+    };
+    config.checkpoint.interval = Some(Duration::from_millis(args.checkpoint_interval_ms));
+    config.checkpoint.dir = args.checkpoint_dir.clone();
+    config.checkpoint.restore = args.restore;
+    // One restart per injected failure: an input error fails every attempt
+    // the same way, so more restarts would only repeat it.
+    config.restart = RestartStrategy {
+        max_attempts: u32::try_from(args.inject_failures).unwrap_or(u32::MAX),
+        delay: Duration::ZERO,
+    };
+    let plan = seeded_failures(&spec, args.seed, args.inject_failures, FAILURE_MAX_RECORDS);
+    let result = run_job(&spec, config, plan);
+    let r = match result {
+        Ok(r) => r,
+        Err(FlightsJobError::Input(msg)) => {
+            eprintln!("error: {msg}");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let s = r.summary;
+    println!(
+        "flights: {} records read from {} ({} bad rows skipped)",
+        s.flights_read,
+        spec.flights.display(),
+        s.flights_skipped
+    );
+    println!(
+        "weather: {} records read from {} ({} bad rows skipped)",
+        s.weather_read,
+        spec.weather.display(),
+        s.weather_skipped
+    );
+    println!(
+        "late records: {} (join: {} flights, {} weather rows; daily windows: {})",
+        s.late_records(),
+        s.join.late_facts,
+        s.join.late_rows,
+        s.daily_late
+    );
+    println!(
+        "flights without a weather row (unknown): {}",
+        s.join.unmatched
+    );
+    if s.join.duplicate_rows > 0 {
+        println!(
+            "weather rows ignored (same origin and hour seen before): {}",
+            s.join.duplicate_rows
+        );
+    }
+    println!(
+        "checkpoints completed: {}",
+        r.metrics.completed_checkpoints()
+    );
+    if args.inject_failures > 0 {
+        println!(
+            "restarts: {} ({} failures injected; one planned past its task's input does not strike)",
+            r.metrics.restarts, args.inject_failures
+        );
+    } else {
+        println!("restarts: {}", r.metrics.restarts);
+    }
+    if args.checkpoint == CheckpointArg::AtLeastOnce && r.metrics.restarts > 0 {
+        println!(
+            "note: at-least-once: records replayed after a restart may be counted twice in the figures"
+        );
+    }
+    if r.rows.duplicates > 0 {
+        println!(
+            "repeated rows dropped (at-least-once replay): {}",
+            r.rows.duplicates
+        );
+    }
+    println!("wrote {}", r.by_visibility_path.display());
+    println!("wrote {}", r.daily_path.display());
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,407 @@
+//! A keyed two-input operator with keyed state and timers: Flink's
+//! `connect(a, b).keyBy(ka, kb).process(KeyedCoProcessFunction)`.
+//!
+//! Build the input with [`lockgate::Stream::connect`] and
+//! [`lockgate::Connected::key_by`] (both inputs partitioned by the hash of
+//! the same key), then `.process(name, parallelism, |_|
+//! KeyedCoProcessOperator::new(f))`. The operator keeps one state value
+//! per key (created on first use, dropped when the function clears it)
+//! and a [`TimerService`] of keyed timers; both are checkpointed (JSON),
+//! together with the function's own operator-wide state
+//! ([`KeyedCoProcessFunction::snapshot_function`]).
+//!
+//! Event-time timers fire from the task's watermark (the minimum over both
+//! inputs: an event-time timer at `t` fires once neither input can still
+//! deliver a record with timestamp `<= t`). The end of the input is the
+//! end of event time: every event-time timer left fires then.
+
+use crate::timers::TimerService;
+use crate::window::WindowKey;
+use lockgate::{BoxError, CheckpointId, Either, Operator, Watermark};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// A timer that fired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FiredTimer {
+    /// An event-time timer at this time (ms).
+    EventTime(i64),
+    /// A processing-time timer at this time (ns on
+    /// [`lockgate::clock::now_ns`]'s clock).
+    ProcessingTime(u64),
+}
+
+/// What a [`KeyedCoProcessFunction`] call can reach: the current key, its
+/// state, its timers, the watermark and the output.
+pub struct CoContext<'a, K, S, O> {
+    key: &'a K,
+    state: &'a mut Option<S>,
+    timers: &'a mut TimerService<K>,
+    out: &'a mut Vec<O>,
+}
+
+impl<K: Ord + Clone, S, O> CoContext<'_, K, S, O> {
+    /// The key of the record or timer being processed.
+    pub fn key(&self) -> &K {
+        self.key
+    }
+
+    /// The key's state, if it has one.
+    pub fn state(&mut self) -> Option<&mut S> {
+        self.state.as_mut()
+    }
+
+    /// The key's state, created by `init` if it has none.
+    pub fn state_or_insert_with(&mut self, init: impl FnOnce() -> S) -> &mut S {
+        self.state.get_or_insert_with(init)
+    }
+
+    /// Removes the key's state (its timers stay).
+    pub fn clear_state(&mut self) -> Option<S> {
+        self.state.take()
+    }
+
+    /// The operator's watermark (ms; `i64::MIN` before the first one).
+    pub fn current_watermark(&self) -> i64 {
+        self.timers.current_watermark()
+    }
+
+    /// Registers an event-time timer for this key at `time` (ms). One at or
+    /// below the current watermark fires right after the current call.
+    pub fn register_event_timer(&mut self, time: i64) {
+        self.timers.register_event_time(time, self.key.clone());
+    }
+
+    /// Deletes this key's event-time timer at `time`.
+    pub fn delete_event_timer(&mut self, time: i64) -> bool {
+        self.timers.delete_event_time(time, self.key)
+    }
+
+    /// Registers a processing-time timer for this key at `time_ns`.
+    pub fn register_processing_timer(&mut self, time_ns: u64) {
+        self.timers
+            .register_processing_time(time_ns, self.key.clone());
+    }
+
+    /// Deletes this key's processing-time timer at `time_ns`.
+    pub fn delete_processing_timer(&mut self, time_ns: u64) -> bool {
+        self.timers.delete_processing_time(time_ns, self.key)
+    }
+
+    /// Emits a record.
+    pub fn emit(&mut self, record: O) {
+        self.out.push(record);
+    }
+}
+
+/// The user function of a [`KeyedCoProcessOperator`] (Flink's
+/// `KeyedCoProcessFunction`).
+pub trait KeyedCoProcessFunction<A, B, O>: Send {
+    /// The key both inputs are grouped by. Records must be partitioned by
+    /// a hash of it, so that a key's records of both inputs meet in one
+    /// subtask.
+    type Key: WindowKey;
+    /// The state kept per key.
+    type State: Serialize + DeserializeOwned + Send;
+
+    /// The key of a record of the first input.
+    fn key_left(&self, a: &A) -> Self::Key;
+    /// The key of a record of the second input.
+    fn key_right(&self, b: &B) -> Self::Key;
+
+    /// Processes a record of the first input.
+    ///
+    /// # Errors
+    /// Any error fails the task.
+    fn process_left(
+        &mut self,
+        a: A,
+        ctx: &mut CoContext<'_, Self::Key, Self::State, O>,
+    ) -> Result<(), BoxError>;
+
+    /// Processes a record of the second input.
+    ///
+    /// # Errors
+    /// Any error fails the task.
+    fn process_right(
+        &mut self,
+        b: B,
+        ctx: &mut CoContext<'_, Self::Key, Self::State, O>,
+    ) -> Result<(), BoxError>;
+
+    /// A timer of `ctx.key()` fired. Default: nothing.
+    ///
+    /// # Errors
+    /// Any error fails the task.
+    fn on_timer(
+        &mut self,
+        _timer: FiredTimer,
+        _ctx: &mut CoContext<'_, Self::Key, Self::State, O>,
+    ) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// The function's own state beyond the keyed state (e.g. counters), for
+    /// checkpoints. Default: none.
+    ///
+    /// # Errors
+    /// When it cannot be serialized; the checkpoint then fails.
+    fn snapshot_function(&self) -> Result<Option<Vec<u8>>, BoxError> {
+        Ok(None)
+    }
+
+    /// Restores what [`KeyedCoProcessFunction::snapshot_function`] returned.
+    ///
+    /// # Errors
+    /// When the bytes do not decode; the restore then fails.
+    fn restore_function(&mut self, _bytes: &[u8]) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(bound(
+    serialize = "K: Serialize, S: Serialize",
+    deserialize = "K: DeserializeOwned + Ord, S: DeserializeOwned"
+))]
+struct CoState<K, S> {
+    keyed: Vec<(K, S)>,
+    timers: TimerService<K>,
+    function: Option<Vec<u8>>,
+}
+
+/// Runs a [`KeyedCoProcessFunction`] over `Either<A, B>` records (see the
+/// module docs).
+pub struct KeyedCoProcessOperator<A, B, O, F: KeyedCoProcessFunction<A, B, O>> {
+    f: F,
+    keyed: HashMap<F::Key, F::State>,
+    timers: TimerService<F::Key>,
+    _types: std::marker::PhantomData<fn(A, B) -> O>,
+}
+
+impl<A, B, O, F: KeyedCoProcessFunction<A, B, O>> KeyedCoProcessOperator<A, B, O, F> {
+    /// The operator running `f`, with no state.
+    pub fn new(f: F) -> Self {
+        KeyedCoProcessOperator {
+            f,
+            keyed: HashMap::new(),
+            timers: TimerService::new(),
+            _types: std::marker::PhantomData,
+        }
+    }
+
+    /// The function.
+    pub fn function(&self) -> &F {
+        &self.f
+    }
+
+    /// Keys holding state.
+    pub fn keys_with_state(&self) -> usize {
+        self.keyed.len()
+    }
+
+    /// Timers registered (both domains).
+    pub fn timers(&self) -> usize {
+        self.timers.event_timers() + self.timers.processing_timers()
+    }
+
+    /// Calls `call` with the context of `key`, then stores the key's state
+    /// back (or drops it when cleared).
+    fn with_key(
+        &mut self,
+        key: F::Key,
+        out: &mut Vec<O>,
+        call: impl FnOnce(&mut F, &mut CoContext<'_, F::Key, F::State, O>) -> Result<(), BoxError>,
+    ) -> Result<(), BoxError> {
+        let mut state = self.keyed.remove(&key);
+        let mut ctx = CoContext {
+            key: &key,
+            state: &mut state,
+            timers: &mut self.timers,
+            out,
+        };
+        let r = call(&mut self.f, &mut ctx);
+        if let Some(s) = state {
+            self.keyed.insert(key, s);
+        }
+        r
+    }
+
+    fn fire_event_timers(&mut self, watermark: i64, out: &mut Vec<O>) -> Result<(), BoxError> {
+        let mut due = self.timers.advance_watermark(watermark);
+        // Timers registered at or below the watermark by a firing timer fire
+        // in the same round.
+        while !due.is_empty() {
+            for (time, key) in due {
+                self.with_key(key, out, |f, ctx| {
+                    f.on_timer(FiredTimer::EventTime(time), ctx)
+                })?;
+            }
+            due = self.timers.pop_event_due();
+        }
+        Ok(())
+    }
+}
+
+impl<A, B, O, F> Operator<Either<A, B>, O> for KeyedCoProcessOperator<A, B, O, F>
+where
+    A: Send,
+    B: Send,
+    O: Send,
+    F: KeyedCoProcessFunction<A, B, O>,
+{
+    fn process(&mut self, input: &mut Vec<Either<A, B>>, out: &mut Vec<O>) -> Result<(), BoxError> {
+        for record in input.drain(..) {
+            match record {
+                Either::Left(a) => {
+                    let key = self.f.key_left(&a);
+                    self.with_key(key, out, |f, ctx| f.process_left(a, ctx))?;
+                }
+                Either::Right(b) => {
+                    let key = self.f.key_right(&b);
+                    self.with_key(key, out, |f, ctx| f.process_right(b, ctx))?;
+                }
+            }
+        }
+        // Timers a call registered at or below the watermark.
+        let w = self.timers.current_watermark();
+        self.fire_event_timers(w, out)
+    }
+
+    fn on_watermark(&mut self, watermark: Watermark, out: &mut Vec<O>) -> Result<(), BoxError> {
+        self.fire_event_timers(watermark.0, out)
+    }
+
+    fn next_timer_ns(&self) -> Option<u64> {
+        self.timers.next_processing_time()
+    }
+
+    fn on_processing_time(&mut self, now_ns: u64, out: &mut Vec<O>) -> Result<(), BoxError> {
+        for (time, key) in self.timers.pop_processing_due(now_ns) {
+            self.with_key(key, out, |f, ctx| {
+                f.on_timer(FiredTimer::ProcessingTime(time), ctx)
+            })?;
+        }
+        Ok(())
+    }
+
+    fn end_of_input(&mut self, out: &mut Vec<O>) -> Result<(), BoxError> {
+        self.fire_event_timers(i64::MAX, out)
+    }
+
+    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        let state = CoState {
+            keyed: self.keyed.iter().map(|(k, s)| (k.clone(), s)).collect(),
+            timers: self.timers.clone(),
+            function: self.f.snapshot_function()?,
+        };
+        Ok(Some(serde_json::to_vec(&state)?))
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
+        let state: CoState<F::Key, F::State> = serde_json::from_slice(state)
+            .map_err(|e| format!("co-process state does not decode: {e}"))?;
+        self.keyed = state.keyed.into_iter().collect();
+        self.timers = state.timers;
+        if let Some(bytes) = state.function {
+            self.f.restore_function(&bytes)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sums left values per key; a right record `(k, t)` sets an event
+    /// timer at `t` that emits the sum and clears the key.
+    struct SumUntil;
+
+    impl KeyedCoProcessFunction<(u8, i64), (u8, i64), (u8, i64)> for SumUntil {
+        type Key = u8;
+        type State = i64;
+        fn key_left(&self, a: &(u8, i64)) -> u8 {
+            a.0
+        }
+        fn key_right(&self, b: &(u8, i64)) -> u8 {
+            b.0
+        }
+        fn process_left(
+            &mut self,
+            a: (u8, i64),
+            ctx: &mut CoContext<'_, u8, i64, (u8, i64)>,
+        ) -> Result<(), BoxError> {
+            *ctx.state_or_insert_with(|| 0) += a.1;
+            Ok(())
+        }
+        fn process_right(
+            &mut self,
+            b: (u8, i64),
+            ctx: &mut CoContext<'_, u8, i64, (u8, i64)>,
+        ) -> Result<(), BoxError> {
+            ctx.register_event_timer(b.1);
+            Ok(())
+        }
+        fn on_timer(
+            &mut self,
+            timer: FiredTimer,
+            ctx: &mut CoContext<'_, u8, i64, (u8, i64)>,
+        ) -> Result<(), BoxError> {
+            assert!(matches!(timer, FiredTimer::EventTime(_)));
+            let key = *ctx.key();
+            if let Some(s) = ctx.clear_state() {
+                ctx.emit((key, s));
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn keyed_state_and_timers_of_two_inputs_survive_a_restore() {
+        let mut op = KeyedCoProcessOperator::new(SumUntil);
+        let mut out = Vec::new();
+        op.process(
+            &mut vec![
+                Either::Left((1, 5)),
+                Either::Left((2, 7)),
+                Either::Right((1, 100)),
+            ],
+            &mut out,
+        )
+        .unwrap();
+        op.process(&mut vec![Either::Left((1, 6))], &mut out)
+            .unwrap();
+        assert!(out.is_empty());
+        assert_eq!(op.keys_with_state(), 2);
+        let snap = op.snapshot_state(CheckpointId(1)).unwrap().unwrap();
+        let mut restored = KeyedCoProcessOperator::new(SumUntil);
+        restored.restore_state(&snap).unwrap();
+        for o in [&mut op, &mut restored] {
+            let mut out = Vec::new();
+            o.on_watermark(Watermark(99), &mut out).unwrap();
+            assert!(out.is_empty());
+            o.on_watermark(Watermark(100), &mut out).unwrap();
+            assert_eq!(out, [(1, 11)]);
+            assert_eq!(o.keys_with_state(), 1, "key 1 cleared");
+            out.clear();
+            o.end_of_input(&mut out).unwrap();
+            assert!(out.is_empty(), "key 2 has no timer");
+        }
+        assert!(restored.restore_state(b"{").is_err());
+    }
+
+    #[test]
+    fn a_timer_registered_in_the_past_fires_after_the_call() {
+        let mut op = KeyedCoProcessOperator::new(SumUntil);
+        let mut out = Vec::new();
+        op.on_watermark(Watermark(50), &mut out).unwrap();
+        op.process(
+            &mut vec![Either::Left((3, 1)), Either::Right((3, 10))],
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out, [(3, 1)]);
+    }
+}

@@ -1,0 +1,307 @@
+//! A replayable CSV file source (plain or gzip) with bounded-out-of-orderness
+//! watermarks.
+//!
+//! It reads records `R` with [`crate::flights::CsvRecordReader`] (columns
+//! found by header name; `csv` crate; gzip told apart by its magic bytes).
+//! Its checkpointed state is the reader position (data rows consumed, good
+//! or bad) and the largest event time seen; a restore reopens the file at
+//! that position ([`CsvRecordReader::open_at`]), so the records after the
+//! checkpoint are read again and none before it.
+//!
+//! Watermark: `max event time seen - max out-of-orderness - 1 ms` (Flink's
+//! `BoundedOutOfOrdernessWatermarks`: the `- 1` lets records with the
+//! largest time seen so far still arrive on time), and `i64::MAX` once the
+//! file is read to the end.
+//!
+//! Input errors (a missing file, a bad header, a malformed row with
+//! [`BadRows::Fail`]) fail the task with the reader's message (file, line,
+//! reason); the message is also kept in [`CsvSourceProbe::error`] so that
+//! the application can tell an input error from other failures.
+
+use crate::flights::{BadRows, CsvRecord, CsvRecordReader};
+use lockgate::{BoxError, CheckpointId, Source, SourcePoll, Watermark};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What a [`CsvSource`] reports to the application while and after it
+/// runs. Its counts come from the checkpointed position, so they are exact
+/// after restarts (the last run's values, not a sum over runs).
+#[derive(Debug, Default)]
+pub struct CsvSourceProbe {
+    rows: AtomicU64,
+    skipped: AtomicU64,
+    finished: AtomicBool,
+    error: Mutex<Option<String>>,
+}
+
+impl CsvSourceProbe {
+    /// A new probe, to share between the application and the source.
+    pub fn new() -> Arc<Self> {
+        Arc::new(CsvSourceProbe::default())
+    }
+
+    /// Data rows consumed (good and bad).
+    pub fn rows(&self) -> u64 {
+        self.rows.load(Ordering::Relaxed)
+    }
+
+    /// Bad rows skipped ([`BadRows::Skip`]).
+    pub fn skipped(&self) -> u64 {
+        self.skipped.load(Ordering::Relaxed)
+    }
+
+    /// Records emitted: rows minus skipped rows.
+    pub fn records(&self) -> u64 {
+        self.rows().saturating_sub(self.skipped())
+    }
+
+    /// True once the file was read to its end.
+    pub fn finished(&self) -> bool {
+        self.finished.load(Ordering::Relaxed)
+    }
+
+    /// The first input error the source met, as the reader reported it.
+    pub fn error(&self) -> Option<String> {
+        self.error.lock().ok().and_then(|e| e.clone())
+    }
+
+    fn set_error(&self, msg: &str) {
+        if let Ok(mut e) = self.error.lock() {
+            e.get_or_insert_with(|| msg.to_string());
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Position {
+    rows: u64,
+    max_time: Option<i64>,
+}
+
+/// A [`Source`] of the records of one CSV file (see the module docs).
+/// Run it with parallelism 1 (a file, a gzip stream above all, is read by
+/// one task).
+pub struct CsvSource<R: CsvRecord> {
+    path: PathBuf,
+    bad_rows: BadRows,
+    time_of: fn(&R) -> i64,
+    out_of_orderness_ms: i64,
+    reader: Option<CsvRecordReader<R>>,
+    rows: u64,
+    max_time: Option<i64>,
+    finished: bool,
+    probe: Arc<CsvSourceProbe>,
+}
+
+impl<R: CsvRecord> CsvSource<R> {
+    /// Reads `path` from its first row; `time_of` gives a record's event
+    /// time (ms), `out_of_orderness_ms` the watermark's bound (negative:
+    /// 0). The file is opened on the first poll.
+    pub fn new(
+        path: impl Into<PathBuf>,
+        bad_rows: BadRows,
+        time_of: fn(&R) -> i64,
+        out_of_orderness_ms: i64,
+        probe: Arc<CsvSourceProbe>,
+    ) -> Self {
+        CsvSource {
+            path: path.into(),
+            bad_rows,
+            time_of,
+            out_of_orderness_ms: out_of_orderness_ms.max(0),
+            reader: None,
+            rows: 0,
+            max_time: None,
+            finished: false,
+            probe,
+        }
+    }
+
+    fn fail(&self, e: crate::flights::FlightsError) -> BoxError {
+        let msg = e.to_string();
+        self.probe.set_error(&msg);
+        msg.into()
+    }
+
+    fn publish(&self, skipped: u64) {
+        self.probe.rows.store(self.rows, Ordering::Relaxed);
+        self.probe.skipped.store(skipped, Ordering::Relaxed);
+    }
+}
+
+impl<R: CsvRecord + Send> Source<R> for CsvSource<R> {
+    fn poll(&mut self, out: &mut Vec<R>, max: usize) -> Result<SourcePoll, BoxError> {
+        if self.finished {
+            return Ok(SourcePoll::Finished);
+        }
+        if self.reader.is_none() {
+            match CsvRecordReader::open_at(&self.path, self.bad_rows, self.rows) {
+                Ok(r) => self.reader = Some(r),
+                Err(e) => return Err(self.fail(e)),
+            }
+        }
+        let Some(reader) = self.reader.as_mut() else {
+            return Err("the CSV reader is not open".into());
+        };
+        let mut result = Ok(SourcePoll::Ready);
+        let start = out.len();
+        while out.len() - start < max {
+            match reader.next_record() {
+                Ok(Some(r)) => {
+                    let t = (self.time_of)(&r);
+                    self.max_time = Some(self.max_time.map_or(t, |m| m.max(t)));
+                    out.push(r);
+                }
+                Ok(None) => {
+                    self.finished = true;
+                    result = Ok(SourcePoll::Finished);
+                    break;
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    self.probe.set_error(&msg);
+                    result = Err(msg.into());
+                    break;
+                }
+            }
+        }
+        self.rows = CsvRecordReader::position(reader);
+        let skipped = reader.skipped();
+        self.publish(skipped);
+        if self.finished {
+            self.probe.finished.store(true, Ordering::Relaxed);
+        }
+        result
+    }
+
+    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        Ok(Some(serde_json::to_vec(&Position {
+            rows: self.rows,
+            max_time: self.max_time,
+        })?))
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
+        let p: Position = serde_json::from_slice(state)
+            .map_err(|e| format!("CSV source position does not decode: {e}"))?;
+        self.rows = p.rows;
+        self.max_time = p.max_time;
+        self.reader = None;
+        self.finished = false;
+        Ok(())
+    }
+
+    fn current_watermark(&self) -> Option<Watermark> {
+        if self.finished {
+            return Some(Watermark(i64::MAX));
+        }
+        self.max_time
+            .map(|m| Watermark(m.saturating_sub(self.out_of_orderness_ms).saturating_sub(1)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flights::Flight;
+
+    const HEADER: &str = "time_hour,dep_delay,origin\n";
+
+    fn write(dir: &std::path::Path, rows: &[&str]) -> PathBuf {
+        let p = dir.join("f.csv");
+        let mut text = HEADER.to_string();
+        for r in rows {
+            text.push_str(r);
+            text.push('\n');
+        }
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn source(
+        path: &std::path::Path,
+        bad: BadRows,
+        probe: Arc<CsvSourceProbe>,
+    ) -> CsvSource<Flight> {
+        CsvSource::new(path, bad, |f: &Flight| f.time_hour_ms, 60_000, probe)
+    }
+
+    const ROWS: [&str; 5] = [
+        "2013-01-01T10:00:00Z,1,EWR",
+        "2013-01-01T11:00:00Z,NA,JFK",
+        "2013-01-01T10:00:00Z,3,LGA",
+        "2013-01-01T12:00:00Z,4,EWR",
+        "2013-01-01T13:00:00Z,5,EWR",
+    ];
+
+    #[test]
+    fn reads_in_batches_with_watermarks_and_restores_its_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), &ROWS);
+        let probe = CsvSourceProbe::new();
+        let mut s = source(&path, BadRows::Fail, probe.clone());
+        assert_eq!(s.current_watermark(), None);
+        let mut out = Vec::new();
+        assert_eq!(s.poll(&mut out, 2).unwrap(), SourcePoll::Ready);
+        let t11 = out[1].time_hour_ms;
+        assert_eq!(s.current_watermark(), Some(Watermark(t11 - 60_000 - 1)));
+        let snap = s.snapshot_state(CheckpointId(1)).unwrap().unwrap();
+        let mut all = out.clone();
+        out.clear();
+        assert_eq!(s.poll(&mut out, 100).unwrap(), SourcePoll::Finished);
+        all.extend(out.iter().copied());
+        assert_eq!(all.len(), 5);
+        assert_eq!(s.current_watermark(), Some(Watermark(i64::MAX)));
+        assert!(probe.finished());
+        assert_eq!(probe.records(), 5);
+
+        // a restored source goes on from row 2, with the watermark it had
+        let probe2 = CsvSourceProbe::new();
+        let mut r = source(&path, BadRows::Fail, probe2.clone());
+        r.restore_state(&snap).unwrap();
+        assert_eq!(r.current_watermark(), Some(Watermark(t11 - 60_000 - 1)));
+        let mut rest = Vec::new();
+        while r.poll(&mut rest, 1).unwrap() != SourcePoll::Finished {}
+        assert_eq!(rest, all[2..]);
+        assert_eq!(probe2.rows(), 5);
+        assert!(r.restore_state(b"?").is_err());
+    }
+
+    #[test]
+    fn bad_rows_fail_with_the_line_or_are_skipped_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rows = ROWS.to_vec();
+        rows[2] = "2013-01-01T10:00:00Z,3";
+        let path = write(dir.path(), &rows);
+        let probe = CsvSourceProbe::new();
+        let mut s = source(&path, BadRows::Fail, probe.clone());
+        let mut out = Vec::new();
+        let err = s.poll(&mut out, 100).unwrap_err().to_string();
+        assert!(err.contains("line 4"), "{err}");
+        assert!(err.contains("f.csv"), "{err}");
+        assert_eq!(probe.error().as_deref(), Some(err.as_str()));
+
+        let probe = CsvSourceProbe::new();
+        let mut s = source(&path, BadRows::Skip, probe.clone());
+        out.clear();
+        while s.poll(&mut out, 100).unwrap() != SourcePoll::Finished {}
+        assert_eq!(out.len(), 4);
+        assert_eq!((probe.rows(), probe.skipped(), probe.records()), (5, 1, 4));
+        assert_eq!(probe.error(), None);
+    }
+
+    #[test]
+    fn a_missing_file_is_an_input_error() {
+        let probe = CsvSourceProbe::new();
+        let mut s = source(
+            std::path::Path::new("/nonexistent/f.csv"),
+            BadRows::Fail,
+            probe.clone(),
+        );
+        let err = s.poll(&mut Vec::new(), 10).unwrap_err().to_string();
+        assert!(err.contains("/nonexistent/f.csv"), "{err}");
+        assert!(probe.error().is_some());
+    }
+}

@@ -1,0 +1,805 @@
+//! Event-time windows on keyed streams: tumbling, sliding and global
+//! windows with incremental aggregates, allowed lateness and a side output
+//! for late records (the semantics of Flink's `WindowOperator` with its
+//! default `EventTimeTrigger`).
+//!
+//! - A record goes into every window its timestamp falls in
+//!   ([`WindowAssigner::assign`]); each (key, window) keeps one accumulator
+//!   of an [`AggregateFunction`] (keyed state, checkpointed).
+//! - A window `[start, end)` fires when the watermark reaches its last
+//!   timestamp `end - 1` (Flink's `TimeWindow.maxTimestamp`), emitting
+//!   [`WindowOutput::Fired`] with the aggregate's result.
+//! - With an allowed lateness `L`, the window's state is kept until the
+//!   watermark reaches `end - 1 + L` (its *cleanup time*); a record that
+//!   arrives for it in the meantime is added and the window fires again at
+//!   once, marked [`WindowResult::late_update`] (Flink's late firing).
+//! - A record all of whose windows are past their cleanup time is *late*:
+//!   it is counted ([`WindowOperator::late_records`]) and, when the side
+//!   output is on, emitted as [`WindowOutput::Late`] (Flink's
+//!   `sideOutputLateData`); otherwise dropped.
+//! - At the end of the input every window still open fires (the end of
+//!   input is the end of event time, as a finished source's final
+//!   `Watermark(i64::MAX)`).
+//!
+//! Time is in ms of event time; watermarks follow Flink: `Watermark(t)`
+//! says no more records with a timestamp `<= t` are expected.
+
+use crate::timers::TimerService;
+use lockgate::{BoxError, CheckpointId, Operator, RecordSize, Watermark};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A half-open event-time interval `[start, end)`, ms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TimeWindow {
+    /// First timestamp in the window.
+    pub start: i64,
+    /// First timestamp after the window.
+    pub end: i64,
+}
+
+impl TimeWindow {
+    /// The last timestamp in the window, `end - 1` (Flink's
+    /// `maxTimestamp`): the window fires when the watermark reaches it.
+    pub fn max_timestamp(&self) -> i64 {
+        self.end.saturating_sub(1)
+    }
+
+    /// True when `t` lies in the window.
+    pub fn contains(&self, t: i64) -> bool {
+        self.start <= t && t < self.end
+    }
+}
+
+/// Which windows a record belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowAssigner {
+    /// Back-to-back windows of `size_ms`, starting at `offset_ms` modulo
+    /// `size_ms` (Flink's `TumblingEventTimeWindows`). An offset of 0 aligns
+    /// them to the epoch: 24-hour windows then start at UTC midnight.
+    Tumbling {
+        /// Window length, ms (> 0).
+        size_ms: i64,
+        /// Alignment, ms.
+        offset_ms: i64,
+    },
+    /// Windows of `size_ms` starting every `slide_ms` (Flink's
+    /// `SlidingEventTimeWindows`): a record is in `ceil(size / slide)`
+    /// windows (fewer when slide does not divide size).
+    Sliding {
+        /// Window length, ms (> 0).
+        size_ms: i64,
+        /// Distance between window starts, ms (> 0).
+        slide_ms: i64,
+        /// Alignment, ms.
+        offset_ms: i64,
+    },
+    /// One window over all time per key (`[i64::MIN, i64::MAX)`), firing at
+    /// the end of event time: a keyed aggregate over the whole input
+    /// (Flink's `GlobalWindows` with a trigger at the end of input).
+    Global,
+}
+
+impl WindowAssigner {
+    /// Tumbling windows of `size_ms` aligned to the epoch.
+    ///
+    /// # Errors
+    /// When `size_ms` is not positive.
+    pub fn tumbling(size_ms: i64) -> Result<Self, String> {
+        Self::tumbling_with_offset(size_ms, 0)
+    }
+
+    /// Tumbling windows of `size_ms` starting at `offset_ms` modulo the size.
+    ///
+    /// # Errors
+    /// When `size_ms` is not positive.
+    pub fn tumbling_with_offset(size_ms: i64, offset_ms: i64) -> Result<Self, String> {
+        if size_ms <= 0 {
+            return Err(format!(
+                "tumbling window size must be positive, got {size_ms} ms"
+            ));
+        }
+        Ok(WindowAssigner::Tumbling { size_ms, offset_ms })
+    }
+
+    /// Sliding windows of `size_ms` every `slide_ms`, aligned to the epoch.
+    ///
+    /// # Errors
+    /// When the size or the slide is not positive.
+    pub fn sliding(size_ms: i64, slide_ms: i64) -> Result<Self, String> {
+        if size_ms <= 0 || slide_ms <= 0 {
+            return Err(format!(
+                "sliding window size and slide must be positive, got {size_ms} ms and {slide_ms} ms"
+            ));
+        }
+        Ok(WindowAssigner::Sliding {
+            size_ms,
+            slide_ms,
+            offset_ms: 0,
+        })
+    }
+
+    /// Appends the windows containing timestamp `t` to `out`, latest start
+    /// first (as Flink lists sliding windows).
+    pub fn assign(&self, t: i64, out: &mut Vec<TimeWindow>) {
+        match *self {
+            WindowAssigner::Tumbling { size_ms, offset_ms } => {
+                let start = window_start(t, offset_ms, size_ms);
+                out.push(TimeWindow {
+                    start,
+                    end: start.saturating_add(size_ms),
+                });
+            }
+            WindowAssigner::Sliding {
+                size_ms,
+                slide_ms,
+                offset_ms,
+            } => {
+                let mut start = window_start(t, offset_ms, slide_ms);
+                while start > t.saturating_sub(size_ms) {
+                    out.push(TimeWindow {
+                        start,
+                        end: start.saturating_add(size_ms),
+                    });
+                    match start.checked_sub(slide_ms) {
+                        Some(s) => start = s,
+                        None => break,
+                    }
+                }
+            }
+            WindowAssigner::Global => out.push(TimeWindow {
+                start: i64::MIN,
+                end: i64::MAX,
+            }),
+        }
+    }
+}
+
+/// The start of the window of length `size` (aligned to `offset`) that
+/// contains `t` (Flink's `TimeWindow.getWindowStartWithOffset`, with a
+/// Euclidean remainder so that negative times work too).
+fn window_start(t: i64, offset: i64, size: i64) -> i64 {
+    t - (t.wrapping_sub(offset)).rem_euclid(size)
+}
+
+/// An incremental aggregate (Flink's `AggregateFunction`): records are
+/// added to an accumulator one at a time; the result is read when the
+/// window fires. The accumulator is checkpointed, so it must serialize.
+pub trait AggregateFunction<T>: Send {
+    /// The running state of one window.
+    type Acc: Clone + Serialize + DeserializeOwned + Send;
+    /// What a window emits.
+    type Out: Clone + Send + 'static;
+
+    /// An empty accumulator.
+    fn create(&self) -> Self::Acc;
+    /// Adds one record.
+    fn add(&self, acc: &mut Self::Acc, record: &T);
+    /// The result of a window.
+    fn result(&self, acc: &Self::Acc) -> Self::Out;
+}
+
+/// Counts records (result: the count).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Count;
+
+impl<T> AggregateFunction<T> for Count {
+    type Acc = u64;
+    type Out = u64;
+    fn create(&self) -> u64 {
+        0
+    }
+    fn add(&self, acc: &mut u64, _record: &T) {
+        *acc += 1;
+    }
+    fn result(&self, acc: &u64) -> u64 {
+        *acc
+    }
+}
+
+/// Sums an integer field (saturating in `i128`, so that the sum does not
+/// depend on the order records arrive in and cannot overflow for any
+/// realistic input).
+pub struct Sum<F>(pub F);
+
+impl<T, F: Fn(&T) -> i64 + Send> AggregateFunction<T> for Sum<F> {
+    type Acc = i128;
+    type Out = i128;
+    fn create(&self) -> i128 {
+        0
+    }
+    fn add(&self, acc: &mut i128, record: &T) {
+        *acc = acc.saturating_add(i128::from((self.0)(record)));
+    }
+    fn result(&self, acc: &i128) -> i128 {
+        *acc
+    }
+}
+
+/// The mean of an integer field, `None` for a window whose records all
+/// had no value (the field function returns `None` to leave a record out).
+/// The accumulator is the exact integer sum and count, so the result does
+/// not depend on the arrival order.
+pub struct Mean<F>(pub F);
+
+impl<T, F: Fn(&T) -> Option<i64> + Send> AggregateFunction<T> for Mean<F> {
+    type Acc = (i128, u64);
+    type Out = Option<f64>;
+    fn create(&self) -> (i128, u64) {
+        (0, 0)
+    }
+    fn add(&self, acc: &mut (i128, u64), record: &T) {
+        if let Some(v) = (self.0)(record) {
+            acc.0 = acc.0.saturating_add(i128::from(v));
+            acc.1 += 1;
+        }
+    }
+    fn result(&self, acc: &(i128, u64)) -> Option<f64> {
+        (acc.1 > 0).then(|| acc.0 as f64 / acc.1 as f64)
+    }
+}
+
+/// A custom aggregate from three closures: `create()`, `add(&mut acc,
+/// &record)` and `result(&acc)`.
+pub struct AggregateFn<C, A, R> {
+    create: C,
+    add: A,
+    result: R,
+}
+
+impl<C, A, R> AggregateFn<C, A, R> {
+    /// The aggregate made of these functions.
+    pub fn new(create: C, add: A, result: R) -> Self {
+        AggregateFn {
+            create,
+            add,
+            result,
+        }
+    }
+}
+
+impl<T, Acc, Out, C, A, R> AggregateFunction<T> for AggregateFn<C, A, R>
+where
+    Acc: Clone + Serialize + DeserializeOwned + Send,
+    Out: Clone + Send + 'static,
+    C: Fn() -> Acc + Send,
+    A: Fn(&mut Acc, &T) + Send,
+    R: Fn(&Acc) -> Out + Send,
+{
+    type Acc = Acc;
+    type Out = Out;
+    fn create(&self) -> Acc {
+        (self.create)()
+    }
+    fn add(&self, acc: &mut Acc, record: &T) {
+        (self.add)(acc, record)
+    }
+    fn result(&self, acc: &Acc) -> Out {
+        (self.result)(acc)
+    }
+}
+
+/// The result of one window of one key.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WindowResult<K, O> {
+    /// The key.
+    pub key: K,
+    /// The window.
+    pub window: TimeWindow,
+    /// The aggregate's result.
+    pub value: O,
+    /// True for a late firing: the window had fired already and a record
+    /// within the allowed lateness updated it (the value includes it).
+    pub late_update: bool,
+}
+
+/// What a [`WindowOperator`] emits.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum WindowOutput<K, O, T> {
+    /// A window fired.
+    Fired(WindowResult<K, O>),
+    /// A record later than the allowed lateness (side output; only with
+    /// [`WindowOperator::with_late_side_output`]).
+    Late(T),
+}
+
+impl<K, O, T> WindowOutput<K, O, T> {
+    /// The window result, if this is one.
+    pub fn fired(self) -> Option<WindowResult<K, O>> {
+        match self {
+            WindowOutput::Fired(r) => Some(r),
+            WindowOutput::Late(_) => None,
+        }
+    }
+
+    /// The late record, if this is one.
+    pub fn late(self) -> Option<T> {
+        match self {
+            WindowOutput::Fired(_) => None,
+            WindowOutput::Late(t) => Some(t),
+        }
+    }
+}
+
+/// Counts as its own size, or as the late record's size when that has a
+/// heap payload (keys and results are counted by their inline size only).
+impl<K, O, T: RecordSize> RecordSize for WindowOutput<K, O, T> {
+    const FIXED_SIZE: bool = T::FIXED_SIZE;
+    fn size_bytes(&self) -> usize {
+        match self {
+            WindowOutput::Late(t) if !T::FIXED_SIZE => t.size_bytes(),
+            _ => std::mem::size_of::<Self>(),
+        }
+    }
+}
+
+/// What a window key must be: hashable, ordered (timers are ordered by
+/// time then key), cloneable and serializable (keyed state).
+pub trait WindowKey:
+    Clone + Eq + Hash + Ord + Serialize + DeserializeOwned + Send + 'static
+{
+}
+impl<K: Clone + Eq + Hash + Ord + Serialize + DeserializeOwned + Send + 'static> WindowKey for K {}
+
+#[derive(Serialize, Deserialize)]
+#[serde(bound(
+    serialize = "K: Serialize, Acc: Serialize",
+    deserialize = "K: DeserializeOwned + Ord, Acc: DeserializeOwned"
+))]
+struct WindowState<K, Acc> {
+    windows: Vec<((K, TimeWindow), Acc)>,
+    timers: TimerService<(K, TimeWindow)>,
+    late: u64,
+}
+
+/// A keyed event-time window operator (see the module docs). Its input
+/// must be partitioned by the same key (`key_by`), so that a key's records
+/// meet in one subtask.
+pub struct WindowOperator<T, K, A: AggregateFunction<T>> {
+    key_of: Box<dyn Fn(&T) -> K + Send>,
+    time_of: Box<dyn Fn(&T) -> i64 + Send>,
+    assigner: WindowAssigner,
+    agg: A,
+    allowed_lateness_ms: i64,
+    late_side_output: bool,
+    late_slot: Option<Arc<AtomicU64>>,
+    windows: HashMap<(K, TimeWindow), A::Acc>,
+    timers: TimerService<(K, TimeWindow)>,
+    late: u64,
+    scratch: Vec<TimeWindow>,
+}
+
+impl<T, K: WindowKey, A: AggregateFunction<T>> WindowOperator<T, K, A> {
+    /// Windows of `assigner` per key `key_of(record)` over event time
+    /// `time_of(record)` (ms), aggregated by `agg`; no allowed lateness, no
+    /// side output.
+    pub fn new(
+        assigner: WindowAssigner,
+        agg: A,
+        key_of: impl Fn(&T) -> K + Send + 'static,
+        time_of: impl Fn(&T) -> i64 + Send + 'static,
+    ) -> Self {
+        WindowOperator {
+            key_of: Box::new(key_of),
+            time_of: Box::new(time_of),
+            assigner,
+            agg,
+            allowed_lateness_ms: 0,
+            late_side_output: false,
+            late_slot: None,
+            windows: HashMap::new(),
+            timers: TimerService::new(),
+            late: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Keeps windows open `ms` past their end for late records (negative
+    /// values count as 0).
+    pub fn with_allowed_lateness_ms(mut self, ms: i64) -> Self {
+        self.allowed_lateness_ms = ms.max(0);
+        self
+    }
+
+    /// Emits late records as [`WindowOutput::Late`] instead of dropping
+    /// them (they are counted either way).
+    pub fn with_late_side_output(mut self) -> Self {
+        self.late_side_output = true;
+        self
+    }
+
+    /// Publishes the late-record count into `slot` (stored, not added,
+    /// whenever it changes and after a restore), so that the application
+    /// can read it after the job: the count is part of the checkpointed
+    /// state, so the last value stored is exact even after restarts. Give
+    /// each subtask its own slot.
+    pub fn with_late_count_slot(mut self, slot: Arc<AtomicU64>) -> Self {
+        self.late_slot = Some(slot);
+        self
+    }
+
+    /// Records dropped (or side-output) as late so far.
+    pub fn late_records(&self) -> u64 {
+        self.late
+    }
+
+    /// Windows (key, window pairs) holding state.
+    pub fn open_windows(&self) -> usize {
+        self.windows.len()
+    }
+
+    fn cleanup_time(&self, w: &TimeWindow) -> i64 {
+        w.max_timestamp().saturating_add(self.allowed_lateness_ms)
+    }
+
+    fn publish_late(&self) {
+        if let Some(s) = &self.late_slot {
+            s.store(self.late, Ordering::Relaxed);
+        }
+    }
+
+    fn fire(
+        &self,
+        key: &K,
+        window: TimeWindow,
+        late_update: bool,
+    ) -> Option<WindowResult<K, A::Out>> {
+        self.windows
+            .get(&(key.clone(), window))
+            .map(|acc| WindowResult {
+                key: key.clone(),
+                window,
+                value: self.agg.result(acc),
+                late_update,
+            })
+    }
+
+    fn advance(&mut self, watermark: i64, out: &mut Vec<WindowOutput<K, A::Out, T>>) {
+        for (time, (key, window)) in self.timers.advance_watermark(watermark) {
+            if time == window.max_timestamp() {
+                if let Some(r) = self.fire(&key, window, false) {
+                    out.push(WindowOutput::Fired(r));
+                }
+            }
+            if time >= self.cleanup_time(&window) {
+                self.windows.remove(&(key, window));
+            }
+        }
+    }
+}
+
+impl<T, K, A> Operator<T, WindowOutput<K, A::Out, T>> for WindowOperator<T, K, A>
+where
+    T: Send,
+    K: WindowKey,
+    A: AggregateFunction<T>,
+{
+    fn process(
+        &mut self,
+        input: &mut Vec<T>,
+        out: &mut Vec<WindowOutput<K, A::Out, T>>,
+    ) -> Result<(), BoxError> {
+        let watermark = self.timers.current_watermark();
+        let late_before = self.late;
+        for record in input.drain(..) {
+            let t = (self.time_of)(&record);
+            let key = (self.key_of)(&record);
+            self.scratch.clear();
+            self.assigner.assign(t, &mut self.scratch);
+            let mut placed = false;
+            for i in 0..self.scratch.len() {
+                let w = self.scratch[i];
+                let cleanup = self.cleanup_time(&w);
+                if cleanup <= watermark {
+                    continue; // this window is gone: the record is late for it
+                }
+                placed = true;
+                let slot = (key.clone(), w);
+                if !self.windows.contains_key(&slot) {
+                    // A window that has fired already (a record within the
+                    // allowed lateness) fires again below, not by timer.
+                    if w.max_timestamp() > watermark {
+                        self.timers
+                            .register_event_time(w.max_timestamp(), slot.clone());
+                    }
+                    self.timers.register_event_time(cleanup, slot.clone());
+                    self.windows.insert(slot.clone(), self.agg.create());
+                }
+                if let Some(acc) = self.windows.get_mut(&slot) {
+                    self.agg.add(acc, &record);
+                }
+                if w.max_timestamp() <= watermark {
+                    if let Some(r) = self.fire(&key, w, true) {
+                        out.push(WindowOutput::Fired(r));
+                    }
+                }
+            }
+            if !placed {
+                self.late += 1;
+                if self.late_side_output {
+                    out.push(WindowOutput::Late(record));
+                }
+            }
+        }
+        if self.late != late_before {
+            self.publish_late();
+        }
+        Ok(())
+    }
+
+    fn on_watermark(
+        &mut self,
+        watermark: Watermark,
+        out: &mut Vec<WindowOutput<K, A::Out, T>>,
+    ) -> Result<(), BoxError> {
+        self.advance(watermark.0, out);
+        Ok(())
+    }
+
+    fn end_of_input(&mut self, out: &mut Vec<WindowOutput<K, A::Out, T>>) -> Result<(), BoxError> {
+        self.advance(i64::MAX, out);
+        Ok(())
+    }
+
+    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        let state = WindowState {
+            windows: self
+                .windows
+                .iter()
+                .map(|(k, a)| (k.clone(), a.clone()))
+                .collect(),
+            timers: self.timers.clone(),
+            late: self.late,
+        };
+        Ok(Some(serde_json::to_vec(&state)?))
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
+        let state: WindowState<K, A::Acc> = serde_json::from_slice(state)
+            .map_err(|e| format!("window state does not decode: {e}"))?;
+        self.windows = state.windows.into_iter().collect();
+        self.timers = state.timers;
+        self.late = state.late;
+        self.publish_late();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (key, timestamp ms, value)
+    type Rec = (u32, i64, i64);
+
+    fn drive<A: AggregateFunction<Rec>>(
+        op: &mut WindowOperator<Rec, u32, A>,
+        records: &[Rec],
+    ) -> Vec<WindowOutput<u32, A::Out, Rec>> {
+        let mut out = Vec::new();
+        op.process(&mut records.to_vec(), &mut out).unwrap();
+        out
+    }
+
+    fn watermark<A: AggregateFunction<Rec>>(
+        op: &mut WindowOperator<Rec, u32, A>,
+        w: i64,
+    ) -> Vec<WindowOutput<u32, A::Out, Rec>> {
+        let mut out = Vec::new();
+        op.on_watermark(Watermark(w), &mut out).unwrap();
+        out
+    }
+
+    fn fired<O: Clone>(outs: &[WindowOutput<u32, O, Rec>]) -> Vec<(u32, i64, O, bool)> {
+        let mut v: Vec<_> = outs
+            .iter()
+            .filter_map(|o| match o {
+                WindowOutput::Fired(r) => {
+                    Some((r.key, r.window.start, r.value.clone(), r.late_update))
+                }
+                WindowOutput::Late(_) => None,
+            })
+            .collect();
+        v.sort_by_key(|x| (x.0, x.1));
+        v
+    }
+
+    type SumOp = WindowOperator<Rec, u32, Sum<fn(&Rec) -> i64>>;
+
+    fn sum_op() -> SumOp {
+        WindowOperator::new(
+            WindowAssigner::tumbling(10).unwrap(),
+            Sum((|r: &Rec| r.2) as fn(&Rec) -> i64),
+            |r: &Rec| r.0,
+            |r: &Rec| r.1,
+        )
+    }
+
+    #[test]
+    fn assigners() {
+        let mut v = Vec::new();
+        WindowAssigner::tumbling(10).unwrap().assign(25, &mut v);
+        assert_eq!(v, [TimeWindow { start: 20, end: 30 }]);
+        v.clear();
+        WindowAssigner::tumbling(10).unwrap().assign(-1, &mut v);
+        assert_eq!(v, [TimeWindow { start: -10, end: 0 }]);
+        v.clear();
+        WindowAssigner::tumbling_with_offset(10, 3)
+            .unwrap()
+            .assign(12, &mut v);
+        assert_eq!(v, [TimeWindow { start: 3, end: 13 }]);
+        v.clear();
+        WindowAssigner::sliding(30, 10).unwrap().assign(25, &mut v);
+        assert_eq!(
+            v,
+            [
+                TimeWindow { start: 20, end: 50 },
+                TimeWindow { start: 10, end: 40 },
+                TimeWindow { start: 0, end: 30 }
+            ]
+        );
+        assert!(v.iter().all(|w| w.contains(25)));
+        v.clear();
+        // slide not dividing size: 20 lies in [15,40) and [0,25), 25 only
+        // in [15,40)
+        WindowAssigner::sliding(25, 15).unwrap().assign(20, &mut v);
+        assert_eq!(
+            v,
+            [
+                TimeWindow { start: 15, end: 40 },
+                TimeWindow { start: 0, end: 25 }
+            ]
+        );
+        v.clear();
+        WindowAssigner::sliding(25, 15).unwrap().assign(25, &mut v);
+        assert_eq!(v, [TimeWindow { start: 15, end: 40 }]);
+        assert!(WindowAssigner::tumbling(0).is_err());
+        assert!(WindowAssigner::sliding(10, 0).is_err());
+    }
+
+    #[test]
+    fn tumbling_windows_fire_when_the_watermark_passes_their_end() {
+        let mut op = sum_op();
+        // out of order within the bound: 12 after 17
+        assert!(drive(&mut op, &[(1, 3, 1), (1, 17, 10), (1, 12, 100), (2, 5, 7)]).is_empty());
+        assert!(watermark(&mut op, 8).is_empty(), "window [0,10) needs 9");
+        assert_eq!(
+            fired(&watermark(&mut op, 9)),
+            [(1, 0, 1, false), (2, 0, 7, false)]
+        );
+        assert_eq!(fired(&watermark(&mut op, 19)), [(1, 10, 110, false)]);
+        assert_eq!(op.open_windows(), 0);
+        assert_eq!(op.late_records(), 0);
+    }
+
+    #[test]
+    fn sliding_windows_count_each_record_in_every_window() {
+        let mut op = WindowOperator::new(
+            WindowAssigner::sliding(20, 10).unwrap(),
+            Count,
+            |r: &Rec| r.0,
+            |r: &Rec| r.1,
+        );
+        drive(&mut op, &[(1, 5, 0), (1, 15, 0), (1, 25, 0)]);
+        let out = fired(&watermark(&mut op, i64::MAX));
+        // windows [-10,10) [0,20) [10,30) [20,40)
+        assert_eq!(
+            out,
+            [
+                (1, -10, 1, false),
+                (1, 0, 2, false),
+                (1, 10, 2, false),
+                (1, 20, 1, false)
+            ]
+        );
+    }
+
+    #[test]
+    fn late_records_are_counted_and_side_output() {
+        let slot = Arc::new(AtomicU64::new(0));
+        let mut op = sum_op()
+            .with_late_side_output()
+            .with_late_count_slot(slot.clone());
+        drive(&mut op, &[(1, 5, 1)]);
+        assert_eq!(fired(&watermark(&mut op, 20)), [(1, 0, 1, false)]);
+        let out = drive(&mut op, &[(1, 9, 2), (1, 21, 3)]);
+        assert_eq!(out, [WindowOutput::Late((1, 9, 2))]);
+        assert_eq!(op.late_records(), 1);
+        assert_eq!(slot.load(Ordering::Relaxed), 1);
+        // without the side output: counted, not emitted
+        let mut quiet = sum_op();
+        watermark(&mut quiet, 100);
+        assert!(drive(&mut quiet, &[(1, 5, 1)]).is_empty());
+        assert_eq!(quiet.late_records(), 1);
+    }
+
+    #[test]
+    fn allowed_lateness_keeps_a_window_open_and_fires_updates() {
+        let mut op = sum_op().with_allowed_lateness_ms(5).with_late_side_output();
+        drive(&mut op, &[(1, 5, 1)]);
+        assert_eq!(fired(&watermark(&mut op, 9)), [(1, 0, 1, false)]);
+        // within lateness (cleanup at 9 + 5 = 14): updates and fires again
+        assert_eq!(fired(&drive(&mut op, &[(1, 7, 10)])), [(1, 0, 11, true)]);
+        // a new key's window within lateness also fires at once
+        assert_eq!(fired(&drive(&mut op, &[(2, 1, 4)])), [(2, 0, 4, true)]);
+        assert!(
+            watermark(&mut op, 13).is_empty(),
+            "no second on-time firing"
+        );
+        assert_eq!(op.open_windows(), 2);
+        assert!(watermark(&mut op, 14).is_empty());
+        assert_eq!(op.open_windows(), 0, "cleaned at end - 1 + lateness");
+        assert_eq!(
+            drive(&mut op, &[(1, 8, 1)]),
+            [WindowOutput::Late((1, 8, 1))]
+        );
+    }
+
+    #[test]
+    fn a_custom_aggregate_and_mean() {
+        // max and min of the values
+        let agg = AggregateFn::new(
+            || (i64::MIN, i64::MAX),
+            |acc: &mut (i64, i64), r: &Rec| {
+                acc.0 = acc.0.max(r.2);
+                acc.1 = acc.1.min(r.2);
+            },
+            |acc: &(i64, i64)| *acc,
+        );
+        let mut op = WindowOperator::new(WindowAssigner::Global, agg, |r: &Rec| r.0, |r: &Rec| r.1);
+        drive(&mut op, &[(1, 5, 3), (1, 500, -2), (1, 7, 9)]);
+        assert!(
+            watermark(&mut op, 1_000_000).is_empty(),
+            "global fires at the end"
+        );
+        let mut out = Vec::new();
+        op.end_of_input(&mut out).unwrap();
+        assert_eq!(fired(&out), [(1, i64::MIN, (9, -2), false)]);
+
+        let mut mean = WindowOperator::new(
+            WindowAssigner::tumbling(10).unwrap(),
+            Mean(|r: &Rec| (r.2 >= 0).then_some(r.2)),
+            |r: &Rec| r.0,
+            |r: &Rec| r.1,
+        );
+        drive(&mut mean, &[(1, 1, 1), (1, 2, 2), (1, 3, -1), (2, 4, -5)]);
+        assert_eq!(
+            fired(&watermark(&mut mean, 9)),
+            [(1, 0, Some(1.5), false), (2, 0, None, false)]
+        );
+    }
+
+    #[test]
+    fn windows_survive_a_checkpoint_and_restore() {
+        let mut op = sum_op().with_allowed_lateness_ms(100);
+        drive(&mut op, &[(1, 5, 1), (1, 15, 2), (2, 25, 3)]);
+        assert_eq!(fired(&watermark(&mut op, 9)), [(1, 0, 1, false)]);
+        let snap = op.snapshot_state(CheckpointId(1)).unwrap().unwrap();
+        // the original goes on
+        let mut outs = drive(&mut op, &[(1, 16, 10), (1, 6, 5)]);
+        outs.extend(watermark(&mut op, i64::MAX));
+        let mut expected = fired(&outs);
+        expected.sort_by_key(|x| (x.0, x.1, x.3));
+        // a fresh operator restored from the snapshot sees the same records
+        let slot = Arc::new(AtomicU64::new(9));
+        let mut restored = sum_op()
+            .with_allowed_lateness_ms(100)
+            .with_late_count_slot(slot.clone());
+        restored.restore_state(&snap).unwrap();
+        assert_eq!(slot.load(Ordering::Relaxed), 0, "restored count published");
+        assert_eq!(restored.open_windows(), 3);
+        let mut out = drive(&mut restored, &[(1, 16, 10), (1, 6, 5)]);
+        out.extend(watermark(&mut restored, i64::MAX));
+        let mut got = fired(&out);
+        got.sort_by_key(|x| (x.0, x.1, x.3));
+        assert_eq!(got, expected);
+        // window [0,10) had fired before the checkpoint: the record at 6 is
+        // a late update of it after the restore too
+        assert!(got.contains(&(1, 0, 6, true)));
+        assert!(restored.restore_state(b"not json").is_err());
+    }
+}

@@ -283,7 +283,7 @@ impl RunReport {
             seconds: r.recorded_seconds,
             records_per_s: r.records_per_s(),
             pinning: pinning.into(),
-            latency_ns: r.percentiles().into(),
+            latency_ns: r.percentiles(),
             latency_note: (!paced).then(|| {
                 "closed loop: measured from the actual emission time, not a latency test".into()
             }),
@@ -298,7 +298,7 @@ impl RunReport {
             delivered: r.delivered,
             lost: r.lost,
             duplicated: r.duplicated,
-            latency_uncorrected_ns: Percentiles::from_histogram(&r.latency_uncorrected).into(),
+            latency_uncorrected_ns: Percentiles::from_histogram(&r.latency_uncorrected),
             expected_fingerprint: r.check.expected_fingerprint,
             fingerprint: r.check.fingerprint,
             check: r.check.to_string(),

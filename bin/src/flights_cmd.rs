@@ -155,8 +155,8 @@ pub fn run(args: Args) -> ExitCode {
     config.checkpoint.interval = Some(Duration::from_millis(args.checkpoint_interval_ms));
     config.checkpoint.dir = args.checkpoint_dir.clone();
     config.checkpoint.restore = args.restore;
-    // One restart per injected failure: an input error fails every attempt
-    // the same way, so more restarts would only repeat it.
+    // One restart per injected failure (input errors are fatal and never
+    // restarted: a restart would read the same input again).
     config.restart = RestartStrategy {
         max_attempts: u32::try_from(args.inject_failures).unwrap_or(u32::MAX),
         delay: Duration::ZERO,

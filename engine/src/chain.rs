@@ -88,10 +88,7 @@ impl<I, O, Op: Operator<I, O>> Stage<I, O, Op> {
     }
 
     fn op_err(&self, what: &str, e: crate::operator::BoxError) -> TaskError {
-        TaskError::Operator {
-            operator: self.name.clone(),
-            message: format!("{what}: {e}"),
-        }
+        TaskError::from_operator(&self.name, what, e)
     }
 
     fn emit(&mut self) -> Result<(), TaskError> {

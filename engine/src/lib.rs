@@ -44,7 +44,9 @@ pub use failure::{FailurePlan, FailurePoint, PlannedFailure};
 pub use graph::{Connected, Data, Exchange, Ingest, JobBuilder, PushError, Stream};
 pub use input_gate::WaitStrategy;
 pub use metrics::{TaskMetrics, TaskMetricsSnapshot};
-pub use operator::{BoxError, Either, Operator, OperatorError, Sink, Source, SourcePoll};
+pub use operator::{
+    BoxError, Either, FatalError, Operator, OperatorError, Sink, Source, SourcePoll,
+};
 pub use runtime::{JobHandle, JobMetrics, JobResult, TaskError};
 
 /// Why a job could not start or did not end well.

@@ -263,6 +263,21 @@ impl fmt::Display for OperatorError {
 
 impl std::error::Error for OperatorError {}
 
+/// An error after which restarting the job cannot help (malformed input, a
+/// missing file, a bad configuration): an operator or source that returns
+/// it fails the job at once, whatever the restart strategy allows. Other
+/// errors are retried by restarting from the latest checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FatalError(pub String);
+
+impl fmt::Display for FatalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for FatalError {}
+
 /// A stateless operator from a closure over whole batches.
 pub(crate) struct FnOperator<F>(pub F);
 

@@ -661,3 +661,35 @@ fn a_union_with_an_empty_input_runs_to_the_end_with_the_right_result() {
     assert_eq!(sink.records_in, n);
     assert!(sink.batches_in > 0 && sink.batches_in <= n);
 }
+
+/// Fails with a fatal error on its first batch.
+struct Doomed;
+impl Operator<u64, u64> for Doomed {
+    fn process(&mut self, _input: &mut Vec<u64>, _out: &mut Vec<u64>) -> Result<(), BoxError> {
+        Err(Box::new(FatalError("line 7: not a number".into())))
+    }
+}
+
+#[test]
+fn a_fatal_error_fails_the_job_without_restarts() {
+    let mut config = JobConfig::default();
+    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+    config.checkpoint.interval = Some(Duration::from_millis(5));
+    config.restart = RestartStrategy {
+        max_attempts: 5,
+        delay: Duration::ZERO,
+    };
+    let job = JobBuilder::new("fatal", config);
+    job.source("numbers", 1, |i| Counter::part(i, 1, 1_000))
+        .rebalance()
+        .process("doomed", 1, |_| Doomed)
+        .sink("sink", |_| U64Sink);
+    match job.start().unwrap().wait() {
+        Err(JobError::TaskFailed { task, cause }) => {
+            assert_eq!(task, "doomed[0]");
+            assert!(cause.is_fatal(), "{cause}");
+            assert!(cause.to_string().contains("line 7"), "{cause}");
+        }
+        other => panic!("expected a fatal failure, got {other:?}"),
+    }
+}

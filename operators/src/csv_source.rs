@@ -19,7 +19,7 @@
 //! the application can tell an input error from other failures.
 
 use crate::flights::{BadRows, CsvRecord, CsvRecordReader};
-use lockgate::{BoxError, CheckpointId, Source, SourcePoll, Watermark};
+use lockgate::{BoxError, CheckpointId, FatalError, Source, SourcePoll, Watermark};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -119,10 +119,12 @@ impl<R: CsvRecord> CsvSource<R> {
         }
     }
 
+    /// Input errors (a missing file, a bad header or row) are fatal: a
+    /// restart would read the same input again.
     fn fail(&self, e: crate::flights::FlightsError) -> BoxError {
         let msg = e.to_string();
         self.probe.set_error(&msg);
-        msg.into()
+        Box::new(FatalError(msg))
     }
 
     fn publish(&self, skipped: u64) {
@@ -162,7 +164,7 @@ impl<R: CsvRecord + Send> Source<R> for CsvSource<R> {
                 Err(e) => {
                     let msg = e.to_string();
                     self.probe.set_error(&msg);
-                    result = Err(msg.into());
+                    result = Err(Box::new(FatalError(msg)) as BoxError);
                     break;
                 }
             }

@@ -270,7 +270,10 @@ impl Driver {
                     self.coordinator.abort_all(AbortReason::TaskFailure);
                     self.publish_stats();
                     let used = self.shared.restarts.lock().expect("not poisoned").0;
-                    if used >= self.config.restart.max_attempts || stopping.is_some() {
+                    if used >= self.config.restart.max_attempts
+                        || stopping.is_some()
+                        || error.is_fatal()
+                    {
                         return Err(JobError::TaskFailed {
                             task: task_name,
                             cause: error,

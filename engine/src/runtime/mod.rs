@@ -42,6 +42,40 @@ pub enum TaskError {
     /// A failure planned by a [`crate::FailurePlan`].
     #[error("injected failure: {0}")]
     Injected(String),
+    /// An operator returned a [`crate::FatalError`]: restarting cannot help
+    /// (e.g. malformed input), so the job fails at once.
+    #[error("operator '{operator}' failed for good in {message}")]
+    Fatal {
+        /// The operator's name.
+        operator: String,
+        /// What it said, prefixed by the call that failed.
+        message: String,
+    },
+}
+
+impl TaskError {
+    /// The error of operator `operator` returned from its call `what`:
+    /// [`TaskError::Fatal`] for a [`crate::FatalError`], else
+    /// [`TaskError::Operator`].
+    pub(crate) fn from_operator(operator: &str, what: &str, e: crate::BoxError) -> TaskError {
+        let message = format!("{what}: {e}");
+        if e.downcast_ref::<crate::FatalError>().is_some() {
+            TaskError::Fatal {
+                operator: operator.to_string(),
+                message,
+            }
+        } else {
+            TaskError::Operator {
+                operator: operator.to_string(),
+                message,
+            }
+        }
+    }
+
+    /// True when restarting the job cannot help.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, TaskError::Fatal { .. })
+    }
 }
 
 /// A message from the job thread to a task.

@@ -77,10 +77,7 @@ pub(crate) struct SourceTask<T, S> {
 
 impl<T: Send, S: Source<T>> SourceTask<T, S> {
     fn source_err(&self, what: &str, e: crate::BoxError) -> TaskError {
-        TaskError::Operator {
-            operator: self.name.clone(),
-            message: format!("{what}: {e}"),
-        }
+        TaskError::from_operator(&self.name, what, e)
     }
 
     fn trigger(&mut self, rt: &mut TaskRt, barrier: CheckpointBarrier) -> Result<(), TaskError> {

@@ -139,3 +139,63 @@ fn invalid_configurations_are_refused_before_starting() {
     w1.parallelism = 0;
     assert!(run_reference_job(&w1, JobConfig::default(), FailurePlan::none()).is_err());
 }
+
+/// W3's skewed source with tiny channels and a checkpoint every 10 ms, in
+/// both modes: the job completes, and every checkpoint ends (completed or
+/// aborted with a reason); none is left pending.
+#[test]
+fn w3_skew_with_small_channels_never_deadlocks() {
+    use lockgate::CheckpointStatus;
+    for mode in [CheckpointMode::ExactlyOnce, CheckpointMode::AtLeastOnce] {
+        let cfg = RefJobConfig::paced(
+            Workload::W3,
+            50_000,
+            Duration::from_millis(600),
+            Duration::ZERO,
+        );
+        let mut job = checkpointed(mode, 0);
+        job.batch_size = 16;
+        job.channel_capacity = 2;
+        job.handler.blocker_capacity_bytes = 0; // pure blocking
+        let report = run_reference_job(&cfg, job, FailurePlan::none()).unwrap();
+        assert!(report.ok(), "{mode:?}: {:?}", report.failure());
+        let cps = &report.metrics.checkpoints;
+        assert!(report.metrics.completed_checkpoints() >= 1, "{mode:?}");
+        assert!(
+            cps.iter().all(|c| c.status != CheckpointStatus::Pending),
+            "{mode:?}"
+        );
+    }
+}
+
+/// With a tiny alignment limit, W3's checkpoints abort with reason
+/// `alignment_limit` and the job goes on to an exact result.
+#[test]
+fn w3_checkpoints_over_the_alignment_limit_abort_and_the_job_goes_on() {
+    use lockgate::{AbortReason, CheckpointStatus};
+    let cfg = RefJobConfig::paced(
+        Workload::W3,
+        50_000,
+        Duration::from_millis(600),
+        Duration::ZERO,
+    );
+    let mut job = checkpointed(CheckpointMode::ExactlyOnce, 0);
+    job.handler.max_alignment_bytes = Some(64);
+    job.checkpoint.tolerable_failures = u32::MAX;
+    let report = run_reference_job(&cfg, job, FailurePlan::none()).unwrap();
+    assert!(report.ok(), "{:?}", report.failure());
+    assert!(
+        report
+            .metrics
+            .checkpoints
+            .iter()
+            .any(|c| c.status == CheckpointStatus::Aborted(AbortReason::AlignmentLimit)),
+        "{:?}",
+        report
+            .metrics
+            .checkpoints
+            .iter()
+            .map(|c| c.status)
+            .collect::<Vec<_>>()
+    );
+}

@@ -27,6 +27,7 @@ pub mod runtime;
 pub mod scenario;
 pub(crate) mod sinks;
 pub(crate) mod sources;
+pub mod state;
 pub mod two_phase;
 
 pub use barrier::{
@@ -48,6 +49,7 @@ pub use operator::{
     BoxError, Either, FatalError, Operator, OperatorError, Sink, Source, SourcePoll,
 };
 pub use runtime::{JobHandle, JobMetrics, JobResult, TaskError};
+pub use state::{KeyedState, StateError, ValueState};
 
 /// Why a job could not start or did not end well.
 #[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]

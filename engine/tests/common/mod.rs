@@ -50,14 +50,14 @@ impl Source<u64> for Counter {
 /// Running sum per key `x % keys`; emits `(key, sum)`; state = the sums.
 pub struct KeyedSum {
     pub keys: u64,
-    pub sums: HashMap<u64, u64>,
+    pub sums: KeyedState<u64, u64>,
 }
 
 impl KeyedSum {
     pub fn new(keys: u64) -> Self {
         KeyedSum {
             keys,
-            sums: HashMap::new(),
+            sums: KeyedState::new(),
         }
     }
 }
@@ -65,20 +65,17 @@ impl KeyedSum {
 impl Operator<u64, (u64, u64)> for KeyedSum {
     fn process(&mut self, input: &mut Vec<u64>, out: &mut Vec<(u64, u64)>) -> Result<(), BoxError> {
         for x in input.drain(..) {
-            let s = self.sums.entry(x % self.keys).or_default();
+            let s = self.sums.get_or_default(x % self.keys);
             *s += x;
             out.push((x % self.keys, *s));
         }
         Ok(())
     }
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
-        let mut v: Vec<(u64, u64)> = self.sums.iter().map(|(k, s)| (*k, *s)).collect();
-        v.sort_unstable();
-        Ok(Some(serde_json::to_vec(&v)?))
+        Ok(Some(self.sums.snapshot()?))
     }
     fn restore_state(&mut self, b: &[u8]) -> Result<(), BoxError> {
-        let v: Vec<(u64, u64)> = serde_json::from_slice(b)?;
-        self.sums = v.into_iter().collect();
+        self.sums = KeyedState::restore(b)?;
         Ok(())
     }
 }

@@ -125,11 +125,12 @@ pub struct Args {
     /// Thread pinning: none, round-robin, or a core list like 0,1.
     #[arg(long, default_value = "none")]
     pub pin: String,
-    /// How idle tasks wait (default: the engine's, chosen by measurement).
+    /// How idle tasks wait: park (block at once), spin-park (a short spin,
+    /// then block), spin (never block; only with a core per task).
     #[arg(long, value_enum, default_value = "spin-park")]
     pub wait_strategy: WaitArg,
-    /// Bytes the alignment blocker holds before the gate stops reading
-    /// blocked channels (default: the engine's).
+    /// Bytes the alignment blocker holds before the input gate stops
+    /// reading blocked channels (0: pure blocking, as Flink 1.11+).
     #[arg(long, default_value_t = DEFAULT_BLOCKER_CAPACITY_BYTES)]
     pub blocker_capacity_bytes: u64,
     /// Checkpointing: none, exactly-once, at-least-once.
@@ -161,7 +162,8 @@ pub struct Args {
     /// Writes the run as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Writes the latency percentile distribution (HdrHistogram .hgrm, ms).
+    /// Writes the latency percentile distribution (HdrHistogram .hgrm; values
+    /// in ms, as HdrHistogram's plotter expects).
     #[arg(long, value_name = "FILE")]
     pub hgrm: Option<PathBuf>,
     /// Writes an HdrHistogram interval log (one histogram a second).
@@ -173,11 +175,16 @@ pub struct Args {
     /// A progress line a second on stderr (auto: only on a terminal).
     #[arg(long, value_enum, default_value = "auto")]
     pub progress: ProgressArg,
-    /// Prints only the last line (`result: ...`).
+    /// Prints only the last line: `result: ok` when the correctness check
+    /// passed (count, per-key sums and fingerprint against the closed form,
+    /// no record lost or duplicated; at-least-once runs with failures: none
+    /// lost), else `result: FAILED (why)` and exit code 1. It says nothing
+    /// about latency.
     #[arg(long)]
     pub quiet: bool,
-    /// W2/W3: the shortest sleep of a source between polls, µs (see
-    /// lockgate_operators::refjob).
+    /// W2/W3: the shortest sleep of a paced source between two polls, µs;
+    /// each wake-up emits every record due (longer: fewer wake-ups, more
+    /// latency).
     #[arg(long, default_value_t = 50)]
     pub tick_us: u64,
 }

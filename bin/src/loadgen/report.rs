@@ -376,7 +376,7 @@ impl RunReport {
         );
         let _ = writeln!(
             s,
-            "  machine:     {} cores ({}), pinning {}, rustc {}, commit {}",
+            "  machine:     {} cores ({}), pinning {}, {}, commit {}",
             self.cores,
             self.environment.cpu_model,
             self.pinning,
@@ -397,8 +397,10 @@ impl RunReport {
         );
         let window = if self.requested_rate.is_some() {
             match get("warmup").as_f64() {
-                Some(w) if w > 0.0 => format!("after a {w} s warm-up"),
-                _ => "no warm-up".into(),
+                Some(w) if w > 0.0 => format!(
+                    "recorded window: first to last delivery after a {w} s warm-up"
+                ),
+                _ => "recorded window: first to last delivery".into(),
             }
         } else {
             "first emission to last delivery".into()
@@ -430,7 +432,7 @@ impl RunReport {
         }
         let _ = writeln!(
             s,
-            "  correctness: {} records, {} delivered, {} lost, {} duplicated; fingerprint {:#018x} (expected {:#018x})",
+            "  correctness: {} records in the whole run (warm-up included), {} delivered, {} lost, {} duplicated; fingerprint {:#018x} (expected {:#018x})",
             self.total_records,
             self.delivered,
             self.lost,
@@ -460,7 +462,7 @@ impl RunReport {
                 .collect();
             let _ = writeln!(
                 s,
-                "  checkpoints: {} completed, {} aborted{}",
+                "  checkpoints: {} completed, {} aborted{} (whole run)",
                 cp.completed,
                 cp.aborted,
                 if reasons.is_empty() {

@@ -77,7 +77,9 @@ top_functions() {
     callgrind_annotate --inclusive=no "$1" 2>/dev/null \
         | awk '/^-+$/ { sec++ ; next } sec >= 3 && NF >= 2 && $1 ~ /^[0-9,]+$/ {
               ir=$1; $1=""; sub(/^ +/, ""); sub(/ \([^)]*\)$/, ""); sub(/^\([^)]*\) /, ""); print ir "\t" $0 }' \
-        | head -n "$top"
+        | grep -v 'PROGRAM TOTALS' \
+        | sed -E 's#\t[^[:space:]]*\.(rs|c|h|S|cc|cpp):#\t#; s#\t\?\?\?:#\t#; s# \[[^]]*\]$##' \
+        | awk -v n="$top" 'NR <= n'  # not head: an early close would fail the pipeline
 }
 
 this_ir="$(total_ir "$profile")"

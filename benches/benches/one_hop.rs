@@ -39,7 +39,7 @@
 //! 30 s (6 configurations × (1 s warm-up + 2 s measurement) plus set-up).
 
 use criterion::Criterion;
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError};
 use hdrhistogram::Histogram;
 use lockgate::input_gate::{DEFAULT_SPINS, SPIN_YIELD_EVERY};
 use lockgate::{CheckpointMode, JobBuilder, JobConfig, WaitStrategy};
@@ -110,10 +110,7 @@ impl Wait {
                         Err(TryRecvError::Empty) => {}
                     }
                 }
-                match rx.recv_timeout(ROUND_TRIP_LIMIT) {
-                    Ok(v) => Some(v),
-                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-                }
+                rx.recv_timeout(ROUND_TRIP_LIMIT).ok()
             }
             Wait::Spin => {
                 let start = Instant::now();

@@ -54,6 +54,6 @@ inferno-collapse-perf "$tmp/perf.txt" > "$tmp/folded.txt"
 inferno-flamegraph --title "lockgate $*" "$tmp/folded.txt" > "$out"
 echo "== flame graph: $out ($(wc -l < "$tmp/folded.txt") distinct stacks)"
 echo "== hottest functions (self samples)"
-perf report -i "$tmp/perf.data" --no-children --sort symbol --stdio 2>/dev/null \
+perf report -i "$tmp/perf.data" --no-children -g none --sort symbol --stdio 2>/dev/null \
     | grep -v '^#' | grep -v '^$' | head -n 15 || true
 exit "$rc"

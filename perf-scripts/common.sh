@@ -1,0 +1,48 @@
+# Shared helpers of perf-scripts/*.sh (sourced, not run).
+#
+# LOCKGATE_BIN: the binary the scripts run (default: target/release/lockgate
+# of this checkout, built with `cargo build --release -p lockgate-cli` when
+# missing).
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+LOCKGATE_BIN="${LOCKGATE_BIN:-$ROOT/target/release/lockgate}"
+
+die() {
+    echo "error: $*" >&2
+    exit 2
+}
+
+# need_tool TOOL HOW: exits 3 with the install hint HOW when TOOL is absent.
+need_tool() {
+    if ! command -v "$1" >/dev/null 2>&1; then
+        echo "error: '$1' is not installed; install it with: $2" >&2
+        exit 3
+    fi
+}
+
+# The release binary, built when missing.
+ensure_lockgate() {
+    if [[ ! -x "$LOCKGATE_BIN" ]]; then
+        echo "building $LOCKGATE_BIN (cargo build --release -p lockgate-cli)..." >&2
+        (cd "$ROOT" && cargo build --release -p lockgate-cli >&2)
+    fi
+    [[ -x "$LOCKGATE_BIN" ]] || die "no binary at $LOCKGATE_BIN after the build"
+}
+
+# A JSON reader: jq when present, else python3. json_get FILE EXPR prints
+# the value at EXPR, a jq-style path of object keys such as
+# `.latency_ns.p99` (no arrays), or "null" when it is absent.
+json_get() {
+    local file="$1" expr="$2"
+    if command -v jq >/dev/null 2>&1; then
+        jq -r "$expr" "$file"
+    else
+        python3 - "$file" "$expr" <<'PY'
+import json, sys
+v = json.load(open(sys.argv[1]))
+for k in [p for p in sys.argv[2].split(".") if p]:
+    v = v.get(k) if isinstance(v, dict) else None
+print("null" if v is None else v)
+PY
+    fi
+}

@@ -120,6 +120,14 @@ fn run_files(files: &[PathBuf], out: &mut impl Write, err: &mut impl Write) -> i
             }
         }
     }
+    if unreadable > 0 {
+        // On stderr with the files' errors: stdout keeps one line per
+        // scenario and the summary, for other tools.
+        eprintln!(
+            "{unreadable} file{} could not be read or parsed (see above)",
+            if unreadable == 1 { "" } else { "s" }
+        );
+    }
     writeln!(out, "{passed} passed, {failed} failed")?;
     Ok(if unreadable > 0 {
         EXIT_UNREADABLE

@@ -121,7 +121,11 @@ fn unreadable_files_are_reported_and_the_others_still_run() {
         ]
     );
     let err_lines: Vec<&str> = err.lines().collect();
-    assert_eq!(err_lines.len(), 3, "{err}");
+    assert_eq!(err_lines.len(), 4, "{err}");
+    assert_eq!(
+        err_lines[3],
+        "3 files could not be read or parsed (see above)"
+    );
     assert!(err_lines[0].starts_with(&format!("{}: bad scenario JSON", garbage.display())));
     assert!(err_lines[1].starts_with(&format!("{}: cannot read", missing.display())));
     assert!(err_lines[2].starts_with(&format!(

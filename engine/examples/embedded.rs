@@ -48,8 +48,10 @@ pub fn run(n: u64) -> (Vec<(u64, u64)>, u64) {
         .iter()
         .find(|t| t.name.starts_with("per_instrument"))
         .expect("a task per subtask");
+    // Keys are hash-partitioned over the 2 subtasks: with 4 instruments,
+    // how many each subtask gets depends on where their keys hash.
     println!(
-        "received {} records; task {} took {} records in {} batches",
+        "received {} records; subtask {} took {} of them (its share of the 4 keys) in {} batches",
         received.len(),
         sink.name,
         sink.records_in,

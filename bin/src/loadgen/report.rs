@@ -397,9 +397,9 @@ impl RunReport {
         );
         let window = if self.requested_rate.is_some() {
             match get("warmup").as_f64() {
-                Some(w) if w > 0.0 => format!(
-                    "recorded window: first to last delivery after a {w} s warm-up"
-                ),
+                Some(w) if w > 0.0 => {
+                    format!("recorded window: first to last delivery after a {w} s warm-up")
+                }
                 _ => "recorded window: first to last delivery".into(),
             }
         } else {

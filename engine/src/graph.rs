@@ -385,6 +385,30 @@ impl<T: Data> Stream<T> {
         })
     }
 
+    /// Chains a stateless function that changes each record in place: no
+    /// copy of the batch (a `map` to the same type moves every record into
+    /// a new batch). The cheapest per-record transform of a chain.
+    pub fn map_in_place<F>(self, f: F) -> Stream<T>
+    where
+        F: Fn(&mut T) + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        let prev = self.chain;
+        let chain: ChainFn<T> = Arc::new(move |ctx, tail| {
+            let link = crate::chain::InPlace {
+                f: f.clone(),
+                next: tail,
+            };
+            prev(ctx, Box::new(link))
+        });
+        Stream {
+            g: self.g,
+            node: self.node,
+            parallelism: self.parallelism,
+            chain,
+        }
+    }
+
     /// Chains a stateless record function.
     pub fn map<O, F>(self, f: F) -> Stream<O>
     where

@@ -1025,10 +1025,7 @@ fn build_typed<P: Payload>(results: &RefJobResults, job: &JobBuilder) -> Result<
         RefSource::<P>::new(i, s_src.clone(), keys.clone())
             .expect("source index and parallelism were validated")
     })
-    .map(|e: RefEvent<P>| RefEvent {
-        value: crate::workload::chained_map(e.value),
-        ..e
-    })
+    .map_in_place(|e: &mut RefEvent<P>| e.value = crate::workload::chained_map(e.value))
     .key_by(|e: &RefEvent<P>| e.key)
     .process("keyed_sum", p, move |_| RefKeyedSum {
         sums: KeyedSum::new(),

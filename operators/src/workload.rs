@@ -789,13 +789,78 @@ impl ExpectedResult {
 pub struct SinkCheck {
     total_records: u64,
     keys: u64,
+    #[serde(with = "words_as_bytes")]
     seen: Vec<u64>,
     received: u64,
     distinct: u64,
     duplicates: u64,
     out_of_range: u64,
+    #[serde(with = "words_as_bytes")]
     last_sum: Vec<u64>,
+    #[serde(with = "words_as_bytes")]
     key_seen: Vec<u64>,
+}
+
+/// Serializes a word vector as one byte string (little-endian words):
+/// a memory copy, where the default encoding (one varint per word, ~10
+/// bytes for a random bitset word) costs several ms per MB on the sink's
+/// thread at every checkpoint.
+mod words_as_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(words: &[u64], s: S) -> Result<S::Ok, S::Error> {
+        let mut bytes = Vec::with_capacity(words.len() * 8);
+        for w in words {
+            bytes.extend_from_slice(&w.to_le_bytes());
+        }
+        s.serialize_bytes(&bytes)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
+        let bytes: Vec<u8> = serde::de::Deserialize::deserialize(d).map(|b: ByteBuf| b.0)?;
+        if bytes.len() % 8 != 0 {
+            return Err(serde::de::Error::custom(format!(
+                "a word vector needs a multiple of 8 bytes, got {}",
+                bytes.len()
+            )));
+        }
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect())
+    }
+
+    /// A byte string read as serde bytes (what `serialize_bytes` wrote).
+    struct ByteBuf(Vec<u8>);
+
+    impl<'de> Deserialize<'de> for ByteBuf {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = ByteBuf;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a byte string")
+                }
+                fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<ByteBuf, E> {
+                    Ok(ByteBuf(v.to_vec()))
+                }
+                fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<ByteBuf, E> {
+                    Ok(ByteBuf(v))
+                }
+                fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                    self,
+                    mut seq: A,
+                ) -> Result<ByteBuf, A::Error> {
+                    let mut out = Vec::new();
+                    while let Some(b) = seq.next_element::<u8>()? {
+                        out.push(b);
+                    }
+                    Ok(ByteBuf(out))
+                }
+            }
+            d.deserialize_bytes(V)
+        }
+    }
 }
 
 #[inline]
@@ -1387,6 +1452,13 @@ mod tests {
         let (sink, _) = simulate(100, &keys, 2, 2);
         let bytes = serde_json::to_vec(&sink).unwrap();
         let back: SinkCheck = serde_json::from_slice(&bytes).unwrap();
+        let compact = postcard::to_allocvec(&sink).unwrap();
+        let back2: SinkCheck = postcard::from_bytes(&compact).unwrap();
+        assert_eq!(back2, sink);
+        // the bitset travels as bytes, not one varint per word
+        assert!(
+            compact.len() < 8 * (sink.seen.len() + sink.last_sum.len() + sink.key_seen.len()) + 64
+        );
         assert_eq!(back, sink);
     }
 

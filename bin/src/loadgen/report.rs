@@ -251,6 +251,10 @@ pub struct RunReport {
     pub check: String,
     /// Peak resident memory, bytes.
     pub peak_rss_bytes: u64,
+    /// Per task: records, batches (so the mean batch size of its output
+    /// edge), busy, idle and backpressured time.
+    #[serde(default)]
+    pub tasks: Vec<lockgate::TaskMetricsSnapshot>,
     /// The latency histogram, HdrHistogram V2 compressed, base64.
     pub latency_histogram: String,
     /// Stopped by Ctrl-C.
@@ -303,6 +307,7 @@ impl RunReport {
             fingerprint: r.check.fingerprint,
             check: r.check.to_string(),
             peak_rss_bytes: peak_rss_bytes(),
+            tasks: r.metrics.tasks.clone(),
             latency_histogram: histogram_to_base64(&r.latency)?,
             interrupted: r.interrupted,
             ok: failure.is_none(),
@@ -501,6 +506,19 @@ impl RunReport {
             "  memory:      peak RSS {:.1} MiB",
             self.peak_rss_bytes as f64 / (1024.0 * 1024.0)
         );
+        let batches: Vec<String> = self
+            .tasks
+            .iter()
+            .filter(|t| t.batches_out > 0)
+            .map(|t| format!("{} {:.1}", t.name, t.mean_batch_out()))
+            .collect();
+        if !batches.is_empty() {
+            let _ = writeln!(
+                s,
+                "  batches:     mean records per output batch: {}",
+                batches.join(", ")
+            );
+        }
         let _ = write!(s, "{}", self.result_line());
         s
     }

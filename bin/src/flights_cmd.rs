@@ -7,7 +7,7 @@
 //! failed for another reason (no restart left, checkpoint storage, output).
 
 use clap::ValueEnum;
-use lockgate::{CheckpointMode, JobConfig, RestartStrategy};
+use lockgate::{CheckpointMode, JobConfig, JobError, RestartStrategy};
 use lockgate_operators::flights::{find_bundled, BadRows, BundledFile};
 use lockgate_operators::flights_job::{
     run as run_job, seeded_failures, FlightsJobError, FlightsJobSpec,
@@ -15,6 +15,9 @@ use lockgate_operators::flights_job::{
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+
+/// The most `--inject-failures`: each is a restart of the whole job.
+const MAX_INJECTED_FAILURES: usize = 1000;
 
 /// Failures injected by `--inject-failures` strike after a record count in
 /// `1..=FAILURE_MAX_RECORDS` of their task (the load generator's seeded
@@ -115,8 +118,28 @@ pub fn run(args: Args) -> ExitCode {
         Ok(p) => p,
         Err(e) => return usage_error(&e.to_string()),
     };
-    if args.parallelism == 0 {
-        return usage_error("--parallelism must be at least 1");
+    if args.parallelism == 0 || args.parallelism > crate::loadgen::args::MAX_CLI_PARALLELISM {
+        return usage_error(&format!(
+            "--parallelism must be between 1 and {}, got {}",
+            crate::loadgen::args::MAX_CLI_PARALLELISM,
+            args.parallelism
+        ));
+    }
+    if args.inject_failures > MAX_INJECTED_FAILURES {
+        return usage_error(&format!(
+            "--inject-failures must be at most {MAX_INJECTED_FAILURES}, got {}",
+            args.inject_failures
+        ));
+    }
+    if args.inject_failures > 0 && args.checkpoint == CheckpointArg::None {
+        return usage_error(
+            "--inject-failures needs checkpoints (--checkpoint exactly-once or at-least-once)",
+        );
+    }
+    if args.checkpoint_dir.is_some() && args.checkpoint == CheckpointArg::None {
+        return usage_error(
+            "--checkpoint-dir needs checkpoints (--checkpoint exactly-once or at-least-once)",
+        );
     }
     if args.max_out_of_orderness_min < 0 {
         return usage_error("--max-out-of-orderness-min must not be negative");
@@ -161,12 +184,26 @@ pub fn run(args: Args) -> ExitCode {
         max_attempts: u32::try_from(args.inject_failures).unwrap_or(u32::MAX),
         delay: Duration::ZERO,
     };
+    if let Err(e) = std::fs::create_dir_all(&args.out) {
+        return usage_error(&format!(
+            "--out {}: cannot create the folder: {e}",
+            args.out.display()
+        ));
+    }
     let plan = seeded_failures(&spec, args.seed, args.inject_failures, FAILURE_MAX_RECORDS);
     let result = run_job(&spec, config, plan);
     let r = match result {
         Ok(r) => r,
         Err(FlightsJobError::Input(msg)) => {
             eprintln!("error: {msg}");
+            return ExitCode::from(2);
+        }
+        // Refused before anything ran: a bad configuration or checkpoint
+        // folder is bad input too.
+        Err(FlightsJobError::Job(
+            e @ (JobError::Config(_) | JobError::Storage(_) | JobError::Restore(_)),
+        )) => {
+            eprintln!("error: {e}");
             return ExitCode::from(2);
         }
         Err(e) => {

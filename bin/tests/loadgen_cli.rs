@@ -363,6 +363,16 @@ fn bad_inputs_are_refused_with_exit_code_2() {
     let empty_s = empty.to_str().unwrap().to_string();
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--rate", "0"], "--rate"),
+        (
+            vec!["--parallelism", "18446744073709551615"],
+            "--parallelism",
+        ),
+        (vec!["--parallelism", "65"], "--parallelism"),
+        (vec!["--batch-size", "18446744073709551615"], "--batch-size"),
+        (
+            vec!["--channel-capacity", "100000000"],
+            "--channel-capacity",
+        ),
         (vec!["--duration", "0"], "--duration"),
         (vec!["--duration", "-1"], "--duration"),
         (vec!["--workload", "w1", "--rate", "1000"], "--rate"),

@@ -47,6 +47,19 @@ impl std::str::FromStr for PinPolicy {
 /// (measured on the 2-core reference machine, `docs/workloads.md`).
 pub const DEFAULT_TIMER_SLACK_NS: u64 = 1_000;
 
+/// The largest batch size accepted: 2^20 records (a batch is allocated
+/// whole; beyond this a typo would allocate gigabytes per channel).
+pub const MAX_BATCH_SIZE: usize = 1 << 20;
+
+/// The largest channel capacity accepted: 2^16 elements per channel (each
+/// may be a full batch; more only adds memory, not throughput).
+pub const MAX_CHANNEL_CAPACITY: usize = 1 << 16;
+
+/// The largest parallelism of one operator: 1024 subtasks (one thread
+/// each; an all-to-all exchange between two such operators has a million
+/// channels).
+pub const MAX_PARALLELISM: usize = 1024;
+
 /// Restart strategy on a task failure (Flink's fixed-delay strategy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestartStrategy {
@@ -162,11 +175,17 @@ impl JobConfig {
     /// A message naming the bad field: a batch size, channel capacity or
     /// checkpoint `max_concurrent` of 0, or a zero checkpoint interval.
     pub fn validate(&self) -> Result<(), String> {
-        if self.batch_size == 0 {
-            return Err("batch_size must be at least 1".into());
+        if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
+            return Err(format!(
+                "batch_size must be between 1 and {MAX_BATCH_SIZE} records, got {}",
+                self.batch_size
+            ));
         }
-        if self.channel_capacity == 0 {
-            return Err("channel_capacity must be at least 1".into());
+        if self.channel_capacity == 0 || self.channel_capacity > MAX_CHANNEL_CAPACITY {
+            return Err(format!(
+                "channel_capacity must be between 1 and {MAX_CHANNEL_CAPACITY} elements, got {}",
+                self.channel_capacity
+            ));
         }
         if self.checkpoint.max_concurrent == 0 {
             return Err("checkpoint.max_concurrent must be at least 1".into());

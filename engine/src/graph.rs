@@ -68,14 +68,16 @@ struct GraphState {
 
 impl GraphState {
     fn add_node(&mut self, name: &str, parallelism: usize, is_source: bool) -> usize {
-        if parallelism == 0 {
-            self.errors
-                .push(format!("operator '{name}': parallelism must be at least 1"));
+        if parallelism == 0 || parallelism > crate::config::MAX_PARALLELISM {
+            self.errors.push(format!(
+                "operator '{name}': parallelism must be between 1 and {}, got {parallelism}",
+                crate::config::MAX_PARALLELISM
+            ));
         }
         self.claim_name(name);
         self.nodes.push(NodeSpec {
             name: name.to_string(),
-            parallelism: parallelism.max(1),
+            parallelism: parallelism.clamp(1, crate::config::MAX_PARALLELISM),
             is_source,
             make: None,
         });

@@ -38,6 +38,10 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::Path;
 
+/// The most channels a scenario may have: 65,536 (the handlers allocate per
+/// channel; a scenario drives one input gate).
+pub const MAX_SCENARIO_CHANNELS: usize = 1 << 16;
+
 /// Why a scenario file could not be used. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
@@ -543,8 +547,11 @@ impl Scenario {
             file: file.to_string(),
             reason,
         };
-        if raw.channels == 0 {
-            return Err(invalid("`channels` must be at least 1".into()));
+        if raw.channels == 0 || raw.channels > MAX_SCENARIO_CHANNELS {
+            return Err(invalid(format!(
+                "`channels` must be between 1 and {MAX_SCENARIO_CHANNELS}, got {}",
+                raw.channels
+            )));
         }
         let mut input = Vec::with_capacity(raw.input.len());
         let mut ids = HashSet::new();
@@ -1124,7 +1131,7 @@ mod tests {
             ),
             (
                 TINY.replace("\"channels\": 2", "\"channels\": 0"),
-                "at least 1",
+                "must be between 1 and",
             ),
             (
                 TINY.replace("\"buffer\": 3}", "\"buffer\": 1}"),
@@ -1138,6 +1145,10 @@ mod tests {
                 "exactly one of",
             ),
             ("{".to_string(), "bad scenario JSON"),
+            (
+                TINY.replace("\"channels\": 2", "\"channels\": 18446744073709551615"),
+                "must be between 1 and 65536",
+            ),
         ];
         for (text, want) in cases {
             let e = Scenario::from_json("x.json", &text)

@@ -511,7 +511,7 @@ proptest! {
     #[test]
     fn any_checkpoint_round_trips(
         states in arb_states(),
-        id in 1u64..u64::MAX,
+        id in 1u64..=lockgate::checkpoint::storage::MAX_CHECKPOINT_ID,
         trigger in any::<u64>(),
         rate in any::<f64>().prop_filter("JSON has no NaN/inf", |f| f.is_finite()),
         savepoint in any::<bool>(),

@@ -620,6 +620,11 @@ impl<R: CsvRecord> CsvRecordReader<R> {
             .has_headers(true)
             // Rows with the wrong field count are reported by us, as bad rows.
             .flexible(true)
+            // The recorded streams quote no field. With quoting on, one stray
+            // `"` would swallow every following line into a single bad row
+            // (silently dropping them with --bad-rows skip); off, it is one
+            // bad value on its own line.
+            .quoting(false)
             .from_reader(input);
         let headers = match reader.byte_headers() {
             Ok(h) => h.clone(),

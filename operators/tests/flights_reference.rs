@@ -545,3 +545,25 @@ fn resume_in_the_bundled_flights() {
     }
     assert_eq!(resumed.position(), through.position());
 }
+
+/// A stray quote is one bad value on its line, not the start of a field
+/// that swallows every following line (which `--bad-rows skip` would then
+/// drop as a single bad row).
+#[test]
+fn a_stray_quote_spoils_only_its_own_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "\
+origin,time_hour,dep_delay
+EWR,2013-01-01T10:00:00Z,1
+JFK,2013-01-01T10:00:00Z,\"2
+LGA,2013-01-01T11:00:00Z,3
+EWR,2013-01-01T11:00:00Z,4
+";
+    let path = write_plain(dir.path(), "quote.csv", text);
+    let mut reader = FlightReader::open(&path, BadRows::Skip).unwrap();
+    let delays: Vec<Option<i64>> = reader.by_ref().map(|r| r.unwrap().dep_delay).collect();
+    assert_eq!(delays, [Some(1), Some(3), Some(4)]);
+    assert_eq!(reader.skipped(), 1);
+    let err = read_all::<Flight>(&path, BadRows::Fail).unwrap_err();
+    assert!(err.to_string().contains("line 3"), "{err}");
+}

@@ -8,6 +8,12 @@ use lockgate_operators::workload::{KeyDist, Workload};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The largest `--parallelism`: 64 sources and 64 keyed_sums (an
+/// all-to-all exchange of 4,096 channels); far beyond what a load test on
+/// one machine can use, and small enough that a typo cannot exhaust memory
+/// (each channel preallocates its capacity).
+pub const MAX_CLI_PARALLELISM: usize = 64;
+
 /// Which reference workload (docs/workloads.md).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkloadArg {
@@ -345,8 +351,11 @@ impl Args {
             ));
         }
         refjob.payload_bytes = self.payload_bytes;
-        if self.parallelism == 0 {
-            return Err("--parallelism must be at least 1".into());
+        if self.parallelism == 0 || self.parallelism > MAX_CLI_PARALLELISM {
+            return Err(format!(
+                "--parallelism must be between 1 and {MAX_CLI_PARALLELISM}, got {}",
+                self.parallelism
+            ));
         }
         refjob.parallelism = self.parallelism;
         if self.tick_us == 0 {
@@ -356,12 +365,22 @@ impl Args {
         refjob.validate().map_err(|e| e.to_string())?;
 
         let mut job = JobConfig::default();
-        if self.batch_size == 0 {
-            return Err("--batch-size must be at least 1".into());
+        if self.batch_size == 0 || self.batch_size > lockgate::config::MAX_BATCH_SIZE {
+            return Err(format!(
+                "--batch-size must be between 1 and {} records, got {}",
+                lockgate::config::MAX_BATCH_SIZE,
+                self.batch_size
+            ));
         }
         job.batch_size = self.batch_size;
-        if self.channel_capacity == 0 {
-            return Err("--channel-capacity must be at least 1".into());
+        if self.channel_capacity == 0
+            || self.channel_capacity > lockgate::config::MAX_CHANNEL_CAPACITY
+        {
+            return Err(format!(
+                "--channel-capacity must be between 1 and {} batches, got {}",
+                lockgate::config::MAX_CHANNEL_CAPACITY,
+                self.channel_capacity
+            ));
         }
         job.channel_capacity = self.channel_capacity;
         job.buffer_timeout = Duration::from_micros(self.buffer_timeout_us);

@@ -5,7 +5,7 @@
 //! Exit codes: 0 the run passed its correctness check, 1 it did not, 2 bad
 //! input (nothing ran), 130 interrupted by Ctrl-C.
 
-mod args;
+pub(crate) mod args;
 pub mod report;
 
 pub use args::Args;

@@ -143,11 +143,11 @@ impl<T: RecordSize> Aligner<T> {
         element: StreamElement<T>,
         signals: &mut Vec<BarrierSignal>,
     ) {
-        self.held_bytes += element.size_bytes() as u64;
+        self.held_bytes = self.held_bytes.saturating_add(element.size_bytes() as u64);
         self.max_held_bytes = self.max_held_bytes.max(self.held_bytes);
         self.held.push_back((channel, element));
         if let Some(limit) = self.config.max_alignment_bytes {
-            if self.held_bytes + self.replay_bytes > limit {
+            if self.held_bytes.saturating_add(self.replay_bytes) > limit {
                 // `current` stays the aborted id, so its late barriers are
                 // ignored by rule 4 ("the rest of that checkpoint").
                 let id = self.current;
@@ -175,7 +175,7 @@ impl<T: RecordSize> Aligner<T> {
                 self.replay.push_front(e);
             }
         }
-        self.replay_bytes += self.held_bytes;
+        self.replay_bytes = self.replay_bytes.saturating_add(self.held_bytes);
         self.held_bytes = 0;
     }
 
@@ -305,7 +305,7 @@ impl<T: RecordSize> BarrierHandler<T> for Aligner<T> {
     #[inline]
     fn next_replay(&mut self) -> Option<(usize, StreamElement<T>)> {
         let next = self.replay.pop_front()?;
-        self.replay_bytes -= next.1.size_bytes() as u64;
+        self.replay_bytes = self.replay_bytes.saturating_sub(next.1.size_bytes() as u64);
         Some(next)
     }
 

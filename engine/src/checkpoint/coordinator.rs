@@ -177,7 +177,9 @@ impl Coordinator {
     ) -> Vec<CoordinatorOutput> {
         let mut out = Vec::new();
         let id = CheckpointId(self.next_id);
-        self.next_id += 1;
+        // Ids start at most at storage's MAX_CHECKPOINT_ID + 1 (2^53):
+        // saturating here is only a guard.
+        self.next_id = self.next_id.saturating_add(1);
         let now = crate::clock::now_ns();
         self.last_trigger_ns = now;
         let waiting: Vec<bool> = (0..self.finished.len())

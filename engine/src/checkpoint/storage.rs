@@ -488,6 +488,12 @@ fn validate_input(meta: &CheckpointMetadata, states: &[(TaskStateKey, Vec<u8>)])
             reason: "checkpoint id 0 is reserved for \"no checkpoint\"".into(),
         });
     }
+    if meta.id.get() > MAX_CHECKPOINT_ID {
+        return Err(StorageError::InvalidInput {
+            id: meta.id,
+            reason: format!("checkpoint ids go up to {MAX_CHECKPOINT_ID}"),
+        });
+    }
     let mut seen = HashSet::with_capacity(states.len());
     for (key, _) in states {
         if !seen.insert(key) {
@@ -843,8 +849,19 @@ fn parse_chk_name(name: &str) -> Option<CheckpointId> {
     if digits.len() > 1 && digits.starts_with('0') {
         return None;
     }
-    digits.parse().ok().map(CheckpointId)
+    // Ids above MAX_CHECKPOINT_ID are not ours (ids grow by one per
+    // checkpoint): such a folder is ignored like any foreign one.
+    digits
+        .parse()
+        .ok()
+        .filter(|id| *id <= MAX_CHECKPOINT_ID)
+        .map(CheckpointId)
 }
+
+/// The largest checkpoint id a folder name may carry: 2^53, far beyond any
+/// job's count (one checkpoint a millisecond for 285,000 years), and low
+/// enough that ids never overflow and stay exact in JSON numbers.
+pub const MAX_CHECKPOINT_ID: u64 = 1 << 53;
 
 /// A unique, portable file name for `key`: `<task>-<subtask>.state`, where
 /// the task name keeps `[A-Za-z0-9_.-]`, has other characters replaced by

@@ -42,6 +42,13 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     };
+    if let Err(e) = std::fs::create_dir_all(&out) {
+        eprintln!(
+            "error: --out {}: cannot create the folder: {e}",
+            out.display()
+        );
+        return ExitCode::from(2);
+    }
     let mut config = JobConfig::default();
     config.batch_size = 64;
     config.checkpoint.mode = CheckpointMode::ExactlyOnce;

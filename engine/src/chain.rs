@@ -324,3 +324,65 @@ impl<T: Send, F: Fn(&mut T) + Send + Sync> Link<T> for InPlace<T, F> {
         self.next.on_processing_time(now_ns)
     }
 }
+
+/// Both branches of a [`crate::Stream::split`]: every call goes to both;
+/// records are cloned for the first.
+pub(crate) struct Tee<T> {
+    pub(crate) a: Box<dyn Link<T>>,
+    pub(crate) b: Box<dyn Link<T>>,
+}
+
+impl<T: Clone + Send> Link<T> for Tee<T> {
+    fn push(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
+        let mut copy = batch.clone();
+        self.a.push(&mut copy)?;
+        self.b.push(batch)
+    }
+    fn watermark(&mut self, w: Watermark) -> Result<(), TaskError> {
+        self.a.watermark(w)?;
+        self.b.watermark(w)
+    }
+    fn idle(&mut self, idle: bool) -> Result<(), TaskError> {
+        self.a.idle(idle)?;
+        self.b.idle(idle)
+    }
+    fn snapshot(
+        &mut self,
+        id: CheckpointId,
+        out: &mut Vec<OperatorSnapshot>,
+    ) -> Result<(), TaskError> {
+        self.a.snapshot(id, out)?;
+        self.b.snapshot(id, out)
+    }
+    fn restore(&mut self, states: &[OperatorSnapshot]) -> Result<(), TaskError> {
+        self.a.restore(states)?;
+        self.b.restore(states)
+    }
+    fn barrier(&mut self, b: CheckpointBarrier) -> Result<(), TaskError> {
+        self.a.barrier(b)?;
+        self.b.barrier(b)
+    }
+    fn cancel_checkpoint(&mut self, id: CheckpointId) -> Result<(), TaskError> {
+        self.a.cancel_checkpoint(id)?;
+        self.b.cancel_checkpoint(id)
+    }
+    fn checkpoint_done(&mut self, id: CheckpointId, completed: bool) -> Result<(), TaskError> {
+        self.a.checkpoint_done(id, completed)?;
+        self.b.checkpoint_done(id, completed)
+    }
+    fn flush(&mut self) -> Result<(), TaskError> {
+        self.a.flush()?;
+        self.b.flush()
+    }
+    fn end(&mut self) -> Result<(), TaskError> {
+        self.a.end()?;
+        self.b.end()
+    }
+    fn next_timer_ns(&self) -> Option<u64> {
+        earliest(self.a.next_timer_ns(), self.b.next_timer_ns())
+    }
+    fn on_processing_time(&mut self, now_ns: u64) -> Result<(), TaskError> {
+        self.a.on_processing_time(now_ns)?;
+        self.b.on_processing_time(now_ns)
+    }
+}

@@ -117,6 +117,60 @@ pub struct Stream<T> {
     node: usize,
     parallelism: usize,
     chain: ChainFn<T>,
+    /// Where the finished chain's task constructor goes.
+    parent: Parent,
+}
+
+/// Where a finished chain's constructor is registered: its task's node, or
+/// one branch of a [`Stream::split`].
+#[derive(Clone)]
+enum Parent {
+    Node(usize),
+    Branch(Rc<RefCell<SplitJoin>>, usize),
+}
+
+type CombineFn = Box<dyn FnOnce(MakeFn, MakeFn) -> MakeFn>;
+
+/// The two branches of a split, joined into one task constructor once both
+/// are finished (build time only).
+struct SplitJoin {
+    makes: [Option<MakeFn>; 2],
+    combine: Option<CombineFn>,
+    parent: Parent,
+}
+
+/// Registers a finished constructor with its parent (see [`Parent`]).
+fn register(g: &Rc<RefCell<GraphState>>, parent: Parent, make: MakeFn) {
+    match parent {
+        Parent::Node(n) => g.borrow_mut().nodes[n].make = Some(make),
+        Parent::Branch(join, i) => {
+            let ready = {
+                let mut j = join.borrow_mut();
+                j.makes[i] = Some(make);
+                match (&j.makes[0], &j.makes[1]) {
+                    (Some(a), Some(b)) => {
+                        let (a, b) = (a.clone(), b.clone());
+                        let combine = j.combine.take().expect("a split joins once");
+                        Some((combine(a, b), j.parent.clone()))
+                    }
+                    _ => None,
+                }
+            };
+            if let Some((combined, up)) = ready {
+                register(g, up, combined);
+            }
+        }
+    }
+}
+
+/// The body a branch's constructor returns: never run (the split's own
+/// constructor builds the task).
+struct BranchBuilt;
+
+impl TaskBody for BranchBuilt {
+    fn run(&mut self, _rt: &mut crate::runtime::TaskRt) -> Result<(), crate::TaskError> {
+        Ok(())
+    }
 }
 
 /// The end of a chain: records of type `T` leave through channels
@@ -208,6 +262,7 @@ impl JobBuilder {
             node,
             parallelism,
             chain,
+            parent: Parent::Node(node),
         }
     }
 
@@ -370,6 +425,7 @@ impl<T: Data> Stream<T> {
             node: self.node,
             parallelism: self.parallelism,
             chain,
+            parent: self.parent,
         }
     }
 
@@ -408,6 +464,7 @@ impl<T: Data> Stream<T> {
             node: self.node,
             parallelism: self.parallelism,
             chain,
+            parent: self.parent,
         }
     }
 
@@ -483,7 +540,57 @@ impl<T: Data> Stream<T> {
             let t = tail(ctx);
             chain(ctx, t)
         });
-        self.g.borrow_mut().nodes[self.node].make = Some(make);
+        register(&self.g, self.parent, make);
+    }
+
+    /// Feeds this stream to two chains: every record goes to both, in the
+    /// same task (a `Tee`, no channel), and each branch goes on like any
+    /// stream (more operators, an exchange, a sink). Barriers, watermarks
+    /// and the end of input reach both branches; both must end in a sink
+    /// or an exchange. Records are cloned for the first branch.
+    pub fn split(self) -> (Stream<T>, Stream<T>) {
+        type Slots<T> = Arc<std::sync::Mutex<[Option<Box<dyn Link<T>>>; 2]>>;
+        let slots: Slots<T> = Arc::new(std::sync::Mutex::new([None, None]));
+        let chain = self.chain;
+        let s2 = slots.clone();
+        let combine: CombineFn = Box::new(move |m0: MakeFn, m1: MakeFn| -> MakeFn {
+            Arc::new(move |ctx| {
+                // Each branch's constructor leaves its chain in its slot.
+                let _ = m0(ctx);
+                let _ = m1(ctx);
+                let (a, b) = {
+                    let mut s = s2.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    (s[0].take(), s[1].take())
+                };
+                let tee = crate::chain::Tee {
+                    a: a.expect("the first branch built its chain"),
+                    b: b.expect("the second branch built its chain"),
+                };
+                chain(ctx, Box::new(tee))
+            })
+        });
+        let join = Rc::new(RefCell::new(SplitJoin {
+            makes: [None, None],
+            combine: Some(combine),
+            parent: self.parent,
+        }));
+        let branch = |i: usize| {
+            let slots = slots.clone();
+            let chain: ChainFn<T> = Arc::new(move |_ctx, tail| {
+                slots
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)[i] = Some(tail);
+                Box::new(BranchBuilt)
+            });
+            Stream {
+                g: self.g.clone(),
+                node: self.node,
+                parallelism: self.parallelism,
+                chain,
+                parent: Parent::Branch(join.clone(), i),
+            }
+        };
+        (branch(0), branch(1))
     }
 
     fn exchange(self, p: Partitioning<T>) -> Exchange<T> {
@@ -626,6 +733,7 @@ impl<T: Data> Exchange<T> {
             node,
             parallelism,
             chain,
+            parent: Parent::Node(node),
         }
     }
 

@@ -693,3 +693,72 @@ fn a_fatal_error_fails_the_job_without_restarts() {
         other => panic!("expected a fatal failure, got {other:?}"),
     }
 }
+
+/// Counts the records it gets into a shared counter.
+struct CountSink(Arc<Mutex<u64>>);
+impl Sink<u64> for CountSink {
+    fn write(&mut self, input: &mut Vec<u64>) -> Result<(), BoxError> {
+        *self.0.lock().unwrap() += input.len() as u64;
+        input.clear();
+        Ok(())
+    }
+}
+
+#[test]
+fn a_split_stream_feeds_both_branches_exactly_across_failures() {
+    let mut config = JobConfig::default();
+    config.batch_size = 64;
+    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+    config.checkpoint.interval = Some(Duration::from_millis(5));
+    config.restart = RestartStrategy {
+        max_attempts: 3,
+        delay: Duration::ZERO,
+    };
+    let n = 200_000;
+    let job = JobBuilder::new("split", config);
+    let finals: Finals = Arc::default();
+    let (f2, evens, odds) = (
+        finals.clone(),
+        Arc::new(Mutex::new(0u64)),
+        Arc::new(Mutex::new(0u64)),
+    );
+    let (e2, o2) = (evens.clone(), odds.clone());
+    let sums = job
+        .source("numbers", 2, move |i| Counter::part(i, 2, n))
+        .key_by(|x| x % 10)
+        .process("keyed_sum", 2, |_| KeyedSum::new(10));
+    let (to_max, to_count) = sums.split();
+    to_max
+        .rebalance()
+        .sink("max", 1, move |_| MaxSink(f2.clone()));
+    // a nested split: even and odd keys counted by two sinks
+    let (even, odd) = to_count.map(|(k, _)| k).split();
+    even.filter(|k| k % 2 == 0)
+        .sink("evens", move |_| CountSink(e2.clone()));
+    odd.filter(|k| k % 2 == 1)
+        .sink("odds", move |_| CountSink(o2.clone()));
+    let names = job.task_names();
+    let ks = names.iter().position(|t| t == "keyed_sum[1]").unwrap();
+    let job = job.with_failures(FailurePlan::none().with(ks, FailurePoint::AfterRecords(30_000)));
+    let m = job.start().unwrap().wait().unwrap();
+    assert_eq!(m.restarts, 1, "{:?}", m.failures);
+    assert_eq!(*finals.lock().unwrap(), expected_sums(n, 10));
+    // the counting sinks are not transactional: replays after the restart
+    // are counted again, so at least every record arrived
+    let (e, o) = (*evens.lock().unwrap(), *odds.lock().unwrap());
+    assert!(e >= n / 2 && o >= n / 2, "{e} {o}");
+}
+
+#[test]
+fn a_split_without_both_branches_finished_is_refused() {
+    let job = JobBuilder::new("half", JobConfig::default());
+    let (a, _b) = job
+        .source("numbers", 1, |i| Counter::part(i, 1, 10))
+        .split();
+    a.sink("a", |_| U64Sink);
+    match job.start() {
+        Err(JobError::Config(msg)) => assert!(msg.contains("numbers"), "{msg}"),
+        Err(e) => panic!("wrong error {e}"),
+        Ok(_) => panic!("an unfinished branch must be refused"),
+    }
+}

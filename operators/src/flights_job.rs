@@ -5,10 +5,11 @@
 //! ```text
 //! flights (CsvSource) ─┐ connect, key_by hash(origin, time_hour)
 //! weather (CsvSource) ─┴─> enrich (KeyedCoProcessOperator<EnrichJoin>, p)
-//!        key_by hash(origin) ─> aggregate (p): Tee(
-//!            daily:         tumbling 24 h event-time window per origin,
-//!            by_visibility: global window per (origin, bucket))
-//!        ─> outputs (chained): SplitSink(daily parts, by_visibility parts)
+//!        key_by hash(origin) ─> aggregate (p), split in the same task:
+//!            daily_window:      tumbling 24 h event-time window per origin
+//!                               ─> daily_out (transactional parts)
+//!            visibility_window: global window per (origin, bucket)
+//!                               ─> visibility_out (transactional parts)
 //! ```
 //!
 //! Rows go into `DIR/parts/daily` and `DIR/parts/by_visibility` as
@@ -24,7 +25,6 @@
 
 use crate::co_process::KeyedCoProcessOperator;
 use crate::csv_source::{CsvSource, CsvSourceProbe};
-use crate::fan_out::{SplitSink, Tee};
 use crate::file_sink::{read_committed, Formatter, TransactionalFileSink};
 use crate::flights::{
     utc_day, write_outputs, BadRows, ByVisibilityRow, CsvRecordReader, DailyRow, DelayStats,
@@ -34,7 +34,7 @@ use crate::flights::{
 use crate::join::{EnrichJoin, JoinCounts};
 use crate::window::{AggregateFunction, WindowAssigner, WindowOperator, WindowOutput};
 use lockgate::two_phase::TwoPhaseCommitSink;
-use lockgate::{Either, FailurePlan, JobBuilder, JobConfig, JobError, JobMetrics};
+use lockgate::{FailurePlan, JobBuilder, JobConfig, JobError, JobMetrics};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -297,60 +297,68 @@ pub fn build(job: &JobBuilder, spec: &FlightsJobSpec) -> FlightsProbes {
         });
 
     let late_slots = probes.daily_late.clone();
-    let rows = enriched
+    // One task per origin partition feeds both aggregations (a split of
+    // the stream: every enriched flight goes to both chains).
+    let (daily, by_vis) = enriched
         .key_by(|e: &EnrichedFlight| origin_hash(&e.flight.origin))
-        .process("aggregate", p, move |i| {
-            Tee::new(
-                WindowOperator::new(
-                    // 24-hour windows aligned to the epoch start at UTC
-                    // midnight (epoch time has no leap seconds).
-                    WindowAssigner::Tumbling {
-                        size_ms: MS_PER_DAY,
-                        offset_ms: 0,
-                    },
-                    DelayAggregate,
-                    |e: &EnrichedFlight| e.flight.origin,
-                    |e: &EnrichedFlight| e.flight.time_hour_ms,
-                )
-                .with_late_count_slot(late_slots[i].clone()),
-                WindowOperator::new(
-                    WindowAssigner::Global,
-                    DelayAggregate,
-                    |e: &EnrichedFlight| (e.flight.origin, e.visibility),
-                    |e: &EnrichedFlight| e.flight.time_hour_ms,
-                ),
+        .map("aggregate", p, |e: EnrichedFlight| e)
+        .split();
+    let (daily_dir, vis_dir) = (spec.daily_parts(), spec.by_visibility_parts());
+    daily
+        .process("daily_window", move |i| {
+            WindowOperator::new(
+                // 24-hour windows aligned to the epoch start at UTC
+                // midnight (epoch time has no leap seconds).
+                WindowAssigner::Tumbling {
+                    size_ms: MS_PER_DAY,
+                    offset_ms: 0,
+                },
+                DelayAggregate,
+                |e: &EnrichedFlight| e.flight.origin,
+                |e: &EnrichedFlight| e.flight.time_hour_ms,
             )
+            .with_late_count_slot(late_slots[i].clone())
         })
-        .flat_map(|o: Either<DailyOut, ByVisOut>| match o {
-            Either::Left(WindowOutput::Fired(r)) => Some(Either::Left(DailyRow {
+        .flat_map(|o: DailyOut| match o {
+            WindowOutput::Fired(r) => Some(DailyRow {
                 origin: r.key,
                 day: utc_day(r.window.start),
                 stats: r.value,
-            })),
-            Either::Right(WindowOutput::Fired(r)) => Some(Either::Right(ByVisibilityRow {
+            }),
+            // Late records are counted by the window (no side output).
+            WindowOutput::Late(_) => None,
+        })
+        .sink("daily_out", move |i| {
+            let fmt: Formatter<DailyRow> = Box::new(daily_line);
+            TwoPhaseCommitSink::new(
+                TransactionalFileSink::new(daily_dir.clone(), i, fmt)
+                    .expect("the parts folder is created before the job starts"),
+            )
+        });
+    by_vis
+        .process("visibility_window", |_| {
+            WindowOperator::new(
+                WindowAssigner::Global,
+                DelayAggregate,
+                |e: &EnrichedFlight| (e.flight.origin, e.visibility),
+                |e: &EnrichedFlight| e.flight.time_hour_ms,
+            )
+        })
+        .flat_map(|o: ByVisOut| match o {
+            WindowOutput::Fired(r) => Some(ByVisibilityRow {
                 origin: r.key.0,
                 visibility: r.key.1,
                 stats: r.value,
-            })),
-            // Late records are counted by the window (no side output).
-            Either::Left(WindowOutput::Late(_)) | Either::Right(WindowOutput::Late(_)) => None,
+            }),
+            WindowOutput::Late(_) => None,
+        })
+        .sink("visibility_out", move |i| {
+            let fmt: Formatter<ByVisibilityRow> = Box::new(by_visibility_line);
+            TwoPhaseCommitSink::new(
+                TransactionalFileSink::new(vis_dir.clone(), i, fmt)
+                    .expect("the parts folder is created before the job starts"),
+            )
         });
-
-    let (daily_dir, vis_dir) = (spec.daily_parts(), spec.by_visibility_parts());
-    rows.sink("outputs", move |i| {
-        let daily_fmt: Formatter<DailyRow> = Box::new(daily_line);
-        let vis_fmt: Formatter<ByVisibilityRow> = Box::new(by_visibility_line);
-        SplitSink::new(
-            TwoPhaseCommitSink::new(
-                TransactionalFileSink::new(daily_dir.clone(), i, daily_fmt)
-                    .expect("the parts folder is created before the job starts"),
-            ),
-            TwoPhaseCommitSink::new(
-                TransactionalFileSink::new(vis_dir.clone(), i, vis_fmt)
-                    .expect("the parts folder is created before the job starts"),
-            ),
-        )
-    });
     probes
 }
 

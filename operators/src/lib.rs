@@ -18,14 +18,13 @@
 //!   [`window`] (tumbling and sliding windows), [`co_process`] (keyed
 //!   two-input operators), [`join`] (an enrichment join on it).
 //! - [`csv_source`]: a replayable CSV file source; [`flights_job`]: the NYC
-//!   flights job; [`fan_out`]: feeding one stream to two operators.
+//!   flights job.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks, missing_docs)]
 
 pub mod co_process;
 pub mod csv_source;
 pub mod demo;
-pub mod fan_out;
 pub mod file_sink;
 pub mod flights;
 pub mod flights_job;

@@ -288,11 +288,19 @@ impl Driver {
                     self.shared.restarts.lock().expect("not poisoned").0 += 1;
                     std::thread::sleep(self.config.restart.delay);
                     restored = self.coordinator.latest_restore_point();
-                    tracing::warn!(
-                        task = %task_name, %error,
-                        restore_from = ?restored.as_ref().map(|r| r.checkpoint),
-                        "task failed; restarting the job"
-                    );
+                    if matches!(error, TaskError::Injected(_)) {
+                        tracing::info!(
+                            task = %task_name, %error,
+                            restore_from = ?restored.as_ref().map(|r| r.checkpoint),
+                            "planned failure; restarting the job"
+                        );
+                    } else {
+                        tracing::warn!(
+                            task = %task_name, %error,
+                            restore_from = ?restored.as_ref().map(|r| r.checkpoint),
+                            "task failed; restarting the job"
+                        );
+                    }
                 }
             }
         }

@@ -273,58 +273,6 @@ impl Link<()> for NoOutput {
     }
 }
 
-/// A stateless in-place transform (see [`crate::Stream::map_in_place`]):
-/// changes the records of a batch and hands the same batch on.
-pub(crate) struct InPlace<T, F> {
-    pub(crate) f: std::sync::Arc<F>,
-    pub(crate) next: Box<dyn Link<T>>,
-}
-
-impl<T: Send, F: Fn(&mut T) + Send + Sync> Link<T> for InPlace<T, F> {
-    #[inline]
-    fn push(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
-        batch.iter_mut().for_each(|r| (self.f)(r));
-        self.next.push(batch)
-    }
-    fn watermark(&mut self, w: Watermark) -> Result<(), TaskError> {
-        self.next.watermark(w)
-    }
-    fn idle(&mut self, idle: bool) -> Result<(), TaskError> {
-        self.next.idle(idle)
-    }
-    fn snapshot(
-        &mut self,
-        id: CheckpointId,
-        out: &mut Vec<OperatorSnapshot>,
-    ) -> Result<(), TaskError> {
-        self.next.snapshot(id, out)
-    }
-    fn restore(&mut self, states: &[OperatorSnapshot]) -> Result<(), TaskError> {
-        self.next.restore(states)
-    }
-    fn barrier(&mut self, b: CheckpointBarrier) -> Result<(), TaskError> {
-        self.next.barrier(b)
-    }
-    fn cancel_checkpoint(&mut self, id: CheckpointId) -> Result<(), TaskError> {
-        self.next.cancel_checkpoint(id)
-    }
-    fn checkpoint_done(&mut self, id: CheckpointId, completed: bool) -> Result<(), TaskError> {
-        self.next.checkpoint_done(id, completed)
-    }
-    fn flush(&mut self) -> Result<(), TaskError> {
-        self.next.flush()
-    }
-    fn end(&mut self) -> Result<(), TaskError> {
-        self.next.end()
-    }
-    fn next_timer_ns(&self) -> Option<u64> {
-        self.next.next_timer_ns()
-    }
-    fn on_processing_time(&mut self, now_ns: u64) -> Result<(), TaskError> {
-        self.next.on_processing_time(now_ns)
-    }
-}
-
 /// Both branches of a [`crate::Stream::split`]: every call goes to both;
 /// records are cloned for the first.
 pub(crate) struct Tee<T> {

@@ -450,22 +450,11 @@ impl<T: Data> Stream<T> {
     where
         F: Fn(&mut T) + Send + Sync + 'static,
     {
-        let f = Arc::new(f);
-        let prev = self.chain;
-        let chain: ChainFn<T> = Arc::new(move |ctx, tail| {
-            let link = crate::chain::InPlace {
-                f: f.clone(),
-                next: tail,
-            };
-            prev(ctx, Box::new(link))
-        });
-        Stream {
-            g: self.g,
-            node: self.node,
-            parallelism: self.parallelism,
-            chain,
-            parent: self.parent,
-        }
+        // The changed batch is swapped into the output, not copied.
+        self.map_batch(move |i: &mut Vec<T>, o: &mut Vec<T>| {
+            i.iter_mut().for_each(&f);
+            std::mem::swap(i, o);
+        })
     }
 
     /// Chains a stateless record function.

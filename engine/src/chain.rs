@@ -8,17 +8,9 @@
 
 use crate::channel::ChannelWriter;
 use crate::element::{CheckpointBarrier, CheckpointId, Watermark};
+use crate::error::TaskError;
 use crate::operator::Operator;
-use crate::runtime::TaskError;
-
-/// The state of one operator of a chain for one checkpoint.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct OperatorSnapshot {
-    /// The operator's name, unique in the job (its state key).
-    pub operator: String,
-    /// The operator's serialized state.
-    pub bytes: Vec<u8>,
-}
+use crate::protocol::OperatorSnapshot;
 
 /// One link of an operator chain, fed with records of type `I`.
 pub(crate) trait Link<I>: Send {
@@ -87,7 +79,7 @@ impl<I, O, Op: Operator<I, O>> Stage<I, O, Op> {
         }
     }
 
-    fn op_err(&self, what: &str, e: crate::operator::BoxError) -> TaskError {
+    fn op_err(&self, what: &str, e: crate::error::BoxError) -> TaskError {
         TaskError::from_operator(&self.name, what, e)
     }
 

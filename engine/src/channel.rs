@@ -14,8 +14,8 @@
 //! task's metrics.
 
 use crate::element::{CheckpointBarrier, CheckpointId, StreamElement, Watermark};
+use crate::error::TaskError;
 use crate::metrics::TaskMetrics;
-use crate::runtime::TaskError;
 use crossbeam_channel::{Receiver, Select, Sender, TrySendError};
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! Failure injection: a documented, seeded plan of task failures, so that
 //! recovery is tested the same way every time.
 
-pub use crate::runtime::task::FailurePoint;
+use crate::error::TaskError;
 use serde::{Deserialize, Serialize};
 
 /// One planned failure: task `task` (its index in start order, see
@@ -67,4 +67,32 @@ impl FailurePlan {
     pub(crate) fn point(&self, index: usize) -> FailurePoint {
         self.failures[index].at
     }
+}
+
+/// Where a planned failure strikes a task (see [`crate::FailurePlan`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailurePoint {
+    /// When the task has handled this many records in the current attempt
+    /// (received, or emitted for a source).
+    AfterRecords(u64),
+    /// While the task aligns a checkpoint (after a barrier blocked one of
+    /// its channels and before the alignment ends); only tasks with two or
+    /// more inputs in exactly-once mode align.
+    DuringAlignment,
+    /// While the task takes its snapshot: after its state was copied and
+    /// before it acknowledged the checkpoint.
+    DuringSnapshot,
+}
+
+/// One armed failure in one task attempt.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct InjectedFailure {
+    pub(crate) index: usize,
+    pub(crate) at: FailurePoint,
+}
+
+/// The error a task fails with when armed failure `f` strikes.
+pub(crate) fn injected(f: &InjectedFailure) -> TaskError {
+    TaskError::Injected(format!("planned failure #{} ({:?})", f.index, f.at))
 }

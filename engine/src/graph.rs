@@ -19,14 +19,18 @@
 
 use crate::barrier::AnyHandler;
 use crate::chain::{Link, NoOutput, Stage};
-use crate::channel::{ChannelSender, ChannelWriter, OutputConfig, Partitioning};
-use crate::config::PinPolicy;
-use crate::element::{RecordSize, StreamElement};
+use crate::channel::{ChannelWriter, OutputConfig, Partitioning};
+use crate::config::JobConfig;
+use crate::element::RecordSize;
+use crate::error::JobError;
+use crate::failure::FailurePlan;
 use crate::input_gate::InputGate;
 use crate::operator::{Either, FnOperator, Operator, Sink, SinkOperator, Source};
+use crate::runtime::plan::{
+    wire_edge, JobGraph, MakeFn, PlanEdge, PlanNode, SubtaskCtx, TaskBody, WireFn,
+};
 use crate::runtime::task::{GateTask, SourceTask};
-use crate::runtime::{EdgeEnds, SubtaskCtx, TaskBody, Wiring};
-use crate::{FailurePlan, JobConfig, JobError, JobHandle};
+use crate::runtime::JobHandle;
 use crossbeam_channel::{Receiver, Sender};
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -38,11 +42,9 @@ use std::sync::Arc;
 pub trait Data: Clone + Send + RecordSize + 'static {}
 impl<T: Clone + Send + RecordSize + 'static> Data for T {}
 
-type MakeFn = Arc<dyn Fn(&mut SubtaskCtx<'_>) -> Box<dyn TaskBody> + Send + Sync>;
 type ChainFn<T> =
     Arc<dyn Fn(&mut SubtaskCtx<'_>, Box<dyn Link<T>>) -> Box<dyn TaskBody> + Send + Sync>;
 type TailFn<T> = Arc<dyn Fn(&mut SubtaskCtx<'_>) -> Box<dyn Link<T>> + Send + Sync>;
-type WireFn = Arc<dyn Fn(&mut Wiring, usize, usize, usize, usize, Vec<Arc<str>>) + Send + Sync>;
 
 struct NodeSpec {
     name: String,
@@ -168,7 +170,7 @@ fn register(g: &Rc<RefCell<GraphState>>, parent: Parent, make: MakeFn) {
 struct BranchBuilt;
 
 impl TaskBody for BranchBuilt {
-    fn run(&mut self, _rt: &mut crate::runtime::TaskRt) -> Result<(), crate::TaskError> {
+    fn run(&mut self, _rt: &mut crate::runtime::plan::TaskRt) -> Result<(), crate::TaskError> {
         Ok(())
     }
 }
@@ -320,9 +322,22 @@ impl JobBuilder {
                         n.name
                     )));
                 };
-                nodes.push((n.name, n.parallelism, n.is_source, make));
+                nodes.push(PlanNode {
+                    name: n.name,
+                    parallelism: n.parallelism,
+                    is_source: n.is_source,
+                    make,
+                });
             }
-            let edges = g.edges.drain(..).map(|e| (e.from, e.to, e.wire)).collect();
+            let edges = g
+                .edges
+                .drain(..)
+                .map(|e| PlanEdge {
+                    from: e.from,
+                    to: e.to,
+                    wire: e.wire,
+                })
+                .collect();
             JobGraph::new(nodes, edges)
         };
         crate::runtime::job::prepare_and_start(
@@ -714,7 +729,7 @@ impl<T: Data> Exchange<T> {
                 gate,
                 chain: Box::new(stage),
                 metrics: ctx.metrics.clone(),
-                watermarks: crate::runtime::task::WatermarkMerger::new(channels),
+                watermarks: crate::watermark::WatermarkMerger::new(channels),
             })
         });
         Stream {
@@ -770,131 +785,5 @@ impl<A: Data, B: Data> Connected<A, B> {
         let left = self.a.map(Either::Left).key_by(move |e| key(e));
         let right = self.b.map(Either::Right).key_by(move |e| k2(e));
         left.union(right)
-    }
-}
-
-fn wire_edge<T: Send + 'static>(
-    wiring: &mut Wiring,
-    edge: usize,
-    capacity: usize,
-    from_par: usize,
-    to_par: usize,
-    producer_names: Vec<Arc<str>>,
-) {
-    let mut senders: Vec<Vec<ChannelSender<T>>> = (0..from_par).map(|_| Vec::new()).collect();
-    let mut receivers: Vec<Vec<Receiver<StreamElement<T>>>> =
-        (0..to_par).map(|_| Vec::new()).collect();
-    for (p, s) in senders.iter_mut().enumerate() {
-        for (c, r) in receivers.iter_mut().enumerate() {
-            let (tx, rx) = crossbeam_channel::bounded(capacity);
-            s.push(ChannelSender {
-                tx,
-                consumer: format!("consumer {c} of edge {edge}").into(),
-            });
-            r.push(rx);
-            let _ = p;
-        }
-    }
-    wiring.edges.insert(
-        edge,
-        Box::new(EdgeEnds {
-            senders: senders.into_iter().map(Some).collect(),
-            receivers: receivers.into_iter().map(Some).collect(),
-            producer_names,
-        }),
-    );
-}
-
-/// The finished graph, ready to run (and to run again after a failure).
-pub(crate) struct JobGraph {
-    nodes: Vec<(String, usize, bool, MakeFn)>,
-    edges: Vec<(usize, usize, WireFn)>,
-    tasks: Vec<(usize, usize)>,
-}
-
-impl JobGraph {
-    fn new(nodes: Vec<(String, usize, bool, MakeFn)>, edges: Vec<(usize, usize, WireFn)>) -> Self {
-        let tasks = nodes
-            .iter()
-            .enumerate()
-            .flat_map(|(n, (_, p, _, _))| (0..*p).map(move |s| (n, s)))
-            .collect();
-        JobGraph {
-            nodes,
-            edges,
-            tasks,
-        }
-    }
-
-    pub(crate) fn num_tasks(&self) -> usize {
-        self.tasks.len()
-    }
-
-    pub(crate) fn task_node(&self, task: usize) -> (usize, usize) {
-        self.tasks[task]
-    }
-
-    pub(crate) fn task_name(&self, task: usize) -> String {
-        let (n, s) = self.tasks[task];
-        format!("{}[{s}]", self.nodes[n].0)
-    }
-
-    pub(crate) fn task_names(&self) -> Vec<String> {
-        (0..self.num_tasks()).map(|t| self.task_name(t)).collect()
-    }
-
-    /// Operator name → parallelism, for checkpoint compatibility checks.
-    pub(crate) fn parallelisms(&self) -> Vec<(String, usize)> {
-        self.nodes
-            .iter()
-            .map(|(n, p, _, _)| (n.clone(), *p))
-            .collect()
-    }
-
-    pub(crate) fn source_tasks(&self) -> Vec<usize> {
-        (0..self.num_tasks())
-            .filter(|t| self.nodes[self.tasks[*t].0].2)
-            .collect()
-    }
-
-    /// Linux keeps 15 bytes of a thread name: `lg<node>-<name>-<subtask>`
-    /// with the name's letters and digits cut to fit. The node number keeps
-    /// it unique; the full name is in the metrics.
-    pub(crate) fn os_thread_name(&self, task: usize) -> String {
-        let (n, s) = self.tasks[task];
-        let prefix = format!("lg{n}-");
-        let suffix = format!("-{s}");
-        let room = 15usize.saturating_sub(prefix.len() + suffix.len());
-        let abbr: String = self.nodes[n]
-            .0
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .take(room)
-            .collect();
-        format!("{prefix}{abbr}{suffix}")
-    }
-
-    pub(crate) fn cores_for(&self, pinning: &PinPolicy) -> Option<Vec<usize>> {
-        match pinning {
-            PinPolicy::None => None,
-            PinPolicy::RoundRobin => core_affinity::get_core_ids()
-                .map(|ids| ids.into_iter().map(|c| c.id).collect::<Vec<_>>())
-                .filter(|v| !v.is_empty()),
-            PinPolicy::Cores(c) => Some(c.clone()),
-        }
-    }
-
-    pub(crate) fn wire(&self, wiring: &mut Wiring, capacity: usize) {
-        for (e, (from, to, wire)) in self.edges.iter().enumerate() {
-            let from_par = self.nodes[*from].1;
-            let names: Vec<Arc<str>> = (0..from_par)
-                .map(|s| Arc::from(format!("{}[{s}]", self.nodes[*from].0)))
-                .collect();
-            wire(wiring, e, capacity, from_par, self.nodes[*to].1, names);
-        }
-    }
-
-    pub(crate) fn make(&self, node: usize, ctx: &mut SubtaskCtx<'_>) -> Box<dyn TaskBody> {
-        (self.nodes[node].3)(ctx)
     }
 }

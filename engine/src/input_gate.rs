@@ -15,8 +15,9 @@
 
 use crate::barrier::{AnyHandler, BarrierHandler, BarrierSignal, ChannelSet};
 use crate::element::{RecordSize, StreamElement};
+use crate::error::TaskError;
 use crate::metrics::TaskMetrics;
-use crate::runtime::{Control, TaskError};
+use crate::protocol::Control;
 use crossbeam_channel::{Receiver, Select, TryRecvError};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;

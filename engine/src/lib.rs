@@ -18,65 +18,39 @@ pub mod checkpoint;
 pub mod clock;
 pub mod config;
 pub mod element;
+pub mod error;
 pub mod failure;
 pub mod graph;
 pub mod input_gate;
 pub mod metrics;
 pub mod operator;
+pub mod protocol;
 pub mod runtime;
 pub mod scenario;
 pub(crate) mod sinks;
 pub(crate) mod sources;
 pub mod state;
+pub mod task_id;
 pub mod two_phase;
+pub(crate) mod watermark;
 
 pub use barrier::{
     AbortReason, Aligner, AlignmentStats, AnyHandler, BarrierHandler, BarrierSignal,
     CheckpointMode, HandlerConfig, Tracker,
 };
-pub use chain::OperatorSnapshot;
 pub use checkpoint::{CheckpointStats, CheckpointStatus, RestoredState};
 pub use config::{CheckpointConfig, JobConfig, PinPolicy, RestartStrategy};
 pub use element::{
     Batch, CheckpointBarrier, CheckpointId, CheckpointOptions, RecordSize, SnapshotKind,
     StreamElement, Watermark,
 };
+pub use error::{BoxError, FatalError, JobError, OperatorError, TaskError};
 pub use failure::{FailurePlan, FailurePoint, PlannedFailure};
 pub use graph::{Connected, Data, Exchange, Ingest, JobBuilder, PushError, Stream};
 pub use input_gate::WaitStrategy;
 pub use metrics::{TaskMetrics, TaskMetricsSnapshot};
-pub use operator::{
-    BoxError, Either, FatalError, Operator, OperatorError, Sink, Source, SourcePoll,
-};
-pub use runtime::{JobHandle, JobMetrics, JobResult, TaskError};
+pub use operator::{Either, Operator, Sink, Source, SourcePoll};
+pub use protocol::OperatorSnapshot;
+pub use runtime::{JobHandle, JobMetrics, JobResult};
 pub use state::{KeyedState, StateError, ValueState};
-
-/// Why a job could not start or did not end well.
-#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
-pub enum JobError {
-    /// The configuration or the graph is invalid; the message names the
-    /// problem.
-    #[error("invalid job: {0}")]
-    Config(String),
-    /// A task failed and no restart was left.
-    #[error("task {task} failed: {cause}")]
-    TaskFailed {
-        /// The task's full name, e.g. `keyed_sum[1]`.
-        task: String,
-        /// Why it failed.
-        cause: TaskError,
-    },
-    /// More checkpoints failed in a row than tolerated (Flink's
-    /// `CheckpointFailureManager`); the message gives the last reason.
-    #[error("checkpointing failed: {0}")]
-    Checkpoint(String),
-    /// Checkpoint storage could not be used.
-    #[error("checkpoint storage: {0}")]
-    Storage(String),
-    /// The job cannot restore from the given checkpoint.
-    #[error("cannot restore: {0}")]
-    Restore(String),
-    /// A bug in lockgate.
-    #[error("internal error: {0}")]
-    Internal(String),
-}
+pub use task_id::{ParseTaskIdError, TaskId};

@@ -9,11 +9,8 @@
 //! sees any record after a restart.
 
 use crate::element::{CheckpointId, Watermark};
+use crate::error::BoxError;
 use serde::{Deserialize, Serialize};
-use std::fmt;
-
-/// The error type operators return: any error, sent across threads.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// An operator with one input (or two, through [`Either`]): the unit of a
 /// task's operator chain.
@@ -249,34 +246,6 @@ impl<A: crate::RecordSize, B: crate::RecordSize> crate::RecordSize for Either<A,
         }
     }
 }
-
-/// An operator error with a message, for operators that have no error type
-/// of their own.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OperatorError(pub String);
-
-impl fmt::Display for OperatorError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for OperatorError {}
-
-/// An error after which restarting the job cannot help (malformed input, a
-/// missing file, a bad configuration): an operator or source that returns
-/// it fails the job at once, whatever the restart strategy allows. Other
-/// errors are retried by restarting from the latest checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FatalError(pub String);
-
-impl fmt::Display for FatalError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for FatalError {}
 
 /// A stateless operator from a closure over whole batches.
 pub(crate) struct FnOperator<F>(pub F);

@@ -1,6 +1,7 @@
 //! Sinks the engine itself provides.
 
-use crate::operator::{BoxError, Sink};
+use crate::error::BoxError;
+use crate::operator::Sink;
 
 /// A sink calling a closure for every record (see
 /// [`crate::Stream::for_each`]).

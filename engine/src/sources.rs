@@ -1,7 +1,8 @@
 //! Sources the engine itself provides.
 
 use crate::element::CheckpointId;
-use crate::operator::{BoxError, Source, SourcePoll};
+use crate::error::BoxError;
+use crate::operator::{Source, SourcePoll};
 use crossbeam_channel::{Receiver, TryRecvError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

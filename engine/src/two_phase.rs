@@ -12,7 +12,8 @@
 //! discarded, so nothing is committed twice and nothing is lost.
 
 use crate::element::CheckpointId;
-use crate::operator::{BoxError, Sink};
+use crate::error::BoxError;
+use crate::operator::Sink;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 

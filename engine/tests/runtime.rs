@@ -91,7 +91,7 @@ impl Sink<u64> for U64Sink {
 fn an_operator_error_fails_the_job_naming_the_task_and_cause() {
     match failing_job(false) {
         Err(JobError::TaskFailed { task, cause }) => {
-            assert!(task.starts_with("fragile["), "{task}");
+            assert_eq!(task.operator, "fragile", "{task}");
             assert!(cause.to_string().contains("bad record"), "{cause}");
         }
         other => panic!("expected a task failure, got {other:?}"),
@@ -105,7 +105,7 @@ fn an_operator_panic_fails_the_job_cleanly() {
             task,
             cause: TaskError::Panic(msg),
         }) => {
-            assert!(task.starts_with("fragile["), "{task}");
+            assert_eq!(task.operator, "fragile", "{task}");
             assert!(msg.contains("boom"), "{msg}");
         }
         other => panic!("expected a panic failure, got {other:?}"),
@@ -686,7 +686,7 @@ fn a_fatal_error_fails_the_job_without_restarts() {
         .sink("sink", |_| U64Sink);
     match job.start().unwrap().wait() {
         Err(JobError::TaskFailed { task, cause }) => {
-            assert_eq!(task, "doomed[0]");
+            assert_eq!(task, lockgate::TaskId::new("doomed", 0));
             assert!(cause.is_fatal(), "{cause}");
             assert!(cause.to_string().contains("line 7"), "{cause}");
         }

@@ -178,7 +178,7 @@ impl CheckpointsJson {
                     .alignments
                     .iter()
                     .map(|a| TaskAlignmentJson {
-                        task: a.task.clone(),
+                        task: a.task.to_string(),
                         alignment_ns: a.duration_ns,
                         buffered_bytes: a.buffered_bytes,
                     })

@@ -20,9 +20,8 @@
 //! 10. No checkpoint is notified twice, and none older than a triggered one
 //!     is ever triggered (older pending ones are dropped on a trigger).
 
-use super::{AlignmentStats, BarrierHandler, BarrierSignal, ChannelSet};
+use super::{AbortReason, AlignmentStats, BarrierHandler, BarrierSignal, ChannelSet};
 use crate::element::{CheckpointBarrier, CheckpointId, StreamElement};
-use crate::AbortReason;
 use std::collections::VecDeque;
 
 /// Flink's `CheckpointBarrierTracker.MAX_CHECKPOINTS_TO_TRACK`: at most this

@@ -18,10 +18,10 @@
 
 use super::{CheckpointStats, CheckpointStatus, RestoredState, TaskAlignment};
 use crate::barrier::{AbortReason, AlignmentStats};
-use crate::chain::OperatorSnapshot;
 use crate::config::CheckpointConfig;
 use crate::element::{CheckpointBarrier, CheckpointId, CheckpointOptions, SnapshotKind};
-use crate::runtime::Control;
+use crate::protocol::{Control, OperatorSnapshot};
+use crate::task_id::TaskId;
 use crossbeam_channel::Sender;
 use std::collections::{BTreeMap, HashMap};
 
@@ -33,7 +33,7 @@ pub(crate) trait CompletedSink: Send {
         id: CheckpointId,
         kind: SnapshotKind,
         trigger_ns: u64,
-        states: &HashMap<String, Vec<OperatorSnapshot>>,
+        states: &HashMap<TaskId, Vec<OperatorSnapshot>>,
     ) -> Result<u64, String>;
 }
 
@@ -49,7 +49,7 @@ struct Pending {
     /// Tasks whose acknowledgement is still missing.
     waiting: Vec<bool>,
     num_waiting: usize,
-    states: HashMap<String, Vec<OperatorSnapshot>>,
+    states: HashMap<TaskId, Vec<OperatorSnapshot>>,
     alignments: Vec<TaskAlignment>,
     sources_acked: usize,
     last_source_ack_ns: u64,
@@ -61,7 +61,7 @@ struct Pending {
 pub(crate) struct Coordinator {
     config: CheckpointConfig,
     enabled: bool,
-    task_names: Vec<String>,
+    task_names: Vec<TaskId>,
     sources: Vec<usize>,
     finished: Vec<bool>,
     drained: Vec<bool>,
@@ -81,7 +81,7 @@ pub(crate) struct Coordinator {
 impl Coordinator {
     pub(crate) fn new(
         config: CheckpointConfig,
-        task_names: Vec<String>,
+        task_names: Vec<TaskId>,
         sink: Option<Box<dyn CompletedSink>>,
         restored: Option<RestoredState>,
     ) -> Self {

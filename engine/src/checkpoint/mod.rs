@@ -25,8 +25,9 @@ pub use storage::{
 };
 
 use crate::barrier::AbortReason;
-use crate::chain::OperatorSnapshot;
 use crate::element::{CheckpointId, SnapshotKind};
+use crate::protocol::OperatorSnapshot;
+use crate::task_id::TaskId;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -45,8 +46,8 @@ pub enum CheckpointStatus {
 /// The alignment of one task for one checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskAlignment {
-    /// The task's full name, e.g. `keyed_sum[1]`.
-    pub task: String,
+    /// The task, shown as `keyed_sum[1]`.
+    pub task: TaskId,
     /// First barrier to last barrier at the task, ns (0 with one input).
     pub duration_ns: u64,
     /// Most bytes held in the task's blocker during the alignment.
@@ -103,18 +104,18 @@ impl CheckpointStats {
 }
 
 /// The state a job restores from: every task's operator snapshots of one
-/// completed checkpoint, by task name (`keyed_sum[1]`).
+/// completed checkpoint, by task.
 #[derive(Clone, Debug, Default)]
 pub struct RestoredState {
     /// The checkpoint.
     pub checkpoint: CheckpointId,
-    /// Task name → its chain's operator snapshots.
-    pub states: HashMap<String, Vec<OperatorSnapshot>>,
+    /// Task → its chain's operator snapshots.
+    pub states: HashMap<TaskId, Vec<OperatorSnapshot>>,
 }
 
 impl RestoredState {
-    /// The snapshots of the task named `task` (empty when it had none).
-    pub fn states_of(&self, task: &str) -> Vec<OperatorSnapshot> {
+    /// The snapshots of task `task` (empty when it had none).
+    pub fn states_of(&self, task: &TaskId) -> Vec<OperatorSnapshot> {
         self.states.get(task).cloned().unwrap_or_default()
     }
 }

@@ -7,21 +7,22 @@
 //! state, declares checkpoint n complete when every running task
 //! acknowledged it, writes it to storage, then notifies the tasks.
 
-use super::task::InjectedFailure;
-use super::{Control, SubtaskCtx, TaskBody, TaskError, TaskEvent, TaskRt, Wiring};
+use super::plan::{JobGraph, PlanTask, SubtaskCtx, TaskBody, TaskRt, Wiring};
 use crate::barrier::{AbortReason, CheckpointMode};
-use crate::chain::OperatorSnapshot;
 use crate::checkpoint::coordinator::{CompletedSink, Coordinator, CoordinatorOutput};
 use crate::checkpoint::{
     CheckpointMetadata, CheckpointStorage, JobFingerprint, LoadedCheckpoint, LocalDirStorage,
     TaskStateKey,
 };
 use crate::checkpoint::{CheckpointStats, RestoredState};
+use crate::config::JobConfig;
 use crate::element::{CheckpointId, SnapshotKind};
+use crate::error::{JobError, TaskError};
 use crate::failure::FailurePlan;
-use crate::graph::JobGraph;
+use crate::failure::InjectedFailure;
 use crate::metrics::{TaskMetrics, TaskMetricsSnapshot};
-use crate::{JobConfig, JobError};
+use crate::protocol::{Control, OperatorSnapshot, TaskEvent};
+use crate::task_id::TaskId;
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -177,9 +178,9 @@ pub(crate) fn start(
 ) -> JobHandle {
     let shared = Arc::new(Shared {
         metrics: graph
-            .task_names()
+            .task_ids()
             .into_iter()
-            .map(|n| Arc::new(TaskMetrics::new(n)))
+            .map(|n| Arc::new(TaskMetrics::new(n.to_string())))
             .collect(),
         checkpoints: Mutex::new(Vec::new()),
         restarts: Mutex::new((0, Vec::new())),
@@ -262,7 +263,7 @@ impl Driver {
                     return Err(JobError::Checkpoint(why));
                 }
                 AttemptEnd::Failed { task, error } => {
-                    let task_name = self.graph.task_name(task);
+                    let task_name = self.graph.task_id(task);
                     {
                         let mut r = self.shared.restarts.lock().expect("not poisoned");
                         r.1.push(format!("{task_name}: {error}"));
@@ -330,8 +331,8 @@ impl Driver {
             let (ctl_tx, ctl_rx) = unbounded();
             controls.push(ctl_tx);
             let metrics = self.shared.metrics[task].clone();
-            let (node, subtask) = self.graph.task_node(task);
-            let name: Arc<str> = self.graph.task_name(task).into();
+            let PlanTask { node, subtask } = self.graph.task_node(task);
+            let name = self.graph.task_id(task);
             let mut ctx = SubtaskCtx {
                 subtask,
                 wiring: &mut wiring,
@@ -509,30 +510,21 @@ struct StorageSink {
     retained: usize,
 }
 
-/// Splits a task name `op[3]` into `("op", 3)`.
-fn split_task_name(task: &str) -> (String, u32) {
-    if let Some(open) = task.rfind('[') {
-        if let Ok(i) = task[open + 1..task.len().saturating_sub(1)].parse::<u32>() {
-            return (task[..open].to_string(), i);
-        }
-    }
-    (task.to_string(), 0)
-}
-
 impl CompletedSink for StorageSink {
     fn persist(
         &mut self,
         id: CheckpointId,
         kind: SnapshotKind,
         trigger_ns: u64,
-        states: &HashMap<String, Vec<OperatorSnapshot>>,
+        states: &HashMap<TaskId, Vec<OperatorSnapshot>>,
     ) -> Result<u64, String> {
         let mut blobs = Vec::with_capacity(states.len());
         for (task, snaps) in states {
-            let (name, subtask) = split_task_name(task);
             let bytes =
                 postcard::to_allocvec(snaps).map_err(|e| format!("encoding {task}: {e}"))?;
-            blobs.push((TaskStateKey::new(name, subtask), bytes));
+            // A subtask index is below MAX_PARALLELISM, so it fits a u32.
+            let subtask = task.subtask as u32;
+            blobs.push((TaskStateKey::new(task.operator.clone(), subtask), bytes));
         }
         let meta = CheckpointMetadata::new(id, kind, trigger_ns, self.job.clone());
         let handle = self
@@ -558,7 +550,7 @@ fn restored_from(loaded: LoadedCheckpoint) -> Result<RestoredState, JobError> {
                 loaded.handle.path.display()
             ))
         })?;
-        states.insert(format!("{}[{}]", key.task, key.subtask), snaps);
+        states.insert(TaskId::new(key.task.clone(), key.subtask as usize), snaps);
     }
     Ok(RestoredState {
         checkpoint: loaded.metadata.id,
@@ -641,7 +633,7 @@ pub(crate) fn prepare_and_start(
     } else if let Some(r) = &restored {
         // An in-memory restore: the parallelism must match too.
         for task in r.states.keys() {
-            if !graph.task_names().contains(task) {
+            if !graph.task_ids().contains(task) {
                 return Err(JobError::Restore(format!(
                     "the restored state has task {task}, which this job does not have (a different parallelism or graph; rescaling is not supported)"
                 )));
@@ -650,7 +642,7 @@ pub(crate) fn prepare_and_start(
     }
     let mut coordinator = Coordinator::new(
         config.checkpoint.clone(),
-        graph.task_names(),
+        graph.task_ids(),
         sink,
         restored.clone(),
     );

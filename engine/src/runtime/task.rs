@@ -1,42 +1,19 @@
 //! The two task loops: a source task (source → chain) and an input-gate task
 //! (input gate → barrier handler → chain).
 
-use super::{Control, TaskBody, TaskError, TaskEvent, TaskRt};
+use super::plan::{TaskBody, TaskRt};
 use crate::barrier::{BarrierHandler, BarrierSignal};
-use crate::chain::{Link, OperatorSnapshot};
+use crate::chain::Link;
 use crate::element::{CheckpointBarrier, CheckpointId, RecordSize, StreamElement, Watermark};
+use crate::error::TaskError;
+use crate::failure::{injected, FailurePoint};
 use crate::input_gate::{GateEvent, InputGate};
 use crate::metrics::TaskMetrics;
 use crate::operator::{Source, SourcePoll};
+use crate::protocol::{Control, OperatorSnapshot, TaskEvent};
+use crate::watermark::WatermarkMerger;
 use crossbeam_channel::{Receiver, Select};
 use std::sync::Arc;
-
-/// Where a planned failure strikes a task (see [`crate::FailurePlan`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FailurePoint {
-    /// When the task has handled this many records in the current attempt
-    /// (received, or emitted for a source).
-    AfterRecords(u64),
-    /// While the task aligns a checkpoint (after a barrier blocked one of
-    /// its channels and before the alignment ends); only tasks with two or
-    /// more inputs in exactly-once mode align.
-    DuringAlignment,
-    /// While the task takes its snapshot: after its state was copied and
-    /// before it acknowledged the checkpoint.
-    DuringSnapshot,
-}
-
-/// One armed failure in one task attempt.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct InjectedFailure {
-    pub(crate) index: usize,
-    pub(crate) at: FailurePoint,
-}
-
-fn injected(f: &InjectedFailure) -> TaskError {
-    TaskError::Injected(format!("planned failure #{} ({:?})", f.index, f.at))
-}
 
 /// Snapshots the head's state (if any) and the chain, then acknowledges.
 fn snapshot_and_ack<I>(
@@ -253,73 +230,6 @@ pub(crate) struct GateTask<T> {
     pub(crate) watermarks: WatermarkMerger,
 }
 
-/// The event-time watermark of a task with several input channels: the
-/// minimum over its channels that are neither ended nor idle (Flink's
-/// `StatusWatermarkValve`). It only ever advances.
-pub(crate) struct WatermarkMerger {
-    per_channel: Vec<i64>,
-    ended: Vec<bool>,
-    idle: Vec<bool>,
-    current: i64,
-    output_idle: bool,
-}
-
-impl WatermarkMerger {
-    pub(crate) fn new(channels: usize) -> Self {
-        WatermarkMerger {
-            per_channel: vec![i64::MIN; channels],
-            ended: vec![false; channels],
-            idle: vec![false; channels],
-            current: i64::MIN,
-            output_idle: false,
-        }
-    }
-
-    /// The new task watermark if it advanced.
-    fn advance(&mut self) -> Option<Watermark> {
-        let min = (0..self.per_channel.len())
-            .filter(|c| !self.ended[*c] && !self.idle[*c])
-            .map(|c| self.per_channel[c])
-            .min()?;
-        (min > self.current).then(|| {
-            self.current = min;
-            Watermark(min)
-        })
-    }
-
-    /// Channel `ch` delivered watermark `w` (it is active again).
-    pub(crate) fn on_watermark(&mut self, ch: usize, w: Watermark) -> Option<Watermark> {
-        self.idle[ch] = false;
-        if w.0 > self.per_channel[ch] {
-            self.per_channel[ch] = w.0;
-        }
-        self.advance()
-    }
-
-    /// Channel `ch` ended: it no longer holds the watermark back.
-    pub(crate) fn on_end(&mut self, ch: usize) -> Option<Watermark> {
-        self.ended[ch] = true;
-        self.advance()
-    }
-
-    /// Channel `ch` became idle (`true`) or active (`false`).
-    pub(crate) fn on_idle(&mut self, ch: usize, idle: bool) -> Option<Watermark> {
-        self.idle[ch] = idle;
-        self.advance()
-    }
-
-    /// `Some(all idle)` when the task's own status changed: it is idle when
-    /// every open channel is idle, as Flink's `StatusWatermarkValve`.
-    pub(crate) fn status_change(&mut self) -> Option<bool> {
-        let open: Vec<usize> = (0..self.idle.len()).filter(|c| !self.ended[*c]).collect();
-        let all_idle = !open.is_empty() && open.iter().all(|c| self.idle[*c]);
-        (all_idle != self.output_idle).then(|| {
-            self.output_idle = all_idle;
-            all_idle
-        })
-    }
-}
-
 impl<T: RecordSize + Send> GateTask<T> {
     fn on_signal(&mut self, rt: &mut TaskRt, s: BarrierSignal) -> Result<(), TaskError> {
         match s {
@@ -426,40 +336,5 @@ impl<T: RecordSize + Send> TaskBody for GateTask<T> {
             self.control(c)?;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_watermark_is_the_minimum_over_open_active_channels() {
-        let mut m = WatermarkMerger::new(3);
-        assert_eq!(
-            m.on_watermark(0, Watermark(10)),
-            None,
-            "channels 1, 2 unknown"
-        );
-        assert_eq!(m.on_watermark(1, Watermark(5)), None);
-        assert_eq!(m.on_watermark(2, Watermark(7)), Some(Watermark(5)));
-        assert_eq!(m.on_watermark(1, Watermark(20)), Some(Watermark(7)));
-        // an older watermark on a channel changes nothing
-        assert_eq!(m.on_watermark(2, Watermark(3)), None);
-        // an ended channel no longer holds it back
-        assert_eq!(m.on_end(2), Some(Watermark(10)));
-        // an idle channel neither; when it wakes up it holds again, but the
-        // task watermark never goes back
-        assert_eq!(m.on_idle(0, true), Some(Watermark(20)));
-        assert_eq!(m.on_watermark(0, Watermark(12)), None);
-        assert_eq!(m.on_watermark(0, Watermark(25)), None);
-        assert_eq!(m.on_watermark(1, Watermark(30)), Some(Watermark(25)));
-    }
-
-    #[test]
-    fn all_channels_ended_or_idle_give_no_watermark() {
-        let mut m = WatermarkMerger::new(2);
-        assert_eq!(m.on_idle(0, true), None);
-        assert_eq!(m.on_end(1), None);
     }
 }

@@ -1,0 +1,83 @@
+//! [`AnyHandler`]: the exactly-once or at-least-once handler, chosen at run
+//! time.
+
+use super::{
+    Aligner, BarrierHandler, BarrierSignal, ChannelSet, CheckpointMode, HandlerConfig, Tracker,
+};
+use crate::element::{RecordSize, StreamElement};
+
+/// Either handler, chosen by the checkpointing mode at run time, so that a
+/// task's loop is not generic over the mode.
+#[derive(Debug)]
+pub enum AnyHandler<T> {
+    /// Exactly-once.
+    Aligner(Aligner<T>),
+    /// At-least-once (also used with no checkpoints, where it sees no
+    /// barriers and only passes elements on).
+    Tracker(Tracker),
+}
+
+impl<T: RecordSize> AnyHandler<T> {
+    /// The handler for `mode` over `channels` inputs.
+    pub fn new(mode: CheckpointMode, channels: usize, config: HandlerConfig) -> Self {
+        match mode {
+            CheckpointMode::ExactlyOnce => AnyHandler::Aligner(Aligner::new(channels, config)),
+            CheckpointMode::AtLeastOnce | CheckpointMode::None => {
+                AnyHandler::Tracker(Tracker::new(channels))
+            }
+        }
+    }
+}
+
+macro_rules! dispatch {
+    ($self:ident, $h:ident => $e:expr) => {
+        match $self {
+            AnyHandler::Aligner($h) => $e,
+            AnyHandler::Tracker($h) => $e,
+        }
+    };
+}
+
+impl<T: RecordSize> BarrierHandler<T> for AnyHandler<T> {
+    #[inline]
+    fn on_element(
+        &mut self,
+        channel: usize,
+        element: StreamElement<T>,
+        now_ns: u64,
+        signals: &mut Vec<BarrierSignal>,
+    ) -> Option<StreamElement<T>> {
+        dispatch!(self, h => h.on_element(channel, element, now_ns, signals))
+    }
+    #[inline]
+    fn next_replay(&mut self) -> Option<(usize, StreamElement<T>)> {
+        dispatch!(self, h => BarrierHandler::<T>::next_replay(h))
+    }
+    #[inline]
+    fn has_replay(&self) -> bool {
+        dispatch!(self, h => BarrierHandler::<T>::has_replay(h))
+    }
+    #[inline]
+    fn is_blocked(&self, channel: usize) -> bool {
+        dispatch!(self, h => BarrierHandler::<T>::is_blocked(h, channel))
+    }
+    fn blocked(&self) -> &ChannelSet {
+        dispatch!(self, h => BarrierHandler::<T>::blocked(h))
+    }
+    #[inline]
+    fn blocker_full(&self) -> bool {
+        dispatch!(self, h => BarrierHandler::<T>::blocker_full(h))
+    }
+    fn num_channels(&self) -> usize {
+        dispatch!(self, h => BarrierHandler::<T>::num_channels(h))
+    }
+    fn num_closed(&self) -> usize {
+        dispatch!(self, h => BarrierHandler::<T>::num_closed(h))
+    }
+    fn end_of_input(&mut self) {
+        dispatch!(self, h => BarrierHandler::<T>::end_of_input(h))
+    }
+    fn held_bytes(&self) -> u64 {
+        dispatch!(self, h => BarrierHandler::<T>::held_bytes(h))
+    }
+}

@@ -1,0 +1,479 @@
+//! The storage contract: [`CheckpointStorage`], what it stores and returns,
+//! and its errors.
+
+use crate::element::{CheckpointId, SnapshotKind};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Everything that can go wrong when writing or reading checkpoints. Every
+/// message names the file or folder concerned and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// An operating-system I/O call failed.
+    #[error("I/O error while {op} {path}: {source}")]
+    Io {
+        /// What was being done ("reading", "creating", "syncing", ...).
+        op: &'static str,
+        /// The file or folder concerned.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The file does not start with [`MAGIC`]: not a lockgate checkpoint file.
+    #[error("bad magic in {path}: expected {expected:?}, found {found:?} (not a lockgate checkpoint file)")]
+    BadMagic {
+        /// The file.
+        path: PathBuf,
+        /// [`MAGIC`].
+        expected: [u8; 4],
+        /// The first bytes of the file (fewer than 4 if the file is shorter).
+        found: Vec<u8>,
+    },
+    /// The file was written by a format version this build cannot read.
+    #[error("unsupported format version {found} in {path} (this build reads version {supported})")]
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version found.
+        found: u16,
+        /// [`FORMAT_VERSION`].
+        supported: u16,
+    },
+    /// The file is shorter than its header says (e.g. a torn or cut copy).
+    #[error("truncated: {path} holds {found} bytes, expected {expected}")]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// Bytes the file should hold (header included).
+        expected: u64,
+        /// Bytes it holds.
+        found: u64,
+    },
+    /// The file is longer than its header says.
+    #[error("trailing bytes: {path} holds {found} bytes, expected {expected}")]
+    TrailingBytes {
+        /// The file.
+        path: PathBuf,
+        /// Bytes the file should hold (header included).
+        expected: u64,
+        /// Bytes it holds.
+        found: u64,
+    },
+    /// The payload's CRC32C differs from the one in the header (a flipped bit).
+    #[error("checksum mismatch in {path}: expected 0x{expected:08x}, found 0x{found:08x}")]
+    ChecksumMismatch {
+        /// The file.
+        path: PathBuf,
+        /// CRC32C stored in the header.
+        expected: u32,
+        /// CRC32C computed over the payload.
+        found: u32,
+    },
+    /// A checkpoint folder has no `_metadata` file.
+    #[error("missing metadata: {path} does not exist")]
+    MissingMetadata {
+        /// The expected path of `_metadata`.
+        path: PathBuf,
+    },
+    /// The `_metadata` file is intact but its content is invalid.
+    #[error("invalid metadata in {path}: {reason}")]
+    BadMetadata {
+        /// The `_metadata` file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A state file listed in `_metadata` does not exist.
+    #[error("missing state file {path} (listed in _metadata)")]
+    MissingStateFile {
+        /// The expected path of the state file.
+        path: PathBuf,
+    },
+    /// A state file is intact on its own but differs from what `_metadata`
+    /// recorded for it (e.g. a file from another checkpoint copied in).
+    #[error(
+        "state file {path} does not match _metadata: {what} expected {expected}, found {found}"
+    )]
+    StateMismatch {
+        /// The state file.
+        path: PathBuf,
+        /// "payload size" or "crc32c".
+        what: &'static str,
+        /// What `_metadata` says.
+        expected: u64,
+        /// What the file holds.
+        found: u64,
+    },
+    /// No published checkpoint with this id.
+    #[error("checkpoint {id} not found in {root}")]
+    NotFound {
+        /// The id asked for.
+        id: CheckpointId,
+        /// The storage's root.
+        root: PathBuf,
+    },
+    /// A checkpoint with this id is already published.
+    #[error("checkpoint {id} already exists: {path}")]
+    AlreadyExists {
+        /// The id written.
+        id: CheckpointId,
+        /// The existing checkpoint's location.
+        path: PathBuf,
+    },
+    /// The caller's input to a write is invalid (id 0, duplicate state key).
+    #[error("invalid checkpoint {id}: {reason}")]
+    InvalidInput {
+        /// The id written.
+        id: CheckpointId,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl StorageError {
+    pub(super) fn io(op: &'static str, path: &Path, source: io::Error) -> StorageError {
+        StorageError::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Shorthand for results of this module.
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// The key of one task's state in a checkpoint: the operator/task name and
+/// the subtask index (0-based, below the task's parallelism), as Flink's
+/// `(OperatorID, subtaskIndex)`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TaskStateKey {
+    /// The task (or operator) name, unique within the job. Any string; the
+    /// file name is derived from it and recorded in `_metadata`.
+    pub task: String,
+    /// The subtask index.
+    pub subtask: u32,
+}
+
+impl TaskStateKey {
+    /// The key of subtask `subtask` of `task`.
+    pub fn new(task: impl Into<String>, subtask: u32) -> Self {
+        TaskStateKey {
+            task: task.into(),
+            subtask,
+        }
+    }
+}
+
+/// What identifies the job a checkpoint belongs to, supplied by the caller
+/// and stored verbatim, so that a restore can refuse a checkpoint taken by a
+/// differently configured job (compare with `==`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobFingerprint {
+    /// The job's name.
+    pub job_name: String,
+    /// The job's configuration as JSON (floats round-trip exactly).
+    pub config: serde_json::Value,
+    /// Parallelism per task name.
+    pub parallelism: BTreeMap<String, u32>,
+}
+
+/// The description of a checkpoint that the caller supplies and that is
+/// stored in `_metadata` (with the format version and the list of state
+/// files, which the storage adds).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointMetadata {
+    /// The checkpoint id; must not be [`CheckpointId::NONE`].
+    pub id: CheckpointId,
+    /// Checkpoint or savepoint; savepoints survive [`CheckpointStorage::retain`].
+    pub kind: SnapshotKind,
+    /// When the coordinator triggered the checkpoint, in ns on the engine's
+    /// monotonic clock ([`crate::clock::now_ns`]) of the run that took it;
+    /// only comparable with other timestamps of that run.
+    pub trigger_timestamp_ns: u64,
+    /// When the checkpoint completed (all tasks acknowledged), in ms since
+    /// the Unix epoch (wall clock).
+    pub completed_at_unix_ms: u64,
+    /// The job that took the checkpoint.
+    pub job: JobFingerprint,
+}
+
+impl CheckpointMetadata {
+    /// Metadata for checkpoint `id` of `kind`, triggered at
+    /// `trigger_timestamp_ns`, completed now ([`unix_time_ms`]).
+    pub fn new(
+        id: CheckpointId,
+        kind: SnapshotKind,
+        trigger_timestamp_ns: u64,
+        job: JobFingerprint,
+    ) -> Self {
+        CheckpointMetadata {
+            id,
+            kind,
+            trigger_timestamp_ns,
+            completed_at_unix_ms: unix_time_ms(),
+            job,
+        }
+    }
+}
+
+/// The wall-clock time in ms since the Unix epoch (0 if the clock is set
+/// before 1970).
+pub fn unix_time_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Where a published checkpoint lies, as returned by
+/// [`CheckpointStorage::write_checkpoint`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointHandle {
+    /// The checkpoint id.
+    pub id: CheckpointId,
+    /// Its folder (`<root>/chk-<n>`); `<memory>/chk-<n>` for [`MemoryStorage`].
+    pub path: PathBuf,
+    /// Bytes written: every file, headers and `_metadata` included (for
+    /// [`MemoryStorage`]: the sum of the state payloads).
+    pub total_bytes: u64,
+}
+
+/// A checkpoint read back and fully validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadedCheckpoint {
+    /// The metadata as written.
+    pub metadata: CheckpointMetadata,
+    /// Every task's state bytes, as written.
+    pub states: BTreeMap<TaskStateKey, Vec<u8>>,
+    /// Where it lies and how many bytes it takes (as at write time).
+    pub handle: CheckpointHandle,
+}
+
+impl LoadedCheckpoint {
+    /// The state bytes of subtask `subtask` of `task`, if the checkpoint has them.
+    pub fn state(&self, task: &str, subtask: u32) -> Option<&[u8]> {
+        self.states
+            .get(&TaskStateKey::new(task, subtask))
+            .map(Vec::as_slice)
+    }
+}
+
+/// The answer of [`CheckpointStorage::load_latest_valid`].
+#[derive(Debug)]
+pub struct LatestValid {
+    /// The newest published checkpoint (by id, checkpoint or savepoint) that
+    /// loads and validates; `None` if there is none.
+    pub checkpoint: Option<LoadedCheckpoint>,
+    /// The newer checkpoints that failed to load, newest first, with why
+    /// (to log "chk-5 is corrupt (...), using chk-4").
+    pub corrupt: Vec<(CheckpointId, StorageError)>,
+}
+
+/// A store of completed checkpoints (as Flink's `CheckpointStorage` plus its
+/// `CompletedCheckpointStore`).
+///
+/// Writes and deletions may block on disk I/O: call them from the
+/// coordinator's or a writer thread, never from a task thread. One writer per
+/// store at a time: two concurrent writers of the same id, or
+/// [`clean_temporaries`](Self::clean_temporaries) during a write, are not
+/// supported.
+pub trait CheckpointStorage: Send + Sync {
+    /// True when the store holds no published checkpoint (leftover temporary
+    /// entries do not count), so a caller can refuse to start a job without
+    /// restore over existing checkpoints.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if the store cannot be listed.
+    fn is_empty(&self) -> Result<bool> {
+        Ok(self.list()?.is_empty())
+    }
+
+    /// Writes checkpoint `meta.id` with `states` and publishes it atomically:
+    /// either the whole checkpoint becomes visible or nothing does.
+    ///
+    /// Cost for [`LocalDirStorage`]: one `fsync` per file (one per state
+    /// plus `_metadata`) and two directory `fsync`s, roughly 0.1-10 ms each
+    /// depending on the disk, plus writing and CRC32C-ing the bytes (GB/s).
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidInput`] for id 0 or a key given twice,
+    /// [`StorageError::AlreadyExists`] if the id is already published,
+    /// [`StorageError::Io`] on any I/O failure (then nothing is published and
+    /// the temporary folder is removed, best effort).
+    fn write_checkpoint(
+        &self,
+        meta: &CheckpointMetadata,
+        states: &[(TaskStateKey, Vec<u8>)],
+    ) -> Result<CheckpointHandle>;
+
+    /// The ids of the published checkpoints, ascending (numerically).
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if the store cannot be listed.
+    fn list(&self) -> Result<Vec<CheckpointId>>;
+
+    /// Reads and validates checkpoint `id`: metadata and every state file
+    /// (magic, version, length, CRC32C, agreement with `_metadata`).
+    ///
+    /// # Errors
+    /// [`StorageError::NotFound`] if `id` is not published; any other variant
+    /// when a file is missing, unreadable or corrupt.
+    fn load(&self, id: CheckpointId) -> Result<LoadedCheckpoint>;
+
+    /// Reads and validates only the metadata of checkpoint `id` (cheap: no
+    /// state file is read).
+    ///
+    /// # Errors
+    /// As [`load`](Self::load), for `_metadata` only.
+    fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata>;
+
+    /// The newest checkpoint that loads and validates, and the errors of the
+    /// newer ones that did not (used on recovery: fall back to an older
+    /// checkpoint rather than fail on a corrupt newest one).
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] only if the store cannot be listed; corrupt
+    /// checkpoints are reported in [`LatestValid::corrupt`].
+    fn load_latest_valid(&self) -> Result<LatestValid> {
+        let mut corrupt = Vec::new();
+        for id in self.list()?.into_iter().rev() {
+            match self.load(id) {
+                Ok(checkpoint) => {
+                    return Ok(LatestValid {
+                        checkpoint: Some(checkpoint),
+                        corrupt,
+                    })
+                }
+                Err(e) => corrupt.push((id, e)),
+            }
+        }
+        Ok(LatestValid {
+            checkpoint: None,
+            corrupt,
+        })
+    }
+
+    /// Deletes all checkpoints of kind [`SnapshotKind::Checkpoint`] but the
+    /// newest `keep` ones (Flink's `state.checkpoints.num-retained`).
+    /// Savepoints are never deleted, nor counted. Only `_metadata` is read to
+    /// learn a checkpoint's kind; a folder whose metadata cannot be read is
+    /// neither counted nor deleted (delete it with [`remove`](Self::remove)).
+    /// Returns the deleted ids, ascending.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if listing or a deletion fails (deletions before
+    /// it stay done).
+    fn retain(&self, keep: usize) -> Result<Vec<CheckpointId>> {
+        let mut checkpoints = Vec::new();
+        for id in self.list()? {
+            if let Ok(meta) = self.load_metadata(id) {
+                if meta.kind == SnapshotKind::Checkpoint {
+                    checkpoints.push(id);
+                }
+            }
+        }
+        let drop_count = checkpoints.len().saturating_sub(keep);
+        let removed: Vec<CheckpointId> = checkpoints.into_iter().take(drop_count).collect();
+        for &id in &removed {
+            self.remove(id)?;
+        }
+        Ok(removed)
+    }
+
+    /// Deletes published checkpoint `id` (whatever its kind). For
+    /// [`LocalDirStorage`] the folder is first renamed to a temporary name,
+    /// so a half-deleted checkpoint is never visible as `chk-<n>`.
+    ///
+    /// # Errors
+    /// [`StorageError::NotFound`] if `id` is not published,
+    /// [`StorageError::Io`] if it cannot be deleted.
+    fn remove(&self, id: CheckpointId) -> Result<()>;
+
+    /// Removes leftovers of interrupted writes and deletions (`.tmp-*`
+    /// entries); returns how many were removed. Call it at startup, never
+    /// while a write is in progress. The default does nothing.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if an entry cannot be removed.
+    fn clean_temporaries(&self) -> Result<usize> {
+        Ok(0)
+    }
+}
+
+/// Checks what every store requires of a write's input.
+pub(super) fn validate_input(
+    meta: &CheckpointMetadata,
+    states: &[(TaskStateKey, Vec<u8>)],
+) -> Result<()> {
+    if meta.id == CheckpointId::NONE {
+        return Err(StorageError::InvalidInput {
+            id: meta.id,
+            reason: "checkpoint id 0 is reserved for \"no checkpoint\"".into(),
+        });
+    }
+    if meta.id.get() > MAX_CHECKPOINT_ID {
+        return Err(StorageError::InvalidInput {
+            id: meta.id,
+            reason: format!("checkpoint ids go up to {MAX_CHECKPOINT_ID}"),
+        });
+    }
+    let mut seen = HashSet::with_capacity(states.len());
+    for (key, _) in states {
+        if !seen.insert(key) {
+            return Err(StorageError::InvalidInput {
+                id: meta.id,
+                reason: format!(
+                    "state of task {:?} subtask {} given twice",
+                    key.task, key.subtask
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The largest checkpoint id a folder name may carry: 2^53, far beyond any
+/// job's count (one checkpoint a millisecond for 285,000 years), and low
+/// enough that ids never overflow and stay exact in JSON numbers.
+pub const MAX_CHECKPOINT_ID: u64 = 1 << 53;
+
+/// A shared store is a store (so a test or an application can keep a handle
+/// on the storage a job writes to).
+impl<S: CheckpointStorage + ?Sized> CheckpointStorage for std::sync::Arc<S> {
+    fn is_empty(&self) -> Result<bool> {
+        (**self).is_empty()
+    }
+    fn write_checkpoint(
+        &self,
+        meta: &CheckpointMetadata,
+        states: &[(TaskStateKey, Vec<u8>)],
+    ) -> Result<CheckpointHandle> {
+        (**self).write_checkpoint(meta, states)
+    }
+    fn list(&self) -> Result<Vec<CheckpointId>> {
+        (**self).list()
+    }
+    fn load(&self, id: CheckpointId) -> Result<LoadedCheckpoint> {
+        (**self).load(id)
+    }
+    fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata> {
+        (**self).load_metadata(id)
+    }
+    fn load_latest_valid(&self) -> Result<LatestValid> {
+        (**self).load_latest_valid()
+    }
+    fn retain(&self, keep: usize) -> Result<Vec<CheckpointId>> {
+        (**self).retain(keep)
+    }
+    fn remove(&self, id: CheckpointId) -> Result<()> {
+        (**self).remove(id)
+    }
+    fn clean_temporaries(&self) -> Result<usize> {
+        (**self).clean_temporaries()
+    }
+}

@@ -1,0 +1,506 @@
+//! [`LocalDirStorage`]: one atomically published, checksummed `chk-<n>/`
+//! folder per checkpoint under a root directory (layout and protocol in
+//! [`super`]'s docs).
+
+use super::api::{
+    validate_input, CheckpointHandle, CheckpointMetadata, CheckpointStorage, LoadedCheckpoint,
+    Result, StorageError, TaskStateKey, MAX_CHECKPOINT_ID,
+};
+use super::framing::{read_framed, sync_dir, write_framed, FORMAT_VERSION, HEADER_LEN};
+use crate::element::CheckpointId;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashSet};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Name of the metadata file inside a checkpoint folder (Flink's name).
+const METADATA_FILE: &str = "_metadata";
+
+/// Prefix of a published checkpoint folder.
+pub(super) const CHK_PREFIX: &str = "chk-";
+
+/// Prefix of every temporary entry (in-progress write or deletion).
+const TMP_PREFIX: &str = ".tmp-";
+
+/// Suffix of a state file.
+const STATE_SUFFIX: &str = ".state";
+
+/// Longest task-name part of a state file name, in bytes; keeps file names
+/// well below the usual 255-byte limit of a file name.
+const MAX_NAME_PART: usize = 96;
+
+/// Makes temporary folder names unique within this process (the pid makes
+/// them unique across processes).
+static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// What `_metadata` records about one state file.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct StateFileEntry {
+    task: String,
+    subtask: u32,
+    /// The file's name inside the checkpoint folder.
+    file: String,
+    /// Payload size in bytes (header excluded).
+    size: u64,
+    /// CRC32C of the payload.
+    crc32c: u32,
+}
+
+/// The JSON payload of `_metadata`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct MetadataFile {
+    format_version: u16,
+    checkpoint: CheckpointMetadata,
+    states: Vec<StateFileEntry>,
+}
+
+/// The default store: one folder per checkpoint under a root directory (see
+/// the module docs for the layout and the atomic publish protocol).
+#[derive(Clone, Debug)]
+pub struct LocalDirStorage {
+    root: PathBuf,
+}
+
+impl LocalDirStorage {
+    /// Opens (creating it and its parents if missing) the store at `root`.
+    /// Existing checkpoints are left as they are.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if `root` cannot be created or is not a directory.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self> {
+        let root = root.into();
+        fs::create_dir_all(&root).map_err(|e| StorageError::io("creating", &root, e))?;
+        let meta = fs::metadata(&root).map_err(|e| StorageError::io("inspecting", &root, e))?;
+        if !meta.is_dir() {
+            return Err(StorageError::io(
+                "opening",
+                &root,
+                io::Error::other("not a directory"),
+            ));
+        }
+        Ok(LocalDirStorage { root })
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The folder checkpoint `id` is (or would be) published at: `<root>/chk-<n>`.
+    pub fn checkpoint_dir(&self, id: CheckpointId) -> PathBuf {
+        self.root.join(format!("{CHK_PREFIX}{}", id.get()))
+    }
+
+    /// A fresh temporary path in the root, `.tmp-<what>-<n>-<pid>-<seq>`.
+    fn temp_path(&self, what: &str, id: CheckpointId) -> PathBuf {
+        let seq = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
+        self.root.join(format!(
+            "{TMP_PREFIX}{what}-{}-{}-{seq}",
+            id.get(),
+            std::process::id()
+        ))
+    }
+
+    /// Writes all files of a checkpoint into `dir` (which must not exist),
+    /// each fsynced, then fsyncs `dir`. Returns the bytes written.
+    fn write_files(
+        &self,
+        dir: &Path,
+        meta: &CheckpointMetadata,
+        states: &[(TaskStateKey, Vec<u8>)],
+    ) -> Result<u64> {
+        fs::create_dir(dir).map_err(|e| StorageError::io("creating", dir, e))?;
+        let mut used_names = HashSet::with_capacity(states.len());
+        let mut entries = Vec::with_capacity(states.len());
+        let mut total = 0u64;
+        for (key, bytes) in states {
+            let file = state_file_name(key, &mut used_names);
+            let crc = write_framed(&dir.join(&file), bytes)?;
+            total += (HEADER_LEN + bytes.len()) as u64;
+            entries.push(StateFileEntry {
+                task: key.task.clone(),
+                subtask: key.subtask,
+                file,
+                size: bytes.len() as u64,
+                crc32c: crc,
+            });
+        }
+        let metadata = MetadataFile {
+            format_version: FORMAT_VERSION,
+            checkpoint: meta.clone(),
+            states: entries,
+        };
+        let meta_path = dir.join(METADATA_FILE);
+        let json = serde_json::to_vec_pretty(&metadata).map_err(|e| StorageError::BadMetadata {
+            path: meta_path.clone(),
+            reason: format!("cannot serialize: {e}"),
+        })?;
+        write_framed(&meta_path, &json)?;
+        total += (HEADER_LEN + json.len()) as u64;
+        sync_dir(dir)?;
+        Ok(total)
+    }
+
+    /// Reads, unframes and parses `_metadata` of the folder `dir` of
+    /// checkpoint `id`, and checks its content (version, id, file names).
+    fn read_metadata_file(&self, id: CheckpointId, dir: &Path) -> Result<MetadataFile> {
+        if !dir.is_dir() {
+            return Err(StorageError::NotFound {
+                id,
+                root: self.root.clone(),
+            });
+        }
+        let path = dir.join(METADATA_FILE);
+        let payload = match read_framed(&path) {
+            Err(StorageError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                return Err(StorageError::MissingMetadata { path })
+            }
+            other => other?,
+        };
+        let bad = |reason: String| StorageError::BadMetadata {
+            path: path.clone(),
+            reason,
+        };
+        let meta: MetadataFile =
+            serde_json::from_slice(&payload).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+        if meta.format_version != FORMAT_VERSION {
+            return Err(StorageError::UnsupportedVersion {
+                path,
+                found: meta.format_version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        if meta.checkpoint.id != id {
+            return Err(bad(format!(
+                "records checkpoint id {} but lies in folder {CHK_PREFIX}{}",
+                meta.checkpoint.id, id
+            )));
+        }
+        let mut names = HashSet::with_capacity(meta.states.len());
+        let mut keys = HashSet::with_capacity(meta.states.len());
+        for entry in &meta.states {
+            if !is_safe_file_name(&entry.file) {
+                return Err(bad(format!("invalid state file name {:?}", entry.file)));
+            }
+            if !names.insert(entry.file.as_str()) {
+                return Err(bad(format!("state file {:?} listed twice", entry.file)));
+            }
+            if !keys.insert((entry.task.as_str(), entry.subtask)) {
+                return Err(bad(format!(
+                    "task {:?} subtask {} listed twice",
+                    entry.task, entry.subtask
+                )));
+            }
+        }
+        Ok(meta)
+    }
+}
+
+impl CheckpointStorage for LocalDirStorage {
+    fn write_checkpoint(
+        &self,
+        meta: &CheckpointMetadata,
+        states: &[(TaskStateKey, Vec<u8>)],
+    ) -> Result<CheckpointHandle> {
+        validate_input(meta, states)?;
+        let tmp = self.temp_path("chk", meta.id);
+        let target = self.checkpoint_dir(meta.id);
+        let result = self
+            .write_files(&tmp, meta, states)
+            .and_then(|total| publish(&tmp, &target, meta.id, &self.root).map(|()| total));
+        match result {
+            Ok(total_bytes) => Ok(CheckpointHandle {
+                id: meta.id,
+                path: target,
+                total_bytes,
+            }),
+            Err(e) => {
+                // Best effort: a leftover is ignored by list() and removed by
+                // clean_temporaries(); the write's own error matters more.
+                let _ = fs::remove_dir_all(&tmp);
+                Err(e)
+            }
+        }
+    }
+
+    fn list(&self) -> Result<Vec<CheckpointId>> {
+        let mut ids = Vec::new();
+        let entries =
+            fs::read_dir(&self.root).map_err(|e| StorageError::io("listing", &self.root, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| StorageError::io("listing", &self.root, e))?;
+            let Some(id) = entry.file_name().to_str().and_then(parse_chk_name) else {
+                continue;
+            };
+            let file_type = entry
+                .file_type()
+                .map_err(|e| StorageError::io("inspecting", &entry.path(), e))?;
+            if file_type.is_dir() {
+                ids.push(id);
+            }
+        }
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    fn load(&self, id: CheckpointId) -> Result<LoadedCheckpoint> {
+        let dir = self.checkpoint_dir(id);
+        let meta = self.read_metadata_file(id, &dir)?;
+        let mut states = BTreeMap::new();
+        let mut total = 0u64;
+        for entry in &meta.states {
+            let path = dir.join(&entry.file);
+            let payload = match read_framed(&path) {
+                Err(StorageError::Io { source, .. })
+                    if source.kind() == io::ErrorKind::NotFound =>
+                {
+                    return Err(StorageError::MissingStateFile { path })
+                }
+                other => other?,
+            };
+            // The frame's own CRC has been checked; now check that the file
+            // is the one _metadata recorded.
+            let size = payload.len() as u64;
+            if size != entry.size {
+                return Err(StorageError::StateMismatch {
+                    path,
+                    what: "payload size",
+                    expected: entry.size,
+                    found: size,
+                });
+            }
+            let crc = crc32c::crc32c(&payload);
+            if crc != entry.crc32c {
+                return Err(StorageError::StateMismatch {
+                    path,
+                    what: "crc32c",
+                    expected: u64::from(entry.crc32c),
+                    found: u64::from(crc),
+                });
+            }
+            total += HEADER_LEN as u64 + size;
+            states.insert(
+                TaskStateKey::new(entry.task.clone(), entry.subtask),
+                payload,
+            );
+        }
+        let meta_len = fs::metadata(dir.join(METADATA_FILE))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        Ok(LoadedCheckpoint {
+            metadata: meta.checkpoint,
+            states,
+            handle: CheckpointHandle {
+                id,
+                path: dir,
+                total_bytes: total + meta_len,
+            },
+        })
+    }
+
+    fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata> {
+        let dir = self.checkpoint_dir(id);
+        Ok(self.read_metadata_file(id, &dir)?.checkpoint)
+    }
+
+    fn remove(&self, id: CheckpointId) -> Result<()> {
+        let dir = self.checkpoint_dir(id);
+        let tmp = self.temp_path("del-chk", id);
+        match fs::rename(&dir, &tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(StorageError::NotFound {
+                    id,
+                    root: self.root.clone(),
+                })
+            }
+            Err(e) => return Err(StorageError::io("renaming for deletion", &dir, e)),
+        }
+        sync_dir(&self.root)?;
+        fs::remove_dir_all(&tmp).map_err(|e| StorageError::io("deleting", &tmp, e))
+    }
+
+    fn clean_temporaries(&self) -> Result<usize> {
+        let entries =
+            fs::read_dir(&self.root).map_err(|e| StorageError::io("listing", &self.root, e))?;
+        let mut removed = 0;
+        for entry in entries {
+            let entry = entry.map_err(|e| StorageError::io("listing", &self.root, e))?;
+            let is_tmp = entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(TMP_PREFIX));
+            if !is_tmp {
+                continue;
+            }
+            let path = entry.path();
+            let is_dir = entry
+                .file_type()
+                .map_err(|e| StorageError::io("inspecting", &path, e))?
+                .is_dir();
+            let res = if is_dir {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
+            res.map_err(|e| StorageError::io("deleting", &path, e))?;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+}
+
+/// Renames the complete folder `tmp` to `target` and makes the rename durable.
+fn publish(tmp: &Path, target: &Path, id: CheckpointId, root: &Path) -> Result<()> {
+    // rename(2) would replace an empty existing folder, so check first (one
+    // writer per store, see the trait docs).
+    if target.exists() {
+        return Err(StorageError::AlreadyExists {
+            id,
+            path: target.to_path_buf(),
+        });
+    }
+    fs::rename(tmp, target).map_err(|e| StorageError::io("publishing", target, e))?;
+    sync_dir(root)
+}
+
+/// Parses a canonical `chk-<n>` name (decimal, no sign, no leading zeros).
+fn parse_chk_name(name: &str) -> Option<CheckpointId> {
+    let digits = name.strip_prefix(CHK_PREFIX)?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if digits.len() > 1 && digits.starts_with('0') {
+        return None;
+    }
+    // Ids above MAX_CHECKPOINT_ID are not ours (ids grow by one per
+    // checkpoint): such a folder is ignored like any foreign one.
+    digits
+        .parse()
+        .ok()
+        .filter(|id| *id <= MAX_CHECKPOINT_ID)
+        .map(CheckpointId)
+}
+
+/// A unique, portable file name for `key`: `<task>-<subtask>.state`, where
+/// the task name keeps `[A-Za-z0-9_.-]`, has other characters replaced by
+/// `_`, no leading `.`, and is cut to [`MAX_NAME_PART`] bytes; a name taken
+/// already (compared case-insensitively, for case-insensitive file systems)
+/// gets a `~<k>` suffix. `_metadata` records the name, so it need not be
+/// reversible.
+fn state_file_name(key: &TaskStateKey, used: &mut HashSet<String>) -> String {
+    let mut base: String = key
+        .task
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(MAX_NAME_PART)
+        .collect();
+    if base.is_empty() || base.starts_with('.') {
+        base.insert(0, '_');
+    }
+    let mut name = format!("{base}-{}{STATE_SUFFIX}", key.subtask);
+    let mut k = 1u32;
+    while !used.insert(name.to_ascii_lowercase()) {
+        k += 1;
+        name = format!("{base}-{}~{k}{STATE_SUFFIX}", key.subtask);
+    }
+    name
+}
+
+/// True for a plain file name inside a checkpoint folder: not empty, no path
+/// separator, not hidden/`.`/`..`, not `_metadata`.
+fn is_safe_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name != METADATA_FILE
+        && !name.contains(['/', '\\', '\0'])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::storage::framing::MAGIC;
+
+    #[test]
+    fn chk_names_parse_only_canonical_decimals() {
+        assert_eq!(parse_chk_name("chk-10"), Some(CheckpointId(10)));
+        assert_eq!(parse_chk_name("chk-0"), Some(CheckpointId(0)));
+        for bad in [
+            "chk-",
+            "chk-01",
+            "chk-+1",
+            "chk-1a",
+            "chk-x",
+            "chk1",
+            ".tmp-chk-1",
+        ] {
+            assert_eq!(parse_chk_name(bad), None, "{bad}");
+        }
+        // One past u64::MAX does not parse.
+        assert_eq!(parse_chk_name("chk-18446744073709551616"), None);
+    }
+
+    #[test]
+    fn state_file_names_are_safe_and_unique() {
+        let mut used = HashSet::new();
+        let keys = [
+            TaskStateKey::new("keyed_sum", 1),
+            TaskStateKey::new("a/b", 0),
+            TaskStateKey::new("a_b", 0),
+            TaskStateKey::new("A_B", 0),
+            TaskStateKey::new("..", 0),
+            TaskStateKey::new("", 2),
+            TaskStateKey::new("x".repeat(1000), 0),
+        ];
+        let names: Vec<String> = keys.iter().map(|k| state_file_name(k, &mut used)).collect();
+        assert_eq!(names[0], "keyed_sum-1.state");
+        let lower: HashSet<String> = names.iter().map(|n| n.to_ascii_lowercase()).collect();
+        assert_eq!(lower.len(), names.len(), "{names:?}");
+        for n in &names {
+            assert!(is_safe_file_name(n), "{n}");
+            assert!(n.len() < 128, "{n}");
+        }
+    }
+
+    #[test]
+    fn empty_and_short_files_are_reported_not_panicked_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        fs::write(&p, b"").unwrap();
+        assert!(matches!(
+            read_framed(&p),
+            Err(StorageError::Truncated { found: 0, .. })
+        ));
+        fs::write(&p, b"LG").unwrap();
+        assert!(matches!(
+            read_framed(&p),
+            Err(StorageError::Truncated { found: 2, .. })
+        ));
+        fs::write(&p, b"XY").unwrap();
+        assert!(matches!(
+            read_framed(&p),
+            Err(StorageError::BadMagic { .. })
+        ));
+        // A length field of u64::MAX must not overflow or allocate.
+        let mut header = Vec::from(MAGIC);
+        header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        header.extend_from_slice(&u64::MAX.to_le_bytes());
+        header.extend_from_slice(&0u32.to_le_bytes());
+        fs::write(&p, &header).unwrap();
+        assert!(matches!(
+            read_framed(&p),
+            Err(StorageError::Truncated {
+                expected: u64::MAX,
+                ..
+            })
+        ));
+    }
+}

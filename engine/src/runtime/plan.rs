@@ -1,0 +1,228 @@
+//! The physical plan of a job, as the runtime runs it: operators and their
+//! parallelism ([`JobGraph`]), the channels of one run attempt
+//! ([`Wiring`]), and what a task is given ([`SubtaskCtx`], [`TaskRt`]).
+//! [`crate::graph`] builds a plan; nothing here points back to it.
+
+use crate::channel::ChannelSender;
+use crate::config::{JobConfig, PinPolicy};
+use crate::element::StreamElement;
+use crate::error::TaskError;
+use crate::failure::InjectedFailure;
+use crate::metrics::TaskMetrics;
+use crate::protocol::{Control, OperatorSnapshot, TaskEvent};
+use crate::task_id::TaskId;
+use crossbeam_channel::{Receiver, Sender};
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Builds the task body of one subtask.
+pub(crate) type MakeFn = Arc<dyn Fn(&mut SubtaskCtx<'_>) -> Box<dyn TaskBody> + Send + Sync>;
+/// Wires one edge: `(wiring, edge, capacity, producers, consumers, producer names)`.
+pub(crate) type WireFn =
+    Arc<dyn Fn(&mut Wiring, usize, usize, usize, usize, Vec<Arc<str>>) + Send + Sync>;
+
+/// The run-time channel ends of one edge: `[producer][consumer]`.
+pub(crate) struct EdgeEnds<T> {
+    pub(crate) senders: Vec<Option<Vec<ChannelSender<T>>>>,
+    pub(crate) receivers: Vec<Option<Vec<Receiver<StreamElement<T>>>>>,
+    pub(crate) producer_names: Vec<Arc<str>>,
+}
+
+/// All edges' channel ends of one run attempt, type-erased.
+#[derive(Default)]
+pub(crate) struct Wiring {
+    pub(crate) edges: HashMap<usize, Box<dyn Any + Send>>,
+}
+
+impl Wiring {
+    pub(crate) fn edge<T: 'static>(&mut self, edge: usize) -> &mut EdgeEnds<T> {
+        self.edges
+            .get_mut(&edge)
+            .and_then(|e| e.downcast_mut::<EdgeEnds<T>>())
+            .expect("edge wired with its record type")
+    }
+}
+
+/// What a task's constructor gets.
+pub(crate) struct SubtaskCtx<'a> {
+    pub(crate) subtask: usize,
+    pub(crate) wiring: &'a mut Wiring,
+    pub(crate) config: &'a JobConfig,
+    pub(crate) metrics: Arc<TaskMetrics>,
+    pub(crate) cancel: Receiver<()>,
+    pub(crate) control: Receiver<Control>,
+}
+
+/// What a running task can reach.
+pub(crate) struct TaskRt {
+    pub(crate) task: usize,
+    pub(crate) events: Sender<TaskEvent>,
+    pub(crate) restored: Option<Vec<OperatorSnapshot>>,
+    pub(crate) checkpointing: bool,
+    pub(crate) failure: Option<InjectedFailure>,
+}
+
+/// A runnable task (a source loop or an input-gate loop with its chain).
+pub(crate) trait TaskBody: Send {
+    fn run(&mut self, rt: &mut TaskRt) -> Result<(), TaskError>;
+}
+
+/// Creates the channels of edge `edge` for one run attempt: one bounded
+/// channel of `capacity` elements per (producer, consumer) pair.
+pub(crate) fn wire_edge<T: Send + 'static>(
+    wiring: &mut Wiring,
+    edge: usize,
+    capacity: usize,
+    from_par: usize,
+    to_par: usize,
+    producer_names: Vec<Arc<str>>,
+) {
+    let mut senders: Vec<Vec<ChannelSender<T>>> = (0..from_par).map(|_| Vec::new()).collect();
+    let mut receivers: Vec<Vec<Receiver<StreamElement<T>>>> =
+        (0..to_par).map(|_| Vec::new()).collect();
+    for (p, s) in senders.iter_mut().enumerate() {
+        for (c, r) in receivers.iter_mut().enumerate() {
+            let (tx, rx) = crossbeam_channel::bounded(capacity);
+            s.push(ChannelSender {
+                tx,
+                consumer: format!("consumer {c} of edge {edge}").into(),
+            });
+            r.push(rx);
+            let _ = p;
+        }
+    }
+    wiring.edges.insert(
+        edge,
+        Box::new(EdgeEnds {
+            senders: senders.into_iter().map(Some).collect(),
+            receivers: receivers.into_iter().map(Some).collect(),
+            producer_names,
+        }),
+    );
+}
+
+/// The finished graph, ready to run (and to run again after a failure).
+pub(crate) struct JobGraph {
+    nodes: Vec<PlanNode>,
+    edges: Vec<PlanEdge>,
+    /// Every task in start order.
+    tasks: Vec<PlanTask>,
+}
+
+/// One operator (a chain head with everything chained to it) of the plan.
+pub(crate) struct PlanNode {
+    /// The operator's name, unique in the job.
+    pub(crate) name: String,
+    /// How many subtasks run it.
+    pub(crate) parallelism: usize,
+    /// True for a source (the coordinator triggers checkpoints there).
+    pub(crate) is_source: bool,
+    /// Builds one subtask's task body.
+    pub(crate) make: MakeFn,
+}
+
+/// One exchange between two nodes of the plan.
+pub(crate) struct PlanEdge {
+    /// The producing node.
+    pub(crate) from: usize,
+    /// The consuming node.
+    pub(crate) to: usize,
+    /// Creates the edge's channels for one run attempt.
+    pub(crate) wire: WireFn,
+}
+
+/// One task of the plan: subtask `subtask` of node `node`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PlanTask {
+    pub(crate) node: usize,
+    pub(crate) subtask: usize,
+}
+
+impl JobGraph {
+    pub(crate) fn new(nodes: Vec<PlanNode>, edges: Vec<PlanEdge>) -> Self {
+        let tasks = nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(node, n)| (0..n.parallelism).map(move |subtask| PlanTask { node, subtask }))
+            .collect();
+        JobGraph {
+            nodes,
+            edges,
+            tasks,
+        }
+    }
+
+    pub(crate) fn num_tasks(&self) -> usize {
+        self.tasks.len()
+    }
+
+    pub(crate) fn task_node(&self, task: usize) -> PlanTask {
+        self.tasks[task]
+    }
+
+    pub(crate) fn task_id(&self, task: usize) -> TaskId {
+        let t = self.tasks[task];
+        TaskId::new(self.nodes[t.node].name.clone(), t.subtask)
+    }
+
+    pub(crate) fn task_ids(&self) -> Vec<TaskId> {
+        (0..self.num_tasks()).map(|t| self.task_id(t)).collect()
+    }
+
+    /// Operator name → parallelism, for checkpoint compatibility checks.
+    pub(crate) fn parallelisms(&self) -> Vec<(String, usize)> {
+        self.nodes
+            .iter()
+            .map(|n| (n.name.clone(), n.parallelism))
+            .collect()
+    }
+
+    pub(crate) fn source_tasks(&self) -> Vec<usize> {
+        (0..self.num_tasks())
+            .filter(|t| self.nodes[self.tasks[*t].node].is_source)
+            .collect()
+    }
+
+    /// Linux keeps 15 bytes of a thread name: `lg<node>-<name>-<subtask>`
+    /// with the name's letters and digits cut to fit. The node number keeps
+    /// it unique; the full name is in the metrics.
+    pub(crate) fn os_thread_name(&self, task: usize) -> String {
+        let PlanTask { node, subtask } = self.tasks[task];
+        let prefix = format!("lg{node}-");
+        let suffix = format!("-{subtask}");
+        let room = 15usize.saturating_sub(prefix.len() + suffix.len());
+        let abbr: String = self.nodes[node]
+            .name
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .take(room)
+            .collect();
+        format!("{prefix}{abbr}{suffix}")
+    }
+
+    pub(crate) fn cores_for(&self, pinning: &PinPolicy) -> Option<Vec<usize>> {
+        match pinning {
+            PinPolicy::None => None,
+            PinPolicy::RoundRobin => core_affinity::get_core_ids()
+                .map(|ids| ids.into_iter().map(|c| c.id).collect::<Vec<_>>())
+                .filter(|v| !v.is_empty()),
+            PinPolicy::Cores(c) => Some(c.clone()),
+        }
+    }
+
+    pub(crate) fn wire(&self, wiring: &mut Wiring, capacity: usize) {
+        for (e, edge) in self.edges.iter().enumerate() {
+            let from = &self.nodes[edge.from];
+            let names: Vec<Arc<str>> = (0..from.parallelism)
+                .map(|s| Arc::from(TaskId::new(from.name.clone(), s).to_string()))
+                .collect();
+            let to_par = self.nodes[edge.to].parallelism;
+            (edge.wire)(wiring, e, capacity, from.parallelism, to_par, names);
+        }
+    }
+
+    pub(crate) fn make(&self, node: usize, ctx: &mut SubtaskCtx<'_>) -> Box<dyn TaskBody> {
+        (self.nodes[node].make)(ctx)
+    }
+}

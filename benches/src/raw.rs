@@ -13,10 +13,10 @@
 //! cost of the engine is the ratio of the two.
 
 use crossbeam_channel::{bounded, Receiver, Select, Sender};
-use lockgate_operators::latency::{LatencyRecorder, Percentiles};
-use lockgate_operators::refjob::RefJobConfig;
-use lockgate_operators::workload::{
-    due_until, route, scheduled_offset_ns, Event, ExpectedResult, Generator, KeySpace, KeyedSum,
+use lockgate_workloads::latency::{LatencyRecorder, Percentiles};
+use lockgate_workloads::refjob::RefJobConfig;
+use lockgate_workloads::workload::{
+    due_until, key_to_subtask, scheduled_offset_ns, Event, ExpectedResult, Generator, KeySpace, KeyedSum,
     SinkCheck, SumRecord, Workload, DEFAULT_KEYS,
 };
 use std::cell::RefCell;
@@ -108,8 +108,8 @@ pub fn run_w1(
     let space = KeySpace::uniform(keys).expect("keys > 0");
     let p = parallelism;
     // channels source[i] -> keyed_sum[j]
-    let mut to_ks: Vec<Vec<Sender<Vec<lockgate_operators::workload::Event>>>> = vec![Vec::new(); p];
-    let mut ks_in: Vec<Vec<Receiver<Vec<lockgate_operators::workload::Event>>>> =
+    let mut to_ks: Vec<Vec<Sender<Vec<lockgate_workloads::workload::Event>>>> = vec![Vec::new(); p];
+    let mut ks_in: Vec<Vec<Receiver<Vec<lockgate_workloads::workload::Event>>>> =
         vec![Vec::new(); p];
     for senders in to_ks.iter_mut() {
         for inputs in ks_in.iter_mut() {
@@ -134,8 +134,8 @@ pub fn run_w1(
             let mut out = Batcher::new(senders, batch);
             let t0 = lockgate::clock::now_ns();
             for (n, key) in gen {
-                let ev = lockgate_operators::workload::Event::generated(n, key, t0).mapped();
-                out.push(route(key, p), ev);
+                let ev = lockgate_workloads::workload::Event::generated(n, key, t0).mapped();
+                out.push(key_to_subtask(key, p), ev);
             }
             out.flush();
         }));
@@ -218,7 +218,7 @@ impl PacedConfig {
             parallelism: 2,
             batch: 1024,
             capacity: 64,
-            // loadgen's default tick (lockgate_operators::refjob).
+            // loadgen's default tick (lockgate_workloads::refjob).
             tick: Duration::from_micros(50),
         }
     }
@@ -272,7 +272,7 @@ fn drain_flushing<T>(
 }
 
 /// Runs W2 or W3 (`docs/workloads.md`) on the raw pipeline, paced as
-/// lockgate's reference sources are (`lockgate_operators::refjob`): record
+/// lockgate's reference sources are (`lockgate_workloads::refjob`): record
 /// `n` is due at `t0 + scheduled_offset_ns(n, rate, burst)` and carries
 /// that intended time; a source emits everything due, sends its partial
 /// batches (the raw analogue of lockgate's flush when a source goes idle),
@@ -341,7 +341,7 @@ pub fn run_paced(cfg: &PacedConfig) -> Result<PacedReport, String> {
                 while next < due {
                     let Some((n, key)) = gen.next() else { break };
                     let ts = t0 + scheduled_offset_ns(n, rate, burst);
-                    out.push(route(key, p), Event::generated(n, key, ts).mapped());
+                    out.push(key_to_subtask(key, p), Event::generated(n, key, ts).mapped());
                     match gen.next_n() {
                         Some(m) => next = m,
                         None => break,
@@ -424,7 +424,7 @@ mod tests {
     #[test]
     fn the_paced_raw_pipeline_computes_the_closed_form() {
         use super::{run_paced, PacedConfig};
-        use lockgate_operators::workload::Workload;
+        use lockgate_workloads::workload::Workload;
         use std::time::Duration;
         for w in [Workload::W2, Workload::W3] {
             // 20,000 records/s for 0.3 s: 6,000 records, 2,000 recorded.
@@ -445,7 +445,7 @@ mod tests {
     #[test]
     fn the_paced_raw_pipeline_refuses_w1_and_a_zero_rate() {
         use super::{run_paced, PacedConfig};
-        use lockgate_operators::workload::Workload;
+        use lockgate_workloads::workload::Workload;
         use std::time::Duration;
         let d = Duration::from_millis(10);
         let e = run_paced(&PacedConfig::new(Workload::W1, 1, d, d)).unwrap_err();

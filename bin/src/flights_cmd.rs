@@ -1,5 +1,5 @@
 //! `lockgate flights`: the NYC flights job (see
-//! `lockgate_operators::flights_job`).
+//! `lockgate_examples::flights_job`).
 //!
 //! Exit status: 0 on success; 2 for bad input (a missing file, a bad
 //! header, a malformed row with `--bad-rows fail`, bundled data not found,
@@ -8,8 +8,8 @@
 
 use clap::ValueEnum;
 use lockgate::{CheckpointMode, JobConfig, JobError, RestartStrategy};
-use lockgate_operators::flights::{find_bundled, BadRows, BundledFile};
-use lockgate_operators::flights_job::{
+use lockgate_examples::flights::{find_bundled, BadRows, BundledFile};
+use lockgate_examples::flights_job::{
     run as run_job, seeded_failures, FlightsJobError, FlightsJobSpec,
 };
 use std::path::PathBuf;

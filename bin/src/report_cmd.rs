@@ -2,7 +2,7 @@
 //! several side by side.
 
 use crate::loadgen::report::{fmt_ns, RunReport};
-use lockgate_operators::latency::{histogram_from_base64, write_percentile_plot_svg};
+use lockgate_workloads::latency::{histogram_from_base64, write_percentile_plot_svg};
 use std::path::{Path, PathBuf};
 
 /// `lockgate report`: shows or compares saved runs. Exit codes: 0 done, 2

@@ -4,7 +4,7 @@
 //! `testdata/scenarios/EXTENSIONS.md`) through lockgate's handlers.
 
 use clap::Args;
-use lockgate::scenario::{Scenario, ScenarioError};
+use lockgate_scenario::{Scenario, ScenarioError};
 use std::io::{self, Write};
 use std::path::PathBuf;
 

@@ -1,7 +1,7 @@
 //! `lockgate flights` end to end: the binary on small files, bad inputs,
 //! and the bundled data with injected failures.
 
-use lockgate_operators::flights::{
+use lockgate_examples::flights::{
     read_all, reference, render_by_visibility_csv, render_daily_csv, BadRows, Flight, Weather,
 };
 use std::path::{Path, PathBuf};

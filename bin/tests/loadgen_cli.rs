@@ -1,7 +1,7 @@
 //! `lockgate loadgen` and `lockgate report` driven as a user drives them:
 //! the binary is spawned, its exit code, output and files checked.
 
-use lockgate_operators::latency::{histogram_from_base64, parse_hgrm, read_hlog};
+use lockgate_workloads::latency::{histogram_from_base64, parse_hgrm, read_hlog};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;

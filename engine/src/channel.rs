@@ -23,15 +23,38 @@ use std::sync::Arc;
 /// 2^64 / φ, Knuth's multiplicative hashing constant.
 pub const KEY_HASH_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
 
+/// The routing hash of a key: `(key * 0x9E3779B97F4A7C15) >> 32` (wrapping
+/// multiply), as `docs/workloads.md` defines it. The reference workloads'
+/// oracle and baselines call this same function, so they cannot drift from
+/// the engine.
+///
+/// # Examples
+/// ```
+/// use lockgate::channel::key_hash;
+/// assert_eq!(key_hash(0), 0);
+/// assert_eq!(key_hash(1), 0x9E37_79B9);
+/// ```
+#[inline]
+pub fn key_hash(key: u64) -> u64 {
+    key.wrapping_mul(KEY_HASH_MULTIPLIER) >> 32
+}
+
 /// The subtask a key goes to under hash partitioning over `parallelism`
-/// subtasks: `((key * 0x9E3779B97F4A7C15) >> 32) % parallelism` (wrapping
-/// multiply), as `workloads.md` routes records.
+/// subtasks: [`key_hash`]`(key) % parallelism`.
 ///
 /// # Panics
-/// When `parallelism` is 0.
+/// When `parallelism` is 0 (a job's parallelism is validated to be at
+/// least 1 before it starts, so the engine never calls it so).
+///
+/// # Examples
+/// ```
+/// use lockgate::channel::{key_hash, key_to_subtask};
+/// assert_eq!(key_to_subtask(7, 4), (key_hash(7) % 4) as usize);
+/// assert_eq!(key_to_subtask(7, 1), 0);
+/// ```
 #[inline]
 pub fn key_to_subtask(key: u64, parallelism: usize) -> usize {
-    ((key.wrapping_mul(KEY_HASH_MULTIPLIER) >> 32) % parallelism as u64) as usize
+    (key_hash(key) % parallelism as u64) as usize
 }
 
 /// A key extractor: the `u64` key a record is partitioned by.

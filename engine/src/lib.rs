@@ -26,7 +26,7 @@ pub mod metrics;
 pub mod operator;
 pub mod protocol;
 pub mod runtime;
-pub mod scenario;
+
 pub(crate) mod sinks;
 pub(crate) mod sources;
 pub mod state;

@@ -3,17 +3,31 @@
 //! scenario files do not reach, and the rules for watermarks and idle
 //! markers (`testdata/scenarios/EXTENSIONS.md`: elements like records).
 
-use lockgate::scenario::ScenarioBuffer;
 use lockgate::{
     AbortReason, Aligner, BarrierHandler, BarrierSignal, CheckpointBarrier, CheckpointId,
-    HandlerConfig, StreamElement, Tracker, Watermark,
+    HandlerConfig, RecordSize, StreamElement, Tracker, Watermark,
 };
 
-type El = StreamElement<ScenarioBuffer>;
+/// A record of the rule tests: a buffer's id and its size in bytes, which
+/// is what it counts for in the alignment limit (rule 7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Buffer {
+    id: u64,
+    size: usize,
+}
+
+impl RecordSize for Buffer {
+    const FIXED_SIZE: bool = false;
+    fn size_bytes(&self) -> usize {
+        self.size
+    }
+}
+
+type El = StreamElement<Buffer>;
 
 /// A record of `size` bytes with id `id`.
 fn r(id: u64, size: usize) -> El {
-    StreamElement::Records(vec![ScenarioBuffer { id, size }])
+    StreamElement::Records(vec![Buffer { id, size }])
 }
 /// A barrier for checkpoint `id`.
 fn b(id: u64) -> El {
@@ -58,7 +72,7 @@ struct Gate<H> {
     signals: Vec<BarrierSignal>,
 }
 
-impl<H: BarrierHandler<ScenarioBuffer>> Gate<H> {
+impl<H: BarrierHandler<Buffer>> Gate<H> {
     fn new(h: H) -> Self {
         Gate {
             h,
@@ -125,7 +139,7 @@ impl<H: BarrierHandler<ScenarioBuffer>> Gate<H> {
     }
 }
 
-fn aligner(channels: usize) -> Gate<Aligner<ScenarioBuffer>> {
+fn aligner(channels: usize) -> Gate<Aligner<Buffer>> {
     Gate::new(Aligner::new(
         channels,
         HandlerConfig {
@@ -135,7 +149,7 @@ fn aligner(channels: usize) -> Gate<Aligner<ScenarioBuffer>> {
     ))
 }
 
-fn aligner_with_limit(channels: usize, limit: u64) -> Gate<Aligner<ScenarioBuffer>> {
+fn aligner_with_limit(channels: usize, limit: u64) -> Gate<Aligner<Buffer>> {
     Gate::new(Aligner::new(
         channels,
         HandlerConfig {
@@ -601,7 +615,7 @@ fn blocker_full_with_a_capacity_turns_on_at_the_capacity() {
     assert!(g.h.blocker_full());
     g.feed(1, b(1));
     assert!(!g.h.blocker_full(), "the release empties the blocker");
-    assert!(!BarrierHandler::<ScenarioBuffer>::blocker_full(
+    assert!(!BarrierHandler::<Buffer>::blocker_full(
         &Tracker::new(2)
     ));
 }
@@ -680,7 +694,7 @@ fn rule8_the_tracker_hands_on_watermarks_and_idle_markers_at_once() {
         t.handed,
         vec![(0, w(4)), (0, idle(true)), (1, w(2)), (1, idle(false))]
     );
-    assert!(!BarrierHandler::<ScenarioBuffer>::has_replay(&t.h));
+    assert!(!BarrierHandler::<Buffer>::has_replay(&t.h));
 }
 
 #[test]
@@ -699,8 +713,8 @@ fn rule8_tracker_never_holds_and_tracks_several_checkpoints() {
     t.feed(2, b(2));
     assert_eq!(t.notes, vec![Trigger(1, 3), Trigger(2, 3)]);
     assert!(t.h.pending_ids().is_empty());
-    assert!(!BarrierHandler::<ScenarioBuffer>::has_replay(&t.h));
-    assert_eq!(BarrierHandler::<ScenarioBuffer>::held_bytes(&t.h), 0);
+    assert!(!BarrierHandler::<Buffer>::has_replay(&t.h));
+    assert_eq!(BarrierHandler::<Buffer>::held_bytes(&t.h), 0);
 }
 
 #[test]

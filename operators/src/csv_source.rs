@@ -1,7 +1,7 @@
 //! A replayable CSV file source (plain or gzip) with bounded-out-of-orderness
 //! watermarks.
 //!
-//! It reads records `R` with [`crate::flights::CsvRecordReader`] (columns
+//! It reads records `R` with [`crate::csv::CsvRecordReader`] (columns
 //! found by header name; `csv` crate; gzip told apart by its magic bytes).
 //! Its checkpointed state is the reader position (data rows consumed, good
 //! or bad) and the largest event time seen; a restore reopens the file at
@@ -18,7 +18,7 @@
 //! reason); the message is also kept in [`CsvSourceProbe::error`] so that
 //! the application can tell an input error from other failures.
 
-use crate::flights::{BadRows, CsvRecord, CsvRecordReader};
+use crate::csv::{BadRows, CsvError, CsvRecord, CsvRecordReader};
 use lockgate::{BoxError, CheckpointId, FatalError, Source, SourcePoll, Watermark};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -121,7 +121,7 @@ impl<R: CsvRecord> CsvSource<R> {
 
     /// Input errors (a missing file, a bad header or row) are fatal: a
     /// restart would read the same input again.
-    fn fail(&self, e: crate::flights::FlightsError) -> BoxError {
+    fn fail(&self, e: CsvError) -> BoxError {
         let msg = e.to_string();
         self.probe.set_error(&msg);
         Box::new(FatalError(msg))
@@ -207,9 +207,28 @@ impl<R: CsvRecord + Send> Source<R> for CsvSource<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flights::Flight;
+    use crate::csv::Fields;
 
-    const HEADER: &str = "time_hour,dep_delay,origin\n";
+    /// A test record: an event time in ms and an optional delay.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    struct Row {
+        time_ms: i64,
+        delay: Option<i64>,
+    }
+
+    impl CsvRecord for Row {
+        const COLUMNS: &'static [&'static str] = &["time_ms", "delay"];
+        fn from_fields(fields: &Fields<'_>) -> Result<Self, String> {
+            let time_ms = fields.get(0)?.parse().map_err(|e| format!("time_ms: {e}"))?;
+            let delay = match fields.get(1)? {
+                "NA" => None,
+                d => Some(d.parse().map_err(|e| format!("delay: {e}"))?),
+            };
+            Ok(Row { time_ms, delay })
+        }
+    }
+
+    const HEADER: &str = "time_ms,delay,origin\n";
 
     fn write(dir: &std::path::Path, rows: &[&str]) -> PathBuf {
         let p = dir.join("f.csv");
@@ -226,16 +245,16 @@ mod tests {
         path: &std::path::Path,
         bad: BadRows,
         probe: Arc<CsvSourceProbe>,
-    ) -> CsvSource<Flight> {
-        CsvSource::new(path, bad, |f: &Flight| f.time_hour_ms, 60_000, probe)
+    ) -> CsvSource<Row> {
+        CsvSource::new(path, bad, |r: &Row| r.time_ms, 60_000, probe)
     }
 
     const ROWS: [&str; 5] = [
-        "2013-01-01T10:00:00Z,1,EWR",
-        "2013-01-01T11:00:00Z,NA,JFK",
-        "2013-01-01T10:00:00Z,3,LGA",
-        "2013-01-01T12:00:00Z,4,EWR",
-        "2013-01-01T13:00:00Z,5,EWR",
+        "36000000,1,EWR",
+        "39600000,NA,JFK",
+        "36000000,3,LGA",
+        "43200000,4,EWR",
+        "46800000,5,EWR",
     ];
 
     #[test]
@@ -247,7 +266,7 @@ mod tests {
         assert_eq!(s.current_watermark(), None);
         let mut out = Vec::new();
         assert_eq!(s.poll(&mut out, 2).unwrap(), SourcePoll::Ready);
-        let t11 = out[1].time_hour_ms;
+        let t11 = out[1].time_ms;
         assert_eq!(s.current_watermark(), Some(Watermark(t11 - 60_000 - 1)));
         let snap = s.snapshot_state(CheckpointId(1)).unwrap().unwrap();
         let mut all = out.clone();
@@ -275,7 +294,7 @@ mod tests {
     fn bad_rows_fail_with_the_line_or_are_skipped_and_counted() {
         let dir = tempfile::tempdir().unwrap();
         let mut rows = ROWS.to_vec();
-        rows[2] = "2013-01-01T10:00:00Z,3";
+        rows[2] = "36000000";
         let path = write(dir.path(), &rows);
         let probe = CsvSourceProbe::new();
         let mut s = source(&path, BadRows::Fail, probe.clone());

@@ -8,7 +8,7 @@
 //! `perf-scripts/latency-compare.sh` runs it beside lockgate and timely.
 
 use lockgate_benches::raw::{run_paced, PacedConfig};
-use lockgate_operators::workload::{Workload, DEFAULT_RATE, MEASURE_NS, WARMUP_NS};
+use lockgate_workloads::workload::{Workload, DEFAULT_RATE, MEASURE_NS, WARMUP_NS};
 use std::process::ExitCode;
 use std::time::Duration;
 

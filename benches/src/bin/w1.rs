@@ -7,7 +7,7 @@
 //! `perf-scripts/w1-compare.sh` runs it alternately and prints medians.
 
 use lockgate::{CheckpointMode, FailurePlan, JobConfig};
-use lockgate_operators::refjob::{run_reference_job, RefJobConfig};
+use lockgate_workloads::refjob::{run_reference_job, RefJobConfig};
 use std::process::ExitCode;
 use std::time::Duration;
 

@@ -7,10 +7,10 @@
 //! `keyed_sum[i]` (records are exchanged by `hash(key) % workers`, which is
 //! timely's `Exchange` with `key_hash` as the hash: timely routes by
 //! `hash & (peers - 1)` for a power-of-two peer count, `hash % peers`
-//! otherwise, the same subtask as lockgate's `route`), and worker 0 hosts
+//! otherwise, the same subtask as lockgate's `key_to_subtask`), and worker 0 hosts
 //! the single sink (every `SumRecord` is exchanged to worker 0).
 //!
-//! Pacing is lockgate's reference source's (`lockgate_operators::refjob`):
+//! Pacing is lockgate's reference source's (`lockgate_workloads::refjob`):
 //! record `n` is due at `t0 + scheduled_offset_ns(n, rate, burst)` (burst for
 //! the odd-numbered sources in W3), carries that intended time in `ts_ns`,
 //! and a worker emits everything due, flushes its input, then steps timely
@@ -29,9 +29,9 @@
 //! {count, p50, p90, p99, p999, p9999, max}, `ok`, ...) like loadgen's
 //! `--json`, and exits 1 when the correctness check fails.
 
-use lockgate_operators::latency::{LatencyRecorder, Percentiles};
-use lockgate_operators::refjob::RefJobConfig;
-use lockgate_operators::workload::{
+use lockgate_workloads::latency::{LatencyRecorder, Percentiles};
+use lockgate_workloads::refjob::RefJobConfig;
+use lockgate_workloads::workload::{
     due_until, key_hash, scheduled_offset_ns, Event, ExpectedResult, Generator, KeySpace, KeyedSum,
     SinkCheck, SumRecord, Workload,
 };
@@ -65,12 +65,12 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         workload: Workload::W2,
-        rate: lockgate_operators::workload::DEFAULT_RATE,
-        duration: Duration::from_nanos(lockgate_operators::workload::MEASURE_NS),
-        warmup: Duration::from_nanos(lockgate_operators::workload::WARMUP_NS),
-        keys: lockgate_operators::workload::DEFAULT_KEYS,
+        rate: lockgate_workloads::workload::DEFAULT_RATE,
+        duration: Duration::from_nanos(lockgate_workloads::workload::MEASURE_NS),
+        warmup: Duration::from_nanos(lockgate_workloads::workload::WARMUP_NS),
+        keys: lockgate_workloads::workload::DEFAULT_KEYS,
         workers: 2,
-        // loadgen's default source tick (lockgate_operators::refjob).
+        // loadgen's default source tick (lockgate_workloads::refjob).
         tick: Duration::from_micros(50),
     };
     let mut it = std::env::args().skip(1);

@@ -3,8 +3,8 @@
 
 use lockgate::barrier::DEFAULT_BLOCKER_CAPACITY_BYTES;
 use lockgate::{CheckpointMode, JobConfig, PinPolicy, RestartStrategy, WaitStrategy};
-use lockgate_operators::refjob::{RefJobConfig, MAX_PAYLOAD_BYTES};
-use lockgate_operators::workload::{KeyDist, Workload};
+use lockgate_workloads::refjob::{RefJobConfig, MAX_PAYLOAD_BYTES};
+use lockgate_workloads::workload::{KeyDist, Workload};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

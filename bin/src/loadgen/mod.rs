@@ -1,5 +1,5 @@
 //! `lockgate loadgen`: runs a reference workload on the engine
-//! (`lockgate_operators::refjob`), shows progress, handles Ctrl-C, and
+//! (`lockgate_workloads::refjob`), shows progress, handles Ctrl-C, and
 //! reports (human summary, JSON, .hgrm, .hlog, SVG).
 //!
 //! Exit codes: 0 the run passed its correctness check, 1 it did not, 2 bad
@@ -11,8 +11,8 @@ pub mod report;
 pub use args::Args;
 
 use lockgate::JobError;
-use lockgate_operators::latency::{write_hgrm, write_percentile_plot_svg, HlogWriter, NS_PER_MS};
-use lockgate_operators::refjob::{
+use lockgate_workloads::latency::{write_hgrm, write_percentile_plot_svg, HlogWriter, NS_PER_MS};
+use lockgate_workloads::refjob::{
     seeded_failures, start_reference_job, wait_reference_job, RefJobError, RefJobReport,
 };
 use report::{fmt_ns, RunReport};

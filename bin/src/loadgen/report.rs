@@ -3,8 +3,8 @@
 
 use lockgate::checkpoint::CheckpointStatus;
 use lockgate::CheckpointStats;
-use lockgate_operators::latency::{histogram_to_base64, Percentiles};
-use lockgate_operators::refjob::RefJobReport;
+use lockgate_workloads::latency::{histogram_to_base64, Percentiles};
+use lockgate_workloads::refjob::RefJobReport;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -3,11 +3,11 @@
 
 use lockgate::channel::key_to_subtask;
 use lockgate::{CheckpointMode, FailurePlan, FailurePoint, JobConfig, RestartStrategy};
-use lockgate_operators::flights::{
+use lockgate_examples::flights::{
     find_bundled, read_all, reference, render_by_visibility_csv, render_daily_csv, BadRows,
     BundledFile, Flight, Weather,
 };
-use lockgate_operators::flights_job::{origin_hash, run, task_names, FlightsJobSpec};
+use lockgate_examples::flights_job::{origin_hash, run, task_names, FlightsJobSpec};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -119,7 +119,7 @@ fn the_job_matches_the_reference_and_failures_do_not_change_a_byte() {
     assert_eq!(r.summary.late_records(), 0);
     let unknown: u64 = by_vis
         .iter()
-        .filter(|v| v.visibility == lockgate_operators::flights::Visibility::Unknown)
+        .filter(|v| v.visibility == lockgate_examples::flights::Visibility::Unknown)
         .map(|v| v.stats.flights())
         .sum();
     assert_eq!(r.summary.join.unmatched, unknown);
@@ -202,7 +202,7 @@ fn a_malformed_row_is_an_input_error_with_its_line() {
     assert!(
         matches!(
             err,
-            lockgate_operators::flights_job::FlightsJobError::Input(_)
+            lockgate_examples::flights_job::FlightsJobError::Input(_)
         ),
         "{msg}"
     );

@@ -1,13 +1,13 @@
 //! Tests of the flights job's CSV reader, writers and reference computation
-//! (`lockgate_operators::flights`).
+//! (`lockgate_examples::flights`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use lockgate_operators::flights::{
+use lockgate_examples::flights::{
     find_bundled, read_all, reference, render_by_visibility_csv, render_daily_csv, BadRows,
-    BundledFile, CsvRecordReader, DelayStats, Flight, FlightReader, FlightsError, Origin,
+    BundledFile, CsvRecordReader, DelayStats, Flight, FlightReader, CsvError, Origin,
     Visibility, Weather, WeatherReader, BY_VISIBILITY_HEADER, DAILY_HEADER, MS_PER_DAY,
     MS_PER_HOUR,
 };
@@ -124,7 +124,7 @@ fn missing_column_is_named() {
     assert!(
         matches!(
             err,
-            FlightsError::MissingColumn {
+            CsvError::MissingColumn {
                 column: "dep_delay",
                 ..
             }
@@ -141,7 +141,7 @@ fn missing_column_is_named() {
     assert!(
         matches!(
             err,
-            FlightsError::DuplicateColumn {
+            CsvError::DuplicateColumn {
                 column: "visib",
                 ..
             }
@@ -151,12 +151,12 @@ fn missing_column_is_named() {
 
     let empty = write_plain(dir.path(), "e.csv", "");
     let err = WeatherReader::open(&empty, BadRows::Fail).err().unwrap();
-    assert!(matches!(err, FlightsError::EmptyFile { .. }), "{err:?}");
+    assert!(matches!(err, CsvError::EmptyFile { .. }), "{err:?}");
 
     let err = WeatherReader::open(dir.path().join("nope.csv"), BadRows::Fail)
         .err()
         .unwrap();
-    assert!(matches!(err, FlightsError::Open { .. }), "{err:?}");
+    assert!(matches!(err, CsvError::Open { .. }), "{err:?}");
     assert!(err.to_string().contains("nope.csv"), "{err}");
 }
 
@@ -181,7 +181,7 @@ fn malformed_row_error_has_file_line_and_reason() {
     assert_eq!(reader.next().unwrap().unwrap().dep_delay, Some(1));
     let err = reader.next().unwrap().unwrap_err();
     match &err {
-        FlightsError::BadRow { line, reason, .. } => {
+        CsvError::BadRow { line, reason, .. } => {
             assert_eq!(*line, 3);
             assert!(
                 reason.contains("dep_delay") && reason.contains("soon"),
@@ -215,7 +215,7 @@ fn malformed_row_error_has_file_line_and_reason() {
         let path = write_plain(dir.path(), "one_bad.csv", &text);
         let err = read_all::<Flight>(&path, BadRows::Fail).unwrap_err();
         assert!(
-            matches!(&err, FlightsError::BadRow { line: 3, reason, .. } if reason.contains(fragment)),
+            matches!(&err, CsvError::BadRow { line: 3, reason, .. } if reason.contains(fragment)),
             "{bad_line}: {err:?}"
         );
     }
@@ -229,7 +229,7 @@ fn malformed_row_error_has_file_line_and_reason() {
     .unwrap();
     let err = read_all::<Flight>(&path, BadRows::Fail).unwrap_err();
     assert!(
-        matches!(&err, FlightsError::BadRow { line: 3, reason, .. } if reason.contains("UTF-8")),
+        matches!(&err, CsvError::BadRow { line: 3, reason, .. } if reason.contains("UTF-8")),
         "{err:?}"
     );
 }
@@ -248,7 +248,7 @@ fn truncated_gzip_is_a_read_error() {
     let cut = dir.path().join("cut.gz");
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
     let err = read_all::<Flight>(&cut, BadRows::Skip).unwrap_err();
-    assert!(matches!(err, FlightsError::Read { .. }), "{err:?}");
+    assert!(matches!(err, CsvError::Read { .. }), "{err:?}");
     assert!(err.to_string().contains("cut.gz"), "{err}");
 }
 
@@ -305,7 +305,7 @@ fn resume_from_every_position_matches_reading_through() {
             .err()
             .unwrap();
         assert!(
-            matches!(err, FlightsError::PositionBeyondEnd { position, rows, .. } if position == end + 1 && rows == end),
+            matches!(err, CsvError::PositionBeyondEnd { position, rows, .. } if position == end + 1 && rows == end),
             "{err:?}"
         );
     }
@@ -404,7 +404,7 @@ EWR,10,2013-01-01T10:00:00Z
     // The writers sort and drop empty rows themselves.
     let mut shuffled = by_vis.clone();
     shuffled.reverse();
-    shuffled.push(lockgate_operators::flights::ByVisibilityRow {
+    shuffled.push(lockgate_examples::flights::ByVisibilityRow {
         origin: origin("AAA"),
         visibility: Visibility::Good,
         stats: DelayStats::default(),
@@ -419,7 +419,7 @@ EWR,10,2013-01-01T10:00:00Z
 
     // write_outputs writes the same bytes.
     let out = dir.path().join("out/nested");
-    lockgate_operators::flights::write_outputs(&out, &by_vis, &daily).unwrap();
+    lockgate_examples::flights::write_outputs(&out, &by_vis, &daily).unwrap();
     assert_eq!(
         std::fs::read_to_string(out.join("by_visibility.csv")).unwrap(),
         render_by_visibility_csv(&by_vis)

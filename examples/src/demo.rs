@@ -8,8 +8,8 @@
 //! and emits `x,sum` lines through a [`TransactionalFileSink`]. The
 //! committed output is [`expected_lines`] whatever failures happened.
 
-use crate::file_sink::{Formatter, TransactionalFileSink};
-use crate::sources::Sequence;
+use lockgate_operators::file_sink::{Formatter, TransactionalFileSink};
+use lockgate_operators::sources::Sequence;
 use lockgate::two_phase::TwoPhaseCommitSink;
 use lockgate::{BoxError, CheckpointId, JobBuilder, JobConfig, Operator};
 use std::collections::HashMap;

@@ -2,7 +2,7 @@
 //! Flink's barrier handler tests, plus lockgate's own `lg_*` files for the
 //! watermark extension of `EXTENSIONS.md`) through lockgate's handlers.
 
-use lockgate::scenario::{CheckKind, OutputItem, Scenario};
+use lockgate_scenario::{CheckKind, OutputItem, Scenario};
 use std::path::PathBuf;
 
 /// The project's scenario files, sorted by name.

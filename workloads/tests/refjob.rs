@@ -2,10 +2,10 @@
 //! with and without checkpoints and injected failures.
 
 use lockgate::{CheckpointMode, FailurePlan, JobConfig, RestartStrategy};
-use lockgate_operators::refjob::{
+use lockgate_workloads::refjob::{
     run_reference_job, seeded_failures, task_names, RefJobConfig, JOB_NAME,
 };
-use lockgate_operators::workload::{ExpectedResult, KeySpace, Workload};
+use lockgate_workloads::workload::{ExpectedResult, KeySpace, Workload};
 use std::time::Duration;
 
 fn checkpointed(mode: CheckpointMode, restarts: u32) -> JobConfig {

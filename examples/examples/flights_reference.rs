@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use lockgate_operators::flights::{
+use lockgate_examples::flights::{
     find_bundled, read_all, reference, write_outputs, BadRows, BundledFile, Flight, Weather,
 };
 
@@ -24,7 +24,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<(), lockgate_operators::flights::FlightsError> {
+fn run() -> Result<(), lockgate_examples::flights::FlightsError> {
     let out = std::env::args_os()
         .nth(1)
         .map(PathBuf::from)

@@ -1,7 +1,7 @@
 //! The transactional file sink gives exactly-once output across failures.
 
 use lockgate::*;
-use lockgate_operators::demo::{self, expected_lines, Pace};
+use lockgate_examples::demo::{self, expected_lines, Pace};
 use lockgate_operators::file_sink::read_committed;
 use std::time::Duration;
 

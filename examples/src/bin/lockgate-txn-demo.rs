@@ -1,5 +1,5 @@
 //! A small exactly-once job for crash tests (see
-//! `lockgate_operators::demo`), with checkpoints in a folder.
+//! `lockgate_examples::demo`), with checkpoints in a folder.
 //!
 //! `lockgate-txn-demo --out DIR --checkpoint-dir DIR --records N [--restore]`
 //!
@@ -7,7 +7,7 @@
 //! output is the same as that of a run that was never killed.
 
 use lockgate::{CheckpointMode, JobConfig};
-use lockgate_operators::demo::{self, Pace};
+use lockgate_examples::demo::{self, Pace};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;

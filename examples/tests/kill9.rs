@@ -1,7 +1,7 @@
 //! A job killed with SIGKILL restarts from its checkpoint folder and its
 //! committed output is exactly that of a run that was never killed.
 
-use lockgate_operators::demo::expected_lines;
+use lockgate_examples::demo::expected_lines;
 use lockgate_operators::file_sink::read_committed;
 use std::process::Command;
 use std::time::{Duration, Instant};

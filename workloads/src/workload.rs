@@ -13,7 +13,7 @@
 //!   `zipf:s`: inverse CDF over a precomputed table).
 //! - [`Generator`]: the records `(n, key)` of source `i` of `P` (those with
 //!   `n % P == i`, in increasing `n`), from any starting sequence number.
-//! - [`chained_map`], [`route`], [`KeyedSum`]: the rest of the pipeline.
+//! - [`chained_map`], [`key_to_subtask`] (the engine's own routing), [`KeyedSum`]: the rest of the pipeline.
 //! - [`scheduled_offset_ns`], [`due_until`]: the open-loop schedule of W2/W3
 //!   (with W3's bursts).
 //! - [`ExpectedResult`], [`SinkCheck`], [`CheckReport`]: the correctness
@@ -32,9 +32,9 @@ pub const SEED: u64 = 0x9E37_79B9_7F4A_7C15;
 /// The multiplier that turns an xorshift64* state into an output
 /// (workloads.md; the standard xorshift64* constant).
 pub const OUTPUT_MULTIPLIER: u64 = 0x2545_F491_4F6C_DD1D;
-/// The multiplier of the routing hash `(key * M) >> 32` (workloads.md;
-/// 2^64 divided by the golden ratio, a Fibonacci-hashing constant).
-pub const HASH_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
+/// The multiplier of the routing hash `(key * M) >> 32` (workloads.md): the
+/// engine's own constant.
+pub use lockgate::channel::KEY_HASH_MULTIPLIER as HASH_MULTIPLIER;
 /// The default number of distinct keys (workloads.md).
 pub const DEFAULT_KEYS: u64 = 10_000;
 /// The most keys a [`KeySpace`] accepts: 2^24. The Zipf table, the closed
@@ -232,20 +232,7 @@ impl KeyedSum {
 // Routing
 // ---------------------------------------------------------------------------
 
-/// The routing hash of workloads.md: `(key * 0x9E3779B97F4A7C15) >> 32`
-/// (wrapping multiply).
-#[inline]
-pub fn key_hash(key: u64) -> u64 {
-    key.wrapping_mul(HASH_MULTIPLIER) >> 32
-}
-
-/// The consumer subtask of `key` among `parallelism`:
-/// `key_hash(key) % parallelism`. A parallelism of 0 is treated as 1 (the
-/// answer is 0) rather than panicking.
-#[inline]
-pub fn route(key: u64, parallelism: usize) -> usize {
-    (key_hash(key) % parallelism.max(1) as u64) as usize
-}
+pub use lockgate::channel::{key_hash, key_to_subtask};
 
 // ---------------------------------------------------------------------------
 // Generator
@@ -1271,7 +1258,7 @@ mod tests {
         for p in [2usize, 3, 8] {
             let mut per = vec![0u64; p];
             for key in 0..10_000u64 {
-                let r = route(key, p);
+                let r = key_to_subtask(key, p);
                 assert_eq!(
                     r as u64,
                     ((key.wrapping_mul(0x9E3779B97F4A7C15)) >> 32) % p as u64
@@ -1283,7 +1270,6 @@ mod tests {
                 assert!(c > even * 8 / 10 && c < even * 12 / 10, "p={p} {c}");
             }
         }
-        assert_eq!(route(12345, 0), 0);
     }
 
     /// The whole pipeline in plain Rust: P sources (generate + map), route
@@ -1301,7 +1287,7 @@ mod tests {
                 for _ in 0..=i {
                     if let Some(e) = g.next_event(0) {
                         let e = e.mapped();
-                        queues[route(e.key, q)].push(e);
+                        queues[key_to_subtask(e.key, q)].push(e);
                         any = true;
                     }
                 }

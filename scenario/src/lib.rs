@@ -1,5 +1,7 @@
-//! Scenario files: an input sequence for a barrier handler and what must come
-//! out of it, run through lockgate's own [`Aligner`] or [`Tracker`].
+//! lockgate-scenario: barrier-handler conformance files. A scenario file is
+//! an input sequence for a barrier handler and what must come out of it,
+//! run through lockgate's own [`Aligner`] or [`Tracker`]. The CLI's
+//! `lockgate scenario` and the tests use it; the engine does not.
 //!
 //! The file format and the contract the handlers follow are described in
 //! `testdata/scenarios/README.md`; the files there are translated from the
@@ -21,7 +23,7 @@
 //!   place among watermark and idle items between two buffers is not part
 //!   of the format (put a buffer between them where the order matters).
 //!
-//! This module parses a file
+//! This crate parses a file
 //! ([`Scenario::from_file`], [`Scenario::from_json`]), drives it through the
 //! handler of its mode exactly as an input gate does ([`Scenario::run`]),
 //! compares the result with the file's expectation ([`Scenario::check`]), and
@@ -31,8 +33,8 @@
 //! unknown mode, ...) is a [`ScenarioError`] naming the file and the problem;
 //! nothing here panics on input.
 
-use crate::barrier::{AbortReason, Aligner, BarrierHandler, BarrierSignal, HandlerConfig, Tracker};
-use crate::element::{CheckpointBarrier, CheckpointId, RecordSize, StreamElement, Watermark};
+use lockgate::{AbortReason, Aligner, BarrierHandler, BarrierSignal, HandlerConfig, Tracker};
+use lockgate::{CheckpointBarrier, CheckpointId, RecordSize, StreamElement, Watermark};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::fmt;

@@ -1,0 +1,13 @@
+//! lockgate-examples: whole jobs built on lockgate and its operators.
+//!
+//! - [`flights`]: the NYC flights records (`data/nycflights13/`), their
+//!   CSV parsing, the bundled-data locator, the outputs, and an
+//!   engine-independent [`reference`](flights::reference) computation.
+//! - [`flights_job`]: the `lockgate flights` job on the engine (event-time
+//!   windows, an enrichment join, transactional file sinks).
+//! - [`demo`]: a small exactly-once job for crash tests (the
+//!   `lockgate-txn-demo` binary runs it).
+
+pub mod demo;
+pub mod flights;
+pub mod flights_job;

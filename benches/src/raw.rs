@@ -16,8 +16,8 @@ use crossbeam_channel::{bounded, Receiver, Select, Sender};
 use lockgate_workloads::latency::{LatencyRecorder, Percentiles};
 use lockgate_workloads::refjob::RefJobConfig;
 use lockgate_workloads::workload::{
-    due_until, key_to_subtask, scheduled_offset_ns, Event, ExpectedResult, Generator, KeySpace, KeyedSum,
-    SinkCheck, SumRecord, Workload, DEFAULT_KEYS,
+    due_until, key_to_subtask, scheduled_offset_ns, Event, ExpectedResult, Generator, KeySpace,
+    KeyedSum, SinkCheck, SumRecord, Workload, DEFAULT_KEYS,
 };
 use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
@@ -341,7 +341,10 @@ pub fn run_paced(cfg: &PacedConfig) -> Result<PacedReport, String> {
                 while next < due {
                     let Some((n, key)) = gen.next() else { break };
                     let ts = t0 + scheduled_offset_ns(n, rate, burst);
-                    out.push(key_to_subtask(key, p), Event::generated(n, key, ts).mapped());
+                    out.push(
+                        key_to_subtask(key, p),
+                        Event::generated(n, key, ts).mapped(),
+                    );
                     match gen.next_n() {
                         Some(m) => next = m,
                         None => break,

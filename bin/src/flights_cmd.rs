@@ -31,7 +31,7 @@ const FAILURE_MAX_RECORDS: u64 = 50_000;
 
 /// What to do with malformed rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum BadRowsArg {
+pub(crate) enum BadRowsArg {
     /// Exit 2 naming the file, line and reason.
     Fail,
     /// Skip and count them.
@@ -40,7 +40,7 @@ pub enum BadRowsArg {
 
 /// The checkpointing mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum CheckpointArg {
+pub(crate) enum CheckpointArg {
     /// No checkpoints (output committed at the end).
     None,
     /// Aligned barriers: exactly-once output.
@@ -52,7 +52,7 @@ pub enum CheckpointArg {
 
 /// The flags of `lockgate flights`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct Args {
+pub(crate) struct Args {
     /// flights.csv, plain or gzip [default: the bundled
     /// data/nycflights13/flights.csv.gz, found from the repository root].
     #[arg(long, value_name = "PATH")]
@@ -101,7 +101,7 @@ fn usage_error(msg: &str) -> ExitCode {
 }
 
 /// Runs the command; prints what it did on stdout and errors on stderr.
-pub fn run(args: Args) -> ExitCode {
+pub(crate) fn run(args: Args) -> ExitCode {
     let flights = match args
         .flights
         .clone()

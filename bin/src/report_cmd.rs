@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// `lockgate report`: shows or compares saved runs. Exit codes: 0 done, 2
 /// a file is missing or is not a saved run.
 #[derive(clap::Args, Debug, Clone)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     command: ReportCommand,
 }
@@ -181,7 +181,7 @@ fn truncate(s: &str, n: usize) -> String {
 }
 
 /// Runs `lockgate report` and returns its exit code.
-pub fn run(args: Args) -> u8 {
+pub(crate) fn run(args: Args) -> u8 {
     let res = match args.command {
         ReportCommand::Show { run, svg } => load(&run).and_then(|r| {
             println!("{}", r.human());

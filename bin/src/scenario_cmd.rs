@@ -9,16 +9,16 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 /// Exit code when every scenario passed.
-pub const EXIT_PASSED: u8 = 0;
+pub(crate) const EXIT_PASSED: u8 = 0;
 /// Exit code when a scenario failed (and every file could be read).
-pub const EXIT_FAILED: u8 = 1;
+pub(crate) const EXIT_FAILED: u8 = 1;
 /// Exit code when a file could not be read or parsed (or output could not
 /// be written).
-pub const EXIT_UNREADABLE: u8 = 2;
+pub(crate) const EXIT_UNREADABLE: u8 = 2;
 
 /// Arguments of `lockgate scenario`.
 #[derive(Debug, Args)]
-pub struct ScenarioArgs {
+pub(crate) struct ScenarioArgs {
     /// Scenario files to run. Without any, runs the copies of the project's
     /// scenario files bundled in the binary.
     #[arg(value_name = "FILE", conflicts_with = "emit")]
@@ -46,7 +46,7 @@ macro_rules! bundled {
 /// from Flink's tests and lockgate's own `lg_*` files), embedded at build
 /// time so that `lockgate scenario` works from any directory, sorted by
 /// name. A test checks that this list names every file of the directory.
-pub const BUNDLED: &[(&str, &str)] = &[
+pub(crate) const BUNDLED: &[(&str, &str)] = &[
     bundled!("ac120_abort_on_canceled_barriers"),
     bundled!("ac120_multi_channel_no_barriers"),
     bundled!("ac120_multi_channel_with_barriers"),
@@ -72,7 +72,7 @@ pub const BUNDLED: &[(&str, &str)] = &[
 
 /// Runs the subcommand; returns the exit code: 0 all passed, 1 a scenario
 /// failed, 2 a file could not be read or parsed.
-pub fn run(args: &ScenarioArgs) -> u8 {
+pub(crate) fn run(args: &ScenarioArgs) -> u8 {
     let stdout = io::stdout();
     let stderr = io::stderr();
     let result = match &args.emit {

@@ -10,7 +10,7 @@ use std::time::Duration;
 /// Pushes `n` prices for 4 instruments, doubles them in the job, and
 /// returns the outputs the application received, in arrival order, and
 /// how often `try_push` reported backpressure.
-pub fn run(n: u64) -> (Vec<(u64, u64)>, u64) {
+pub(crate) fn run(n: u64) -> (Vec<(u64, u64)>, u64) {
     let mut config = JobConfig::default();
     // Small batches and a short buffer timeout: latency over throughput.
     config.batch_size = 16;

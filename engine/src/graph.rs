@@ -112,6 +112,12 @@ pub struct JobBuilder {
     storage: Option<Box<dyn crate::checkpoint::CheckpointStorage>>,
 }
 
+impl std::fmt::Debug for JobBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobBuilder").finish_non_exhaustive()
+    }
+}
+
 /// An operator chain open at its end, producing records of type `T`.
 #[must_use = "a stream must end in a sink or an exchange"]
 pub struct Stream<T> {
@@ -121,6 +127,12 @@ pub struct Stream<T> {
     chain: ChainFn<T>,
     /// Where the finished chain's task constructor goes.
     parent: Parent,
+}
+
+impl<T> std::fmt::Debug for Stream<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream").finish_non_exhaustive()
+    }
 }
 
 /// Where a finished chain's constructor is registered: its task's node, or
@@ -183,11 +195,23 @@ pub struct Exchange<T> {
     inputs: Vec<(Stream<T>, Partitioning<T>)>,
 }
 
+impl<T> std::fmt::Debug for Exchange<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exchange").finish_non_exhaustive()
+    }
+}
+
 /// Two streams joined for a two-input operator (Flink's `connect`).
 #[must_use = "connected streams must lead to an operator"]
 pub struct Connected<A, B> {
     a: Stream<A>,
     b: Stream<B>,
+}
+
+impl<A, B> std::fmt::Debug for Connected<A, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connected").finish_non_exhaustive()
+    }
 }
 
 impl JobBuilder {
@@ -356,6 +380,12 @@ impl JobBuilder {
 pub struct Ingest<T> {
     tx: Sender<T>,
     restored: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<T> std::fmt::Debug for Ingest<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ingest").finish_non_exhaustive()
+    }
 }
 
 impl<T> Clone for Ingest<T> {

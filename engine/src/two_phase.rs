@@ -100,6 +100,12 @@ pub struct TwoPhaseCommitSink<T, P: TwoPhaseCommit<T>> {
     _t: std::marker::PhantomData<fn(T)>,
 }
 
+impl<T, P: TwoPhaseCommit<T>> std::fmt::Debug for TwoPhaseCommitSink<T, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TwoPhaseCommitSink").finish_non_exhaustive()
+    }
+}
+
 impl<T, P: TwoPhaseCommit<T>> TwoPhaseCommitSink<T, P> {
     /// Wraps a transactional output.
     pub fn new(inner: P) -> Self {

@@ -615,9 +615,7 @@ fn blocker_full_with_a_capacity_turns_on_at_the_capacity() {
     assert!(g.h.blocker_full());
     g.feed(1, b(1));
     assert!(!g.h.blocker_full(), "the release empties the blocker");
-    assert!(!BarrierHandler::<Buffer>::blocker_full(
-        &Tracker::new(2)
-    ));
+    assert!(!BarrierHandler::<Buffer>::blocker_full(&Tracker::new(2)));
 }
 
 // ---- Many channels ----

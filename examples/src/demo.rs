@@ -8,16 +8,16 @@
 //! and emits `x,sum` lines through a [`TransactionalFileSink`]. The
 //! committed output is [`expected_lines`] whatever failures happened.
 
-use lockgate_operators::file_sink::{Formatter, TransactionalFileSink};
-use lockgate_operators::sources::Sequence;
 use lockgate::two_phase::TwoPhaseCommitSink;
 use lockgate::{BoxError, CheckpointId, JobBuilder, JobConfig, Operator};
+use lockgate_operators::file_sink::{Formatter, TransactionalFileSink};
+use lockgate_operators::sources::Sequence;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// The running sum per key `x % 2`; emits `(x, sum)`.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct RunningSum(HashMap<u64, u64>);
 
 impl Operator<u64, (u64, u64)> for RunningSum {

@@ -23,18 +23,18 @@
 //! `origin,bucket,departed,cancelled,dep_delay_sum` (by visibility), so
 //! the final files are rendered from exact integers.
 
-use lockgate_operators::co_process::KeyedCoProcessOperator;
-use lockgate_operators::csv_source::{CsvSource, CsvSourceProbe};
-use lockgate_operators::file_sink::{read_committed, Formatter, TransactionalFileSink};
 use crate::flights::{
     utc_day, write_outputs, BadRows, ByVisibilityRow, CsvRecordReader, DailyRow, DelayStats,
     EnrichedFlight, Flight, FlightsError, Origin, Visibility, Weather, BY_VISIBILITY_FILE,
     DAILY_FILE, MS_PER_DAY,
 };
-use lockgate_operators::join::{EnrichJoin, JoinCounts};
-use lockgate_operators::window::{AggregateFunction, WindowAssigner, WindowOperator, WindowOutput};
 use lockgate::two_phase::TwoPhaseCommitSink;
 use lockgate::{FailurePlan, JobBuilder, JobConfig, JobError, JobMetrics};
+use lockgate_operators::co_process::KeyedCoProcessOperator;
+use lockgate_operators::csv_source::{CsvSource, CsvSourceProbe};
+use lockgate_operators::file_sink::{read_committed, Formatter, TransactionalFileSink};
+use lockgate_operators::join::{EnrichJoin, JoinCounts};
+use lockgate_operators::window::{AggregateFunction, WindowAssigner, WindowOperator, WindowOutput};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

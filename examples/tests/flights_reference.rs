@@ -7,9 +7,8 @@ use std::path::{Path, PathBuf};
 
 use lockgate_examples::flights::{
     find_bundled, read_all, reference, render_by_visibility_csv, render_daily_csv, BadRows,
-    BundledFile, CsvRecordReader, DelayStats, Flight, FlightReader, CsvError, Origin,
-    Visibility, Weather, WeatherReader, BY_VISIBILITY_HEADER, DAILY_HEADER, MS_PER_DAY,
-    MS_PER_HOUR,
+    BundledFile, CsvError, CsvRecordReader, DelayStats, Flight, FlightReader, Origin, Visibility,
+    Weather, WeatherReader, BY_VISIBILITY_HEADER, DAILY_HEADER, MS_PER_DAY, MS_PER_HOUR,
 };
 
 fn write_plain(dir: &Path, name: &str, text: &str) -> PathBuf {

@@ -41,6 +41,12 @@ pub struct CoContext<'a, K, S, O> {
     out: &'a mut Vec<O>,
 }
 
+impl<'a, K, S, O> std::fmt::Debug for CoContext<'a, K, S, O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoContext").finish_non_exhaustive()
+    }
+}
+
 impl<K: Ord + Clone, S, O> CoContext<'_, K, S, O> {
     /// The key of the record or timer being processed.
     pub fn key(&self) -> &K {
@@ -178,6 +184,15 @@ pub struct KeyedCoProcessOperator<A, B, O, F: KeyedCoProcessFunction<A, B, O>> {
     keyed: HashMap<F::Key, F::State>,
     timers: TimerService<F::Key>,
     _types: std::marker::PhantomData<fn(A, B) -> O>,
+}
+
+impl<A, B, O, F: KeyedCoProcessFunction<A, B, O>> std::fmt::Debug
+    for KeyedCoProcessOperator<A, B, O, F>
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedCoProcessOperator")
+            .finish_non_exhaustive()
+    }
 }
 
 impl<A, B, O, F: KeyedCoProcessFunction<A, B, O>> KeyedCoProcessOperator<A, B, O, F> {

@@ -95,6 +95,7 @@ pub enum BadRows {
 }
 
 /// The named fields of one CSV row, in the order of [`CsvRecord::COLUMNS`].
+#[derive(Debug)]
 pub struct Fields<'a> {
     record: &'a csv::ByteRecord,
     columns: &'a [usize],
@@ -191,6 +192,11 @@ pub struct CsvRecordReader<R: CsvRecord> {
     _record: PhantomData<fn() -> R>,
 }
 
+impl<R: CsvRecord> std::fmt::Debug for CsvRecordReader<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CsvRecordReader").finish_non_exhaustive()
+    }
+}
 
 impl<R: CsvRecord> CsvRecordReader<R> {
     /// Opens `path` (plain or gzip) at its first data row and checks its
@@ -400,4 +406,3 @@ pub fn read_all<R: CsvRecord>(
     }
     Ok((records, reader.skipped()))
 }
-

@@ -95,6 +95,12 @@ pub struct CsvSource<R: CsvRecord> {
     probe: Arc<CsvSourceProbe>,
 }
 
+impl<R: CsvRecord> std::fmt::Debug for CsvSource<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CsvSource").finish_non_exhaustive()
+    }
+}
+
 impl<R: CsvRecord> CsvSource<R> {
     /// Reads `path` from its first row; `time_of` gives a record's event
     /// time (ms), `out_of_orderness_ms` the watermark's bound (negative:
@@ -219,7 +225,10 @@ mod tests {
     impl CsvRecord for Row {
         const COLUMNS: &'static [&'static str] = &["time_ms", "delay"];
         fn from_fields(fields: &Fields<'_>) -> Result<Self, String> {
-            let time_ms = fields.get(0)?.parse().map_err(|e| format!("time_ms: {e}"))?;
+            let time_ms = fields
+                .get(0)?
+                .parse()
+                .map_err(|e| format!("time_ms: {e}"))?;
             let delay = match fields.get(1)? {
                 "NA" => None,
                 d => Some(d.parse().map_err(|e| format!("delay: {e}"))?),
@@ -241,11 +250,7 @@ mod tests {
         p
     }
 
-    fn source(
-        path: &std::path::Path,
-        bad: BadRows,
-        probe: Arc<CsvSourceProbe>,
-    ) -> CsvSource<Row> {
+    fn source(path: &std::path::Path, bad: BadRows, probe: Arc<CsvSourceProbe>) -> CsvSource<Row> {
         CsvSource::new(path, bad, |r: &Row| r.time_ms, 60_000, probe)
     }
 

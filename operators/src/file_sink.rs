@@ -47,6 +47,13 @@ pub struct TransactionalFileSink<T> {
     buf: Vec<u8>,
 }
 
+impl<T> std::fmt::Debug for TransactionalFileSink<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransactionalFileSink")
+            .finish_non_exhaustive()
+    }
+}
+
 impl<T> TransactionalFileSink<T> {
     /// A sink subtask writing into `dir` (created if missing).
     ///

@@ -59,6 +59,12 @@ pub struct EnrichState<A, B> {
     waiting: Vec<A>,
 }
 
+impl<A, B> std::fmt::Debug for EnrichState<A, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnrichState").finish_non_exhaustive()
+    }
+}
+
 type KeyFn<T, K> = Box<dyn Fn(&T) -> K + Send>;
 type TimeFn<T> = Box<dyn Fn(&T) -> i64 + Send>;
 type CombineFn<A, B, O> = Box<dyn Fn(A, Option<&B>) -> O + Send>;
@@ -75,6 +81,12 @@ pub struct EnrichJoin<A, B, K, O> {
     retention_ms: i64,
     counts: JoinCounts,
     slot: Option<Arc<Mutex<JoinCounts>>>,
+}
+
+impl<A, B, K, O> std::fmt::Debug for EnrichJoin<A, B, K, O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnrichJoin").finish_non_exhaustive()
+    }
 }
 
 impl<A, B, K, O> EnrichJoin<A, B, K, O> {

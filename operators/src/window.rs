@@ -206,6 +206,12 @@ impl<T> AggregateFunction<T> for Count {
 /// realistic input).
 pub struct Sum<F>(pub F);
 
+impl<F> std::fmt::Debug for Sum<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sum").finish_non_exhaustive()
+    }
+}
+
 impl<T, F: Fn(&T) -> i64 + Send> AggregateFunction<T> for Sum<F> {
     type Acc = i128;
     type Out = i128;
@@ -225,6 +231,12 @@ impl<T, F: Fn(&T) -> i64 + Send> AggregateFunction<T> for Sum<F> {
 /// The accumulator is the exact integer sum and count, so the result does
 /// not depend on the arrival order.
 pub struct Mean<F>(pub F);
+
+impl<F> std::fmt::Debug for Mean<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mean").finish_non_exhaustive()
+    }
+}
 
 impl<T, F: Fn(&T) -> Option<i64> + Send> AggregateFunction<T> for Mean<F> {
     type Acc = (i128, u64);
@@ -249,6 +261,12 @@ pub struct AggregateFn<C, A, R> {
     create: C,
     add: A,
     result: R,
+}
+
+impl<C, A, R> std::fmt::Debug for AggregateFn<C, A, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AggregateFn").finish_non_exhaustive()
+    }
 }
 
 impl<C, A, R> AggregateFn<C, A, R> {
@@ -371,6 +389,12 @@ pub struct WindowOperator<T, K, A: AggregateFunction<T>> {
     timers: TimerService<(K, TimeWindow)>,
     late: u64,
     scratch: Vec<TimeWindow>,
+}
+
+impl<T, K, A: AggregateFunction<T>> std::fmt::Debug for WindowOperator<T, K, A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WindowOperator").finish_non_exhaustive()
+    }
 }
 
 impl<T, K: WindowKey, A: AggregateFunction<T>> WindowOperator<T, K, A> {

@@ -392,6 +392,12 @@ pub struct HlogWriter<W: Write> {
     serializer: V2DeflateSerializer,
 }
 
+impl<W: Write> std::fmt::Debug for HlogWriter<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HlogWriter").finish_non_exhaustive()
+    }
+}
+
 impl<W: Write> HlogWriter<W> {
     /// Writes the headers for a log whose intervals are offsets from
     /// `start` (wall-clock time).

@@ -12,11 +12,11 @@ use std::time::Duration;
 /// all-to-all exchange of 4,096 channels); far beyond what a load test on
 /// one machine can use, and small enough that a typo cannot exhaust memory
 /// (each channel preallocates its capacity).
-pub const MAX_CLI_PARALLELISM: usize = 64;
+pub(crate) const MAX_CLI_PARALLELISM: usize = 64;
 
 /// Which reference workload (docs/workloads.md).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WorkloadArg {
+pub(crate) enum WorkloadArg {
     /// Throughput, closed loop.
     W1,
     /// Latency at a fixed rate, open loop.
@@ -27,7 +27,7 @@ pub enum WorkloadArg {
 
 /// The checkpointing mode, spelled as on the command line.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ModeArg {
+pub(crate) enum ModeArg {
     /// No checkpoints.
     None,
     /// Aligned barriers.
@@ -38,7 +38,7 @@ pub enum ModeArg {
 
 /// How idle tasks wait (the runtime's wait strategy).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WaitArg {
+pub(crate) enum WaitArg {
     /// Park at once.
     Park,
     /// Spin a little, then park (the engine's default).
@@ -49,7 +49,7 @@ pub enum WaitArg {
 
 /// When to print a progress line a second on stderr.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProgressArg {
+pub(crate) enum ProgressArg {
     /// Only when stderr is a terminal.
     Auto,
     /// Always.
@@ -60,7 +60,7 @@ pub enum ProgressArg {
 
 impl ModeArg {
     /// The spelling on the command line (and in JSON `mode`).
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ModeArg::None => "none",
             ModeArg::ExactlyOnce => "exactly-once",
@@ -84,7 +84,7 @@ impl WaitArg {
 /// correctness. Exit codes: 0 ok, 1 the correctness check failed, 2 bad
 /// input, 130 interrupted (Ctrl-C).
 #[derive(clap::Args, Debug, Clone)]
-pub struct Args {
+pub(crate) struct Args {
     /// The workload: w1 (throughput, closed loop), w2 (latency at a fixed
     /// rate), w3 (w2 with bursting sources).
     #[arg(long, value_enum, default_value = "w2")]
@@ -197,7 +197,7 @@ pub struct Args {
 
 /// Where checkpoints go for this run.
 #[derive(Debug)]
-pub enum CheckpointDir {
+pub(crate) enum CheckpointDir {
     /// No checkpoints.
     None,
     /// A temporary folder, removed at the end.
@@ -208,7 +208,7 @@ pub enum CheckpointDir {
 
 impl CheckpointDir {
     /// The folder, if any.
-    pub fn path(&self) -> Option<&Path> {
+    pub(crate) fn path(&self) -> Option<&Path> {
         match self {
             CheckpointDir::None => None,
             CheckpointDir::Temp(t) => Some(t.path()),
@@ -219,7 +219,7 @@ impl CheckpointDir {
 
 /// A checked run: everything `run` needs.
 #[derive(Debug)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// The workload.
     pub refjob: RefJobConfig,
     /// The engine's configuration.
@@ -287,7 +287,7 @@ impl Args {
     ///
     /// # Errors
     /// A message naming the bad flag (the caller exits with code 2).
-    pub fn plan(&self) -> Result<Plan, String> {
+    pub(crate) fn plan(&self) -> Result<Plan, String> {
         let workload = match self.workload {
             WorkloadArg::W1 => Workload::W1,
             WorkloadArg::W2 => Workload::W2,

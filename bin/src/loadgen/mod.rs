@@ -6,9 +6,9 @@
 //! input (nothing ran), 130 interrupted by Ctrl-C.
 
 pub(crate) mod args;
-pub mod report;
+pub(crate) mod report;
 
-pub use args::Args;
+pub(crate) use args::Args;
 
 use lockgate::JobError;
 use lockgate_workloads::latency::{write_hgrm, write_percentile_plot_svg, HlogWriter, NS_PER_MS};
@@ -22,14 +22,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 /// Exit code: the correctness check failed.
-pub const EXIT_FAILED: u8 = 1;
+pub(crate) const EXIT_FAILED: u8 = 1;
 /// Exit code: bad input, nothing ran.
-pub const EXIT_USAGE: u8 = 2;
+pub(crate) const EXIT_USAGE: u8 = 2;
 /// Exit code: interrupted by Ctrl-C (128 + SIGINT, as shells report it).
-pub const EXIT_INTERRUPTED: u8 = 130;
+pub(crate) const EXIT_INTERRUPTED: u8 = 130;
 
 /// Runs `lockgate loadgen` and returns its exit code.
-pub fn run(args: Args) -> u8 {
+pub(crate) fn run(args: Args) -> u8 {
     let plan = match args.plan() {
         Ok(p) => p,
         Err(e) => {

@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// The version of the JSON layout below; bumped on incompatible changes.
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 /// Where the run ran.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Environment {
+pub(crate) struct Environment {
     /// Cores available to the process.
     pub cores: usize,
     /// `model name` from /proc/cpuinfo ("unknown" elsewhere).
@@ -27,7 +27,7 @@ pub struct Environment {
 
 impl Environment {
     /// This machine and this binary.
-    pub fn detect() -> Self {
+    pub(crate) fn detect() -> Self {
         let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
             .and_then(|s| {
@@ -46,14 +46,14 @@ impl Environment {
     }
 }
 
-pub use lockgate::metrics::peak_rss_bytes;
+pub(crate) use lockgate::metrics::peak_rss_bytes;
 
 /// Latency percentiles in ns (the JSON's `latency_ns` object).
-pub type LatencyNs = Percentiles;
+pub(crate) type LatencyNs = Percentiles;
 
 /// p50, p99 and max over checkpoints, ns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Spread {
+pub(crate) struct Spread {
     /// Median.
     pub p50: u64,
     /// 99th percentile.
@@ -80,7 +80,7 @@ impl Spread {
 
 /// One task's alignment for one checkpoint.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct TaskAlignmentJson {
+pub(crate) struct TaskAlignmentJson {
     /// The task, e.g. `keyed_sum[1]`.
     pub task: String,
     /// First to last barrier, ns.
@@ -91,7 +91,7 @@ pub struct TaskAlignmentJson {
 
 /// One checkpoint.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct CheckpointJson {
+pub(crate) struct CheckpointJson {
     /// Its id.
     pub id: u64,
     /// `completed`, `aborted` or `pending`.
@@ -115,7 +115,7 @@ pub struct CheckpointJson {
 
 /// The checkpoint table.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct CheckpointsJson {
+pub(crate) struct CheckpointsJson {
     /// Completed checkpoints.
     pub completed: u64,
     /// Aborted checkpoints.
@@ -194,7 +194,7 @@ impl CheckpointsJson {
 
 /// A run as saved by `--json` and read by `lockgate report`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct RunReport {
+pub(crate) struct RunReport {
     /// [`SCHEMA_VERSION`].
     pub schema_version: u32,
     /// Machine and build.
@@ -267,7 +267,7 @@ pub struct RunReport {
 
 impl RunReport {
     /// The saved form of `r`.
-    pub fn new(
+    pub(crate) fn new(
         r: &RefJobReport,
         config: serde_json::Value,
         mode: &str,
@@ -318,7 +318,7 @@ impl RunReport {
     /// True when the sources fell short of the requested rate by more than
     /// 1% (a finite run's rate estimate is a little noisy; 1% is well above
     /// that noise and well below a real shortfall).
-    pub fn rate_shortfall(&self) -> bool {
+    pub(crate) fn rate_shortfall(&self) -> bool {
         self.requested_rate
             .is_some_and(|req| self.achieved_rate < req as f64 * 0.99)
     }
@@ -327,7 +327,7 @@ impl RunReport {
     /// the sources could not keep up; a note when recoveries explain it
     /// (each restart restarts the schedule from the restored position, so
     /// the run takes longer than its schedule).
-    pub fn rate_warning(&self) -> Option<String> {
+    pub(crate) fn rate_warning(&self) -> Option<String> {
         if !self.rate_shortfall() {
             return None;
         }
@@ -348,7 +348,7 @@ impl RunReport {
 
     /// The last line: `result: ok`, `result: interrupted (...)` or
     /// `result: FAILED (<why>)`.
-    pub fn result_line(&self) -> String {
+    pub(crate) fn result_line(&self) -> String {
         match (&self.failure, self.interrupted) {
             (None, _) => "result: ok".into(),
             (Some(_), true) => format!(
@@ -360,7 +360,7 @@ impl RunReport {
     }
 
     /// The human summary, ending with [`RunReport::result_line`].
-    pub fn human(&self) -> String {
+    pub(crate) fn human(&self) -> String {
         let mut s = String::new();
         let c = &self.config;
         let get = |k: &str| c.get(k).cloned().unwrap_or(serde_json::Value::Null);
@@ -525,7 +525,7 @@ impl RunReport {
 }
 
 /// A duration in ns, shown in the unit that reads best.
-pub fn fmt_ns(ns: u64) -> String {
+pub(crate) fn fmt_ns(ns: u64) -> String {
     if ns < 10_000 {
         format!("{ns} ns")
     } else if ns < 10_000_000 {

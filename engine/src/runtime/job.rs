@@ -85,6 +85,12 @@ pub struct JobHandle {
     shared: Arc<Shared>,
 }
 
+impl std::fmt::Debug for JobHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobHandle").finish_non_exhaustive()
+    }
+}
+
 impl JobHandle {
     /// The job's metrics now (tasks and checkpoints).
     pub fn metrics(&self) -> JobMetrics {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 /// Emits `next, next+step, ...` below `end` (`end = u64::MAX`: forever),
 /// at most `per_poll` records a poll; its position is its state.
-pub struct Counter {
+pub(crate) struct Counter {
     pub next: u64,
     pub end: u64,
     pub step: u64,
@@ -15,7 +15,7 @@ pub struct Counter {
 
 impl Counter {
     /// Subtask `i` of `p` emits the numbers `x < end` with `x % p == i`.
-    pub fn part(i: usize, p: usize, end: u64) -> Self {
+    pub(crate) fn part(i: usize, p: usize, end: u64) -> Self {
         Counter {
             next: i as u64,
             end,
@@ -48,13 +48,13 @@ impl Source<u64> for Counter {
 }
 
 /// Running sum per key `x % keys`; emits `(key, sum)`; state = the sums.
-pub struct KeyedSum {
+pub(crate) struct KeyedSum {
     pub keys: u64,
     pub sums: KeyedState<u64, u64>,
 }
 
 impl KeyedSum {
-    pub fn new(keys: u64) -> Self {
+    pub(crate) fn new(keys: u64) -> Self {
         KeyedSum {
             keys,
             sums: KeyedState::new(),
@@ -81,7 +81,7 @@ impl Operator<u64, (u64, u64)> for KeyedSum {
 }
 
 /// The closed form of `KeyedSum` over `0..n`.
-pub fn expected_sums(n: u64, keys: u64) -> HashMap<u64, u64> {
+pub(crate) fn expected_sums(n: u64, keys: u64) -> HashMap<u64, u64> {
     let mut m = HashMap::new();
     for x in 0..n {
         *m.entry(x % keys).or_default() += x;
@@ -90,7 +90,7 @@ pub fn expected_sums(n: u64, keys: u64) -> HashMap<u64, u64> {
 }
 
 /// Polls `cond` every 5 ms for up to `secs` seconds.
-pub fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
     while std::time::Instant::now() < deadline {
         if cond() {

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared helpers of perf-scripts/*.sh (sourced, not run).
 #
 # LOCKGATE_BIN: the binary the scripts run (default: target/release/lockgate

@@ -58,7 +58,7 @@ for i in $(seq 1 "$n"); do
             die "run $i of $side failed"
         }
         for f in "${FIGURES[@]}"; do
-            echo "$(json_get "$json" "$f")" >> "$tmp/$side${f//./_}"
+            json_get "$json" "$f" >> "$tmp/$side${f//./_}"
         done
     done
 done

@@ -27,7 +27,7 @@ cargo build --release -q -p lockgate-benches --bin w1
 bin=target/release/w1
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-for i in $(seq 1 "$runs"); do
+for _ in $(seq 1 "$runs"); do
   "$bin" --pipeline raw --records "$records" >>"$out"
   for mode in none exactly-once at-least-once; do
     "$bin" --pipeline lockgate --records "$records" --checkpoint "$mode" --interval-ms 100 >>"$out"

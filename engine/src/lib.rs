@@ -1,13 +1,24 @@
 //! lockgate: a streaming dataflow engine for low-latency work, with Flink's
 //! checkpoint semantics.
 //!
-//! A record travels top to bottom through these modules:
-//! [`element`] (what a channel carries) → [`channel`] (bounded crossbeam
-//! channels, output batching, backpressure) → [`input_gate`] (polling a
-//! task's channels) → [`barrier`] (the handler that aligns or tracks
-//! checkpoint barriers) → the task's operator chain (`chain`, `runtime`) →
-//! its output channels. [`graph`] builds jobs, `runtime` runs them, and
-//! [`checkpoint`] coordinates, stores and restores their state.
+//! A record's path, one module each: [`element`] (what a channel carries)
+//! → [`channel`] (bounded crossbeam channels, output batching,
+//! backpressure) → [`input_gate`] (polling a task's channels) →
+//! [`barrier`] (the handler that aligns or tracks checkpoint barriers) →
+//! the task (`runtime::task`) and its operator chain (`chain`, calling
+//! [`operator`]s) → the chain's output, a [`channel`] again.
+//!
+//! Layers, bottom to top; a module imports only from layers below it
+//! (checked in CI by `.ci/module-cycles.py`, pictured in ARCHITECTURE.md):
+//! 1. leaf vocabulary: [`element`], [`clock`], [`task_id`], [`error`],
+//!    [`state`], [`metrics`];
+//! 2. sans-I/O state machines and the task protocol: [`barrier`],
+//!    `watermark`, [`protocol`];
+//! 3. the record path: [`operator`], [`failure`], [`channel`],
+//!    [`input_gate`], `chain`, [`config`], [`two_phase`];
+//! 4. [`checkpoint`]: the coordinator's state machine and storage;
+//! 5. [`runtime`]: the physical plan, the task loops, the job thread;
+//! 6. [`graph`]: the builder API over the runtime.
 
 pub mod barrier;
 pub(crate) mod chain;
@@ -24,7 +35,6 @@ pub mod metrics;
 pub mod operator;
 pub mod protocol;
 pub mod runtime;
-
 pub(crate) mod sinks;
 pub(crate) mod sources;
 pub mod state;

@@ -196,3 +196,34 @@ impl JobConfig {
         Ok(())
     }
 }
+
+/// How an ingest source ([`crate::JobBuilder::ingest_with`]) buffers what
+/// the application pushes.
+///
+/// # Examples
+/// ```
+/// use lockgate::IngestConfig;
+/// let c = IngestConfig { replay_capacity: 10_000, ..IngestConfig::default() };
+/// assert_eq!(c.channel_capacity, 1024);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IngestConfig {
+    /// Records the channel from the application holds before a push
+    /// blocks (default 1024; at least 1).
+    pub channel_capacity: usize,
+    /// Records the replay log keeps since the last completed checkpoint
+    /// (default 1,048,576, i.e. about 5 s at 200,000 records/s; memory:
+    /// that many records). When it is full the source takes no more
+    /// records until a checkpoint completes: backpressure on the
+    /// application. Unused without checkpoints.
+    pub replay_capacity: usize,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        IngestConfig {
+            channel_capacity: 1024,
+            replay_capacity: 1 << 20,
+        }
+    }
+}

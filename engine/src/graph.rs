@@ -20,7 +20,7 @@
 use crate::barrier::AnyHandler;
 use crate::chain::{Link, NoOutput, Stage};
 use crate::channel::{ChannelWriter, OutputConfig, Partitioning};
-use crate::config::JobConfig;
+use crate::config::{IngestConfig, JobConfig};
 use crate::element::RecordSize;
 use crate::error::JobError;
 use crate::failure::FailurePlan;
@@ -293,21 +293,54 @@ impl JobBuilder {
     }
 
     /// An ingest source fed by the application through the returned
-    /// [`Ingest`] handle (parallelism 1, channel of `capacity` records).
+    /// [`Ingest`] handle: parallelism 1, a channel of `capacity` records
+    /// (at least 1), and the default replay log of [`IngestConfig`].
     ///
-    /// The engine cannot replay what the application pushed: after a
-    /// restore, [`Ingest::restored_position`] tells how many records the
-    /// restored checkpoint had consumed, so the application can push again
-    /// from there. The source ends when every [`Ingest`] handle is dropped
-    /// or [`Ingest::close`]d.
+    /// See [`JobBuilder::ingest_with`] for what survives a failure.
     pub fn ingest<T: Data>(&self, name: &str, capacity: usize) -> (Stream<T>, Ingest<T>) {
-        let (tx, rx) = crossbeam_channel::bounded(capacity.max(1));
+        self.ingest_with(
+            name,
+            IngestConfig {
+                channel_capacity: capacity,
+                ..IngestConfig::default()
+            },
+        )
+    }
+
+    /// An ingest source fed by the application through the returned
+    /// [`Ingest`] handle (parallelism 1), configured by `config`.
+    ///
+    /// With checkpoints on, the source keeps every record it took since the
+    /// last completed checkpoint in a replay log (at most
+    /// [`IngestConfig::replay_capacity`] records; when the log is full the
+    /// source stops taking records, so [`Ingest::push`] blocks and
+    /// [`Ingest::try_push`] answers [`PushError::Full`] until a checkpoint
+    /// completes and cuts the log). After an in-process restart it replays
+    /// the log from the restored checkpoint's position, so a record pushed
+    /// once is applied once (exactly-once) or at least once, as the mode
+    /// says, and the application pushes nothing again.
+    ///
+    /// After a process restart (a new job restoring a checkpoint folder),
+    /// the log is gone: [`Ingest::restored_position`] tells how many records
+    /// the restored checkpoint had consumed, and the application pushes
+    /// again from there. With checkpoints off nothing is kept: a restart
+    /// starts from no state. The source ends when every [`Ingest`] handle
+    /// is dropped or [`Ingest::close`]d.
+    pub fn ingest_with<T: Data>(&self, name: &str, config: IngestConfig) -> (Stream<T>, Ingest<T>) {
+        let (tx, rx) = crossbeam_channel::bounded(config.channel_capacity.max(1));
         let restored = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let r2 = restored.clone();
+        let checkpointing = self.config.checkpoint.mode != crate::barrier::CheckpointMode::None;
+        let log = checkpointing.then(|| {
+            Arc::new(std::sync::Mutex::new(crate::sources::ReplayLog::new(
+                config.replay_capacity,
+            )))
+        });
         let stream = self.source(name, 1, move |_| crate::sources::IngestSource {
             rx: rx.clone(),
-            consumed: 0,
+            position: 0,
             restored: r2.clone(),
+            log: log.clone(),
         });
         (stream, Ingest { tx, restored })
     }

@@ -47,7 +47,7 @@ pub use barrier::{
     CheckpointMode, HandlerConfig, Tracker,
 };
 pub use checkpoint::{CheckpointStats, CheckpointStatus, RestoredState};
-pub use config::{CheckpointConfig, JobConfig, PinPolicy, RestartStrategy};
+pub use config::{CheckpointConfig, IngestConfig, JobConfig, PinPolicy, RestartStrategy};
 pub use element::{
     Batch, CheckpointBarrier, CheckpointId, CheckpointOptions, RecordSize, SnapshotKind,
     StreamElement, Watermark,

@@ -369,6 +369,11 @@ fn exactly_once_restarts_give_exact_state() {
 
 #[test]
 fn restarts_are_bounded_by_the_strategy() {
+    // One restart allowed, two planned failures of the same task: the
+    // second is armed only in the second attempt (failures strike in order
+    // per task), so the first costs the one restart and the second fails
+    // the job. The job is finite: were the bound ignored, it would restart
+    // again and end `Ok`.
     let mut config = JobConfig::default();
     config.checkpoint.mode = CheckpointMode::ExactlyOnce;
     config.checkpoint.interval = Some(Duration::from_millis(5));
@@ -376,18 +381,102 @@ fn restarts_are_bounded_by_the_strategy() {
         max_attempts: 1,
         delay: Duration::ZERO,
     };
-    let (job, _) = sum_job(config, u64::MAX, 10);
+    let (job, _) = sum_job(config, 200_000, 10);
+    let ks = job
+        .task_names()
+        .iter()
+        .position(|t| t == "keyed_sum[0]")
+        .unwrap();
     let job = job.with_failures(
         FailurePlan::none()
-            .with(2, FailurePoint::AfterRecords(1_000))
-            .with(3, FailurePoint::AfterRecords(1_000)),
+            .with(ks, FailurePoint::AfterRecords(1_000))
+            .with(ks, FailurePoint::AfterRecords(1_000)),
     );
-    match job.start().unwrap().wait() {
+    let h = job.start().unwrap();
+    assert!(wait_for(60, || h.is_finished()));
+    let restarts = h.metrics().restarts;
+    match h.wait() {
         Err(JobError::TaskFailed {
+            task,
             cause: TaskError::Injected(_),
-            ..
-        }) => {}
+        }) => assert_eq!(task, lockgate::TaskId::new("keyed_sum", 0)),
         other => panic!("the second failure must fail the job, got {other:?}"),
+    }
+    assert_eq!(restarts, 1, "exactly the one restart the strategy allows");
+}
+
+/// An ingest job: the test pushes `0..n`, a keyed sum counts them through
+/// state, two planned failures restart it.
+fn pushed_job(mode: CheckpointMode, n: u64, replay_capacity: usize) -> (JobMetrics, Finals) {
+    let mut config = JobConfig::default();
+    config.batch_size = 64;
+    config.checkpoint.mode = mode;
+    config.checkpoint.interval = Some(Duration::from_millis(5));
+    config.restart = RestartStrategy {
+        max_attempts: 5,
+        delay: Duration::ZERO,
+    };
+    let job = JobBuilder::new("pushed", config);
+    let finals: Finals = Arc::default();
+    let f2 = finals.clone();
+    let (input, ingest) = job.ingest_with::<u64>(
+        "in",
+        IngestConfig {
+            channel_capacity: 256,
+            replay_capacity,
+        },
+    );
+    input
+        .key_by(|x| x % 10)
+        .process("keyed_sum", 2, |_| KeyedSum::new(10))
+        .rebalance()
+        .sink("sink", 1, move |_| MaxSink(f2.clone()));
+    let names = job.task_names();
+    let ks0 = names.iter().position(|t| t == "keyed_sum[0]").unwrap();
+    let ks1 = names.iter().position(|t| t == "keyed_sum[1]").unwrap();
+    let job = job.with_failures(
+        FailurePlan::none()
+            .with(ks0, FailurePoint::AfterRecords(20_000))
+            .with(ks1, FailurePoint::DuringSnapshot),
+    );
+    let h = job.start().unwrap();
+    for x in 0..n {
+        ingest.push(x).unwrap();
+    }
+    ingest.close();
+    (h.wait().unwrap(), finals)
+}
+
+#[test]
+fn pushed_records_survive_restarts_exactly_once() {
+    // Before the replay log, every key came out short by what was pushed
+    // after the last completed checkpoint of each failed attempt.
+    let n = 100_000;
+    let (m, finals) = pushed_job(CheckpointMode::ExactlyOnce, n, 1 << 20);
+    assert_eq!(m.restarts, 2, "{:?}", m.failures);
+    assert_eq!(*finals.lock().unwrap(), expected_sums(n, 10));
+}
+
+#[test]
+fn a_small_replay_log_backpressures_the_application_and_loses_nothing() {
+    // 512 records of log against 100,000 pushed: the source stops taking
+    // records until each checkpoint completes, and the counts stay exact.
+    let n = 100_000;
+    let (m, finals) = pushed_job(CheckpointMode::ExactlyOnce, n, 512);
+    assert_eq!(m.restarts, 2, "{:?}", m.failures);
+    assert_eq!(*finals.lock().unwrap(), expected_sums(n, 10));
+}
+
+#[test]
+fn pushed_records_survive_restarts_at_least_once() {
+    // At-least-once: a replayed record may count twice, none is lost, so
+    // every key's sum is at least the exact one.
+    let n = 100_000;
+    let (m, finals) = pushed_job(CheckpointMode::AtLeastOnce, n, 1 << 20);
+    assert_eq!(m.restarts, 2, "{:?}", m.failures);
+    let got = finals.lock().unwrap();
+    for (k, exact) in expected_sums(n, 10) {
+        assert!(got.get(&k).copied().unwrap_or(0) >= exact, "key {k}");
     }
 }
 

@@ -60,6 +60,11 @@ pub const MAX_CHANNEL_CAPACITY: usize = 1 << 16;
 /// channels).
 pub const MAX_PARALLELISM: usize = 1024;
 
+/// Cores a [`PinPolicy::Cores`] list may name: below 1024, the size of
+/// Linux's `cpu_set_t` (`CPU_SETSIZE`), which `core_affinity` fills (a
+/// larger index would be out of its bounds).
+pub const MAX_PIN_CORE: usize = 1024;
+
 /// Restart strategy on a task failure (Flink's fixed-delay strategy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestartStrategy {
@@ -82,9 +87,12 @@ impl Default for RestartStrategy {
 /// Checkpointing options, with the meaning of Flink's `CheckpointConfig`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointConfig {
-    /// Exactly-once (aligned), at-least-once (tracked) or none.
+    /// Exactly-once (aligned), at-least-once (tracked) or none (the
+    /// default).
     pub mode: CheckpointMode,
-    /// Time between two checkpoint triggers. `None`: only on demand.
+    /// Time between two checkpoint triggers. `None` (the default): only on
+    /// demand ([`crate::JobHandle::trigger_checkpoint`]). Must be `None`
+    /// with [`CheckpointMode::None`].
     pub interval: Option<Duration>,
     /// A checkpoint not complete after this long is aborted (`timeout`).
     /// Default 60 s.
@@ -100,11 +108,60 @@ pub struct CheckpointConfig {
     pub tolerable_failures: u32,
     /// Completed checkpoints kept in storage. Default 3.
     pub retained: usize,
-    /// Where checkpoints are written (`chk-<n>/` folders). `None`: kept in
-    /// memory only (enough for restarts within the process).
+    /// Where checkpoints are written (`chk-<n>/` folders). `None` (the
+    /// default): kept in memory only (enough for restarts within the
+    /// process).
     pub dir: Option<PathBuf>,
-    /// Resume from the latest complete checkpoint in `dir`.
+    /// Resume from the latest complete checkpoint in `dir` (default
+    /// false; a folder that holds checkpoints without it is an error).
     pub restore: bool,
+}
+
+impl CheckpointConfig {
+    /// Exactly-once checkpoints (aligned barriers) every `interval`,
+    /// written under `dir` (`None`: in memory), the other fields default.
+    ///
+    /// # Examples
+    /// ```
+    /// use lockgate::{CheckpointConfig, CheckpointMode};
+    /// use std::time::Duration;
+    /// let c = CheckpointConfig::exactly_once(Duration::from_millis(100), None);
+    /// assert_eq!(c.mode, CheckpointMode::ExactlyOnce);
+    /// assert_eq!(c.interval, Some(Duration::from_millis(100)));
+    /// assert!(!c.restore);
+    /// ```
+    pub fn exactly_once(interval: Duration, dir: Option<PathBuf>) -> Self {
+        CheckpointConfig {
+            mode: CheckpointMode::ExactlyOnce,
+            interval: Some(interval),
+            dir,
+            ..CheckpointConfig::default()
+        }
+    }
+
+    /// At-least-once checkpoints (barrier tracking, no blocking) every
+    /// `interval`, written under `dir` (`None`: in memory).
+    ///
+    /// # Examples
+    /// ```
+    /// use lockgate::{CheckpointConfig, CheckpointMode};
+    /// use std::time::Duration;
+    /// let c = CheckpointConfig::at_least_once(Duration::from_secs(1), None);
+    /// assert_eq!(c.mode, CheckpointMode::AtLeastOnce);
+    /// ```
+    pub fn at_least_once(interval: Duration, dir: Option<PathBuf>) -> Self {
+        CheckpointConfig {
+            mode: CheckpointMode::AtLeastOnce,
+            ..CheckpointConfig::exactly_once(interval, dir)
+        }
+    }
+
+    /// This configuration, restoring from the latest complete checkpoint
+    /// of its folder.
+    pub fn restoring(mut self) -> Self {
+        self.restore = true;
+        self
+    }
 }
 
 impl Default for CheckpointConfig {
@@ -135,15 +192,17 @@ pub struct JobConfig {
     /// A partial batch is sent at the latest this long after its first
     /// record (default 1 ms).
     pub buffer_timeout: Duration,
-    /// How idle tasks wait.
+    /// How idle tasks wait (default [`WaitStrategy::default`]: spin, yield,
+    /// then park).
     pub wait_strategy: WaitStrategy,
-    /// Thread pinning.
+    /// Thread pinning (default [`PinPolicy::None`]).
     pub pinning: PinPolicy,
-    /// Blocker capacity and alignment limit of the barrier handlers.
+    /// Blocker capacity and alignment limit of the barrier handlers
+    /// (default [`HandlerConfig::default`]: a 1 MiB blocker, no limit).
     pub handler: HandlerConfig,
-    /// Checkpointing.
+    /// Checkpointing (default [`CheckpointConfig::default`]: none).
     pub checkpoint: CheckpointConfig,
-    /// Restarts on failure.
+    /// Restarts on failure (default: none, a failure fails the job).
     pub restart: RestartStrategy,
     /// The timer slack of task threads, ns (Linux `PR_SET_TIMERSLACK`):
     /// how late the kernel may wake a timed sleep. Linux's default, 50 µs,
@@ -173,7 +232,9 @@ impl JobConfig {
     ///
     /// # Errors
     /// A message naming the bad field: a batch size, channel capacity or
-    /// checkpoint `max_concurrent` of 0, or a zero checkpoint interval.
+    /// checkpoint `max_concurrent` of 0 (or beyond its maximum), a zero
+    /// checkpoint interval, an interval with checkpoint mode none, an empty
+    /// core list or a core beyond [`MAX_PIN_CORE`].
     pub fn validate(&self) -> Result<(), String> {
         if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
             return Err(format!(
@@ -192,6 +253,23 @@ impl JobConfig {
         }
         if self.checkpoint.interval == Some(Duration::ZERO) {
             return Err("checkpoint.interval must be positive".into());
+        }
+        if self.checkpoint.mode == CheckpointMode::None && self.checkpoint.interval.is_some() {
+            return Err(
+                "checkpoint.interval is set but checkpoint.mode is none: no checkpoint would \
+                 ever be taken; set a mode (exactly-once, at-least-once) or no interval"
+                    .into(),
+            );
+        }
+        if let PinPolicy::Cores(cores) = &self.pinning {
+            if cores.is_empty() {
+                return Err("pinning: the core list is empty".into());
+            }
+            if let Some(c) = cores.iter().find(|c| **c >= MAX_PIN_CORE) {
+                return Err(format!(
+                    "pinning: core {c} is beyond the {MAX_PIN_CORE} cores a CPU set can name"
+                ));
+            }
         }
         Ok(())
     }

@@ -56,7 +56,7 @@ pub use error::{BoxError, FatalError, JobError, OperatorError, TaskError};
 pub use failure::{FailurePlan, FailurePoint, PlannedFailure};
 pub use graph::{Connected, Data, Exchange, Ingest, JobBuilder, PushError, Stream};
 pub use input_gate::WaitStrategy;
-pub use metrics::{TaskMetrics, TaskMetricsSnapshot};
+pub use metrics::{Pinning, TaskMetrics, TaskMetricsSnapshot};
 pub use operator::{Either, Operator, Sink, Source, SourcePoll};
 pub use protocol::OperatorSnapshot;
 pub use runtime::{JobHandle, JobMetrics, JobResult};

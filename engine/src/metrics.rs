@@ -5,7 +5,7 @@
 //! at any time. Times are in ns on [`crate::clock::now_ns`]'s clock.
 
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 /// Live counters of one task (one subtask of an operator chain).
 #[derive(Debug, Default)]
@@ -20,6 +20,27 @@ pub struct TaskMetrics {
     started_ns: AtomicU64,
     ended_ns: AtomicU64,
     queued: AtomicU64,
+    /// [`PIN_NONE`], or the core asked for plus 1, negated when the
+    /// request failed (see [`Pinning`]).
+    pin: AtomicI64,
+}
+
+/// `TaskMetrics::pin` when no pinning was asked for.
+const PIN_NONE: i64 = 0;
+
+/// Where a task's thread runs, as the pinning policy asked and the OS
+/// answered (`core_affinity::set_for_current`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state", content = "core")]
+pub enum Pinning {
+    /// No pinning was asked for.
+    #[default]
+    Unpinned,
+    /// Pinned to this core.
+    Pinned(usize),
+    /// Pinning to this core failed (e.g. the core does not exist or the
+    /// process may not run there): the thread runs unpinned.
+    Failed(usize),
 }
 
 /// A copy of a task's counters at one moment.
@@ -43,6 +64,9 @@ pub struct TaskMetricsSnapshot {
     pub busy_ns: u64,
     /// Elements queued in the task's input channels when last sampled.
     pub input_queue_len: u64,
+    /// Whether the task's thread is pinned to a core.
+    #[serde(default)]
+    pub pinning: Pinning,
 }
 
 impl TaskMetricsSnapshot {
@@ -95,6 +119,12 @@ impl TaskMetrics {
     pub(crate) fn set_queued(&self, n: u64) {
         self.queued.store(n, Relaxed);
     }
+    /// Records the outcome of pinning the task's thread to `core`.
+    pub(crate) fn set_pinned(&self, core: usize, ok: bool) {
+        // Core ids are far below i64::MAX, so `core + 1` fits.
+        let v = core as i64 + 1;
+        self.pin.store(if ok { v } else { -v }, Relaxed);
+    }
 
     /// The counters now.
     pub fn snapshot(&self) -> TaskMetricsSnapshot {
@@ -122,6 +152,11 @@ impl TaskMetrics {
             backpressure_ns: bp,
             busy_ns: total.saturating_sub(idle + bp),
             input_queue_len: self.queued.load(Relaxed),
+            pinning: match self.pin.load(Relaxed) {
+                PIN_NONE => Pinning::Unpinned,
+                v if v > 0 => Pinning::Pinned((v - 1) as usize),
+                v => Pinning::Failed((-v - 1) as usize),
+            },
         }
     }
 }

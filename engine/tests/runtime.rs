@@ -699,16 +699,105 @@ fn task_threads_run_with_the_configured_timer_slack() {
     }
 }
 
+/// Emits, once per batch, the cores its thread may run on
+/// (`Cpus_allowed_list` of `/proc/thread-self/status`, e.g. `0` or `0-1`).
+struct AffinityProbe;
+impl Operator<u64, String> for AffinityProbe {
+    fn process(&mut self, input: &mut Vec<u64>, out: &mut Vec<String>) -> Result<(), BoxError> {
+        input.clear();
+        let status = std::fs::read_to_string("/proc/thread-self/status")?;
+        let line = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .ok_or("no Cpus_allowed_list")?;
+        out.push(line.trim().to_string());
+        Ok(())
+    }
+}
+
+/// source(2) → probe(3): 5 tasks, more than the 2 cores CI has.
+fn affinity_job(pin: PinPolicy) -> (Vec<String>, JobMetrics) {
+    let mut config = JobConfig::default();
+    config.pinning = pin;
+    let job = JobBuilder::new("pinned", config);
+    let out = job
+        .source("numbers", 2, |i| Counter::part(i, 2, 30_000))
+        .rebalance()
+        .process("probe", 3, |_| AffinityProbe)
+        .collect();
+    let m = job.start().unwrap().wait().unwrap();
+    (out.try_iter().collect(), m)
+}
+
+#[cfg(target_os = "linux")]
 #[test]
 fn pinning_works_when_tasks_outnumber_cores() {
-    // 5 tasks; round robin over the machine's cores, then all on core 0.
-    for pin in [PinPolicy::RoundRobin, PinPolicy::Cores(vec![0])] {
-        let mut config = JobConfig::default();
-        config.pinning = pin.clone();
-        let n = 50_000;
-        let (job, finals) = sum_job(config, n, 10);
-        job.start().unwrap().wait().unwrap();
-        assert_eq!(*finals.lock().unwrap(), expected_sums(n, 10), "{pin:?}");
+    if std::fs::metadata("/proc/thread-self/status").is_err() {
+        return; // no procfs: nothing to probe
+    }
+    let cores = core_affinity::get_core_ids().unwrap_or_default().len();
+    // all on core 0: every probe thread may run on core 0 only
+    let (seen, m) = affinity_job(PinPolicy::Cores(vec![0]));
+    assert!(!seen.is_empty());
+    assert!(seen.iter().all(|c| c == "0"), "{seen:?}");
+    assert!(
+        m.pinning_failures().is_empty(),
+        "{:?}",
+        m.pinning_failures()
+    );
+    assert!(m.tasks.iter().all(|t| t.pinning == Pinning::Pinned(0)));
+    // round robin: each thread on one core, each task's the one it reports
+    let (seen, m) = affinity_job(PinPolicy::RoundRobin);
+    for c in &seen {
+        let core: usize = c.parse().unwrap_or_else(|_| panic!("one core, got {c:?}"));
+        assert!(core < cores.max(1) || cores == 0, "{c}");
+    }
+    assert!(
+        m.pinning_failures().is_empty(),
+        "{:?}",
+        m.pinning_failures()
+    );
+    for (i, t) in m.tasks.iter().enumerate() {
+        assert!(
+            matches!(t.pinning, Pinning::Pinned(_)),
+            "task {i}: {:?}",
+            t.pinning
+        );
+    }
+    // unpinned: the process's own mask
+    let (_, m) = affinity_job(PinPolicy::None);
+    assert!(m.tasks.iter().all(|t| t.pinning == Pinning::Unpinned));
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_core_that_does_not_exist_is_reported_and_the_job_still_runs() {
+    let missing = lockgate::config::MAX_PIN_CORE - 1;
+    let (seen, m) = affinity_job(PinPolicy::Cores(vec![missing]));
+    assert!(!seen.is_empty(), "the job ran unpinned");
+    let failures = m.pinning_failures();
+    assert_eq!(failures.len(), m.tasks.len(), "{failures:?}");
+    assert!(
+        failures[0].contains(&format!("core {missing}")),
+        "{failures:?}"
+    );
+    // beyond what a CPU set can name: refused before the job starts
+    let mut config = JobConfig::default();
+    config.pinning = PinPolicy::Cores(vec![100_000]);
+    let err = config.validate().unwrap_err();
+    assert!(err.contains("core 100000"), "{err}");
+}
+
+#[test]
+fn an_interval_without_a_checkpoint_mode_is_refused() {
+    let mut config = JobConfig::default();
+    config.checkpoint.interval = Some(Duration::from_millis(10));
+    let job = JobBuilder::new("no-mode", config);
+    job.source("numbers", 1, |i| Counter::part(i, 1, 10))
+        .sink("sink", |_| U64Sink);
+    match job.start() {
+        Err(JobError::Config(msg)) => assert!(msg.contains("checkpoint.mode is none"), "{msg}"),
+        other => panic!("expected a config error, got {other:?}"),
     }
 }
 

@@ -188,6 +188,9 @@ fn finish(plan: &args::Plan, args: &Args, r: &RefJobReport, wall_start: SystemTi
     if let Some(w) = saved.rate_warning() {
         eprintln!("{w}");
     }
+    if let Some(w) = saved.pinning_warning() {
+        eprintln!("{w}");
+    }
     if plan.quiet {
         println!("{}", saved.result_line());
     } else {

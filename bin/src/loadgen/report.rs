@@ -346,6 +346,27 @@ impl RunReport {
         })
     }
 
+    /// The warning printed when some task threads could not be pinned as
+    /// `--pin` asked (they ran unpinned), naming them.
+    pub(crate) fn pinning_warning(&self) -> Option<String> {
+        let failed: Vec<String> = self
+            .tasks
+            .iter()
+            .filter_map(|t| match t.pinning {
+                lockgate::Pinning::Failed(core) => Some(format!("{} (core {core})", t.name)),
+                _ => None,
+            })
+            .collect();
+        (!failed.is_empty()).then(|| {
+            format!(
+                "WARNING: pinning failed for {} of {} tasks, which ran unpinned: {}",
+                failed.len(),
+                self.tasks.len(),
+                failed.join(", ")
+            )
+        })
+    }
+
     /// The last line: `result: ok`, `result: interrupted (...)` or
     /// `result: FAILED (<why>)`.
     pub(crate) fn result_line(&self) -> String {
@@ -433,6 +454,9 @@ impl RunReport {
             }
         }
         if let Some(w) = self.rate_warning() {
+            let _ = writeln!(s, "  {w}");
+        }
+        if let Some(w) = self.pinning_warning() {
             let _ = writeln!(s, "  {w}");
         }
         let _ = writeln!(
@@ -548,4 +572,35 @@ fn fmt_lat(l: &LatencyNs) -> String {
         us(l.p9999),
         us(l.max)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockgate::{Pinning, TaskMetricsSnapshot};
+
+    fn task(name: &str, pinning: Pinning) -> TaskMetricsSnapshot {
+        TaskMetricsSnapshot {
+            name: name.into(),
+            pinning,
+            ..TaskMetricsSnapshot::default()
+        }
+    }
+
+    #[test]
+    fn failed_pins_are_named_in_a_warning_and_in_the_report() {
+        let mut r = RunReport {
+            tasks: vec![
+                task("source[0]", Pinning::Pinned(0)),
+                task("sink[0]", Pinning::Failed(7)),
+            ],
+            ..RunReport::default()
+        };
+        let w = r.pinning_warning().expect("one pin failed");
+        assert!(w.contains("1 of 2 tasks"), "{w}");
+        assert!(w.contains("sink[0] (core 7)"), "{w}");
+        assert!(r.human().contains(&w), "the report shows it");
+        r.tasks[1].pinning = Pinning::Unpinned;
+        assert_eq!(r.pinning_warning(), None);
+    }
 }

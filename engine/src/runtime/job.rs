@@ -52,6 +52,19 @@ impl JobMetrics {
     pub fn completed_checkpoints(&self) -> usize {
         self.checkpoints.iter().filter(|c| c.is_completed()).count()
     }
+
+    /// The tasks whose thread could not be pinned as the pinning policy
+    /// asked, with the core, as `task: core N` (empty when every pin took
+    /// or none was asked for).
+    pub fn pinning_failures(&self) -> Vec<String> {
+        self.tasks
+            .iter()
+            .filter_map(|t| match t.pinning {
+                crate::metrics::Pinning::Failed(core) => Some(format!("{}: core {core}", t.name)),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 /// The outcome of a job that ended without error.
@@ -372,8 +385,13 @@ impl Driver {
                     }
                     if let Some(core) = core {
                         // Pinning is best effort: a core that does not exist
-                        // leaves the thread unpinned.
-                        let _ = core_affinity::set_for_current(core_affinity::CoreId { id: core });
+                        // leaves the thread unpinned, and the metrics say so
+                        // (JobMetrics::pinning_failures).
+                        let ok = core_affinity::set_for_current(core_affinity::CoreId { id: core });
+                        if !ok {
+                            tracing::warn!(task = %metrics.name(), core, "pinning the task thread failed; it runs unpinned");
+                        }
+                        metrics.set_pinned(core, ok);
                     }
                     metrics.start();
                     let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -157,7 +157,7 @@ impl LockgateEcho {
         config.checkpoint.mode = CheckpointMode::None;
         let job = JobBuilder::new("one-hop", config);
         let (stream, ingest) = job.ingest::<u64>("in", CHANNEL_CAPACITY);
-        let out = stream.rebalance().map("echo", 1, |v: u64| v).collect();
+        let out = stream.rebalance().task("echo", 1).map(|v: u64| v).collect();
         let handle = job.start().expect("the one-hop job starts");
         LockgateEcho {
             ingest: Some(ingest),

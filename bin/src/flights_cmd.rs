@@ -175,7 +175,9 @@ pub(crate) fn run(args: Args) -> ExitCode {
         CheckpointArg::ExactlyOnce => CheckpointMode::ExactlyOnce,
         CheckpointArg::AtLeastOnce => CheckpointMode::AtLeastOnce,
     };
-    config.checkpoint.interval = Some(Duration::from_millis(args.checkpoint_interval_ms));
+    if config.checkpoint.mode != CheckpointMode::None {
+        config.checkpoint.interval = Some(Duration::from_millis(args.checkpoint_interval_ms));
+    }
     config.checkpoint.dir = args.checkpoint_dir.clone();
     config.checkpoint.restore = args.restore;
     // One restart per injected failure (input errors are fatal and never

@@ -20,7 +20,7 @@ pub(crate) fn run(n: u64) -> (Vec<(u64, u64)>, u64) {
     let output = prices
         .map(|(instrument, price)| (instrument, price * 2))
         .key_by(|(instrument, _)| *instrument)
-        .map("per_instrument", 2, |r| r)
+        .task("per_instrument", 2)
         .collect();
     let handle = job.start().expect("a valid job");
 

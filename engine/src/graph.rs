@@ -5,7 +5,8 @@
 //! job.source("numbers", 2, |subtask| MySource::new(subtask))   // Stream<u64>
 //!    .map(|x| x * 2)                                           // chained
 //!    .key_by(|x| *x)                                           // Exchange<u64>
-//!    .process("sum", 2, |_| SumOperator::default())            // new task
+//!    .task("sum", 2)                                           // a new task
+//!    .process("sum", |_| SumOperator::default())               // chained
 //!    .sink("out", |_| MySink);                                 // chained
 //! let handle = job.start()?;
 //! ```
@@ -14,8 +15,8 @@
 //! `filter`, `flat_map`, `process` and `sink` add operators to the same task
 //! (chaining, as Flink chains operators joined by `forward` with equal
 //! parallelism). `key_by`, `rebalance`, `broadcast` and `forward` end the
-//! chain with an [`Exchange`]: a set of channels to the next operator, which
-//! starts a new task with its own input gate.
+//! chain with an [`Exchange`]: a set of channels to the next task, which
+//! [`Exchange::task`] starts, with its own input gate.
 
 use crate::barrier::AnyHandler;
 use crate::chain::{Link, NoOutput, Stage};
@@ -64,6 +65,7 @@ struct GraphState {
     nodes: Vec<NodeSpec>,
     edges: Vec<EdgeSpec>,
     operator_names: HashSet<String>,
+    task_names: HashSet<String>,
     errors: Vec<String>,
     anon: usize,
 }
@@ -76,7 +78,11 @@ impl GraphState {
                 crate::config::MAX_PARALLELISM
             ));
         }
-        self.claim_name(name);
+        if !self.task_names.insert(name.to_string()) {
+            self.errors.push(format!(
+                "task name '{name}' is used twice (names key checkpointed state and must be unique)"
+            ));
+        }
         self.nodes.push(NodeSpec {
             name: name.to_string(),
             parallelism: parallelism.clamp(1, crate::config::MAX_PARALLELISM),
@@ -270,7 +276,11 @@ impl JobBuilder {
         S: Source<T> + 'static,
         F: Fn(usize) -> S + Send + Sync + 'static,
     {
-        let node = self.g.borrow_mut().add_node(name, parallelism, true);
+        let node = {
+            let mut g = self.g.borrow_mut();
+            g.claim_name(name);
+            g.add_node(name, parallelism, true)
+        };
         let name = name.to_string();
         let chain: ChainFn<T> = Arc::new(move |ctx, tail| {
             Box::new(SourceTask {
@@ -706,20 +716,47 @@ impl<T: Data> Exchange<T> {
         self
     }
 
-    /// The next operator, in a new task of `parallelism` subtasks.
-    pub fn process<O, Op, F>(self, name: &str, parallelism: usize, factory: F) -> Stream<O>
-    where
-        O: Data,
-        Op: Operator<T, O> + 'static,
-        F: Fn(usize) -> Op + Send + Sync + 'static,
-    {
+    /// Starts a new task, `name`, of `parallelism` subtasks, that reads
+    /// this exchange's inputs through one input gate (and its barrier
+    /// handler). Every operation on the returned [`Stream`] chains into
+    /// that task, until the next exchange. This is the one way to start a
+    /// task after an exchange (as timely makes the partitioning a value
+    /// given to one operator signature).
+    ///
+    /// A forward exchange from one stream of the same parallelism starts no
+    /// task: the stream is returned as it is and what follows chains into
+    /// its task (as Flink chains operators joined by `forward`); `name` is
+    /// then not used. Task names are unique in a job: a second use is
+    /// reported by [`JobBuilder::start`].
+    ///
+    /// # Examples
+    /// ```
+    /// use lockgate::{JobBuilder, JobConfig};
+    /// let job = JobBuilder::new("doubled", JobConfig::default());
+    /// let (numbers, ingest) = job.ingest::<u64>("numbers", 16);
+    /// let out = numbers
+    ///     .rebalance()
+    ///     .task("double", 2) // a task of 2 subtasks reading the exchange
+    ///     .map(|x| x * 2) // chained into it
+    ///     .collect();
+    /// let handle = job.start().unwrap();
+    /// for x in 1..=3 {
+    ///     ingest.push(x).unwrap();
+    /// }
+    /// ingest.close();
+    /// handle.wait().unwrap();
+    /// let mut got: Vec<u64> = out.try_iter().collect();
+    /// got.sort();
+    /// assert_eq!(got, [2, 4, 6]);
+    /// ```
+    pub fn task(self, name: &str, parallelism: usize) -> Stream<T> {
         // Forward with equal parallelism chains (as Flink does).
         if self.inputs.len() == 1
             && matches!(self.inputs[0].1, Partitioning::Forward)
             && self.inputs[0].0.parallelism == parallelism
         {
             let (s, _) = self.inputs.into_iter().next().expect("one input");
-            return s.process(name, factory);
+            return s;
         }
         let g = self.g.clone();
         let node = g.borrow_mut().add_node(name, parallelism, false);
@@ -760,8 +797,7 @@ impl<T: Data> Exchange<T> {
             });
             stream.finish_with(tail);
         }
-        let name_s = name.to_string();
-        let chain: ChainFn<O> = Arc::new(move |ctx, tail| {
+        let chain: ChainFn<T> = Arc::new(move |ctx, tail| {
             let mut receivers = Vec::new();
             let mut names = Vec::new();
             for &e in &edge_ids {
@@ -786,11 +822,10 @@ impl<T: Data> Exchange<T> {
                 ctx.cancel.clone(),
                 ctx.metrics.clone(),
             );
-            let stage = Stage::new(name_s.clone(), factory(ctx.subtask), tail);
             let channels = gate.num_channels();
             Box::new(GateTask {
                 gate,
-                chain: Box::new(stage),
+                chain: tail,
                 metrics: ctx.metrics.clone(),
                 watermarks: crate::watermark::WatermarkMerger::new(channels),
             })
@@ -802,29 +837,6 @@ impl<T: Data> Exchange<T> {
             chain,
             parent: Parent::Node(node),
         }
-    }
-
-    /// The next operator as a record function, in a new task.
-    pub fn map<O, F>(self, name: &str, parallelism: usize, f: F) -> Stream<O>
-    where
-        O: Data,
-        F: Fn(T) -> O + Send + Sync + 'static,
-    {
-        let f = Arc::new(f);
-        self.process(name, parallelism, move |_| {
-            let f = f.clone();
-            FnOperator(move |i: &mut Vec<T>, o: &mut Vec<O>| o.extend(i.drain(..).map(|r| f(r))))
-        })
-    }
-
-    /// A sink in a new task of `parallelism` subtasks.
-    pub fn sink<S, F>(self, name: &str, parallelism: usize, factory: F)
-    where
-        S: Sink<T> + 'static,
-        F: Fn(usize) -> S + Send + Sync + 'static,
-    {
-        let s: Stream<()> = self.process(name, parallelism, move |i| SinkOperator(factory(i)));
-        s.finish_with(Arc::new(|_| Box::new(NoOutput)));
     }
 }
 

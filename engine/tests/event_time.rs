@@ -78,7 +78,8 @@ fn the_task_watermark_is_the_minimum_of_its_inputs_and_ends_release_it() {
     });
     fast.rebalance()
         .union(slow.rebalance())
-        .sink("sink", 1, move |_| WatermarkLog { log: l2.clone() });
+        .task("sink", 1)
+        .sink("sink", move |_| WatermarkLog { log: l2.clone() });
     job.start().unwrap().wait().unwrap();
     let log = log.lock().unwrap().clone();
     assert!(!log.is_empty());
@@ -129,7 +130,8 @@ fn processing_time_timers_fire_without_input() {
     let (input, ingest) = job.ingest::<i64>("in", 16);
     let out = input
         .rebalance()
-        .process("timer", 1, |_| Timer {
+        .task("timer", 1)
+        .process("timer", |_| Timer {
             delay: Duration::from_millis(20),
             due: None,
             seen: 0,

@@ -18,9 +18,11 @@ fn sum_job(config: JobConfig, n: u64, keys: u64) -> (JobBuilder, Finals) {
     let f2 = finals.clone();
     job.source("numbers", 2, move |i| Counter::part(i, 2, n))
         .key_by(move |x| x % keys)
-        .process("keyed_sum", 2, move |_| KeyedSum::new(keys))
+        .task("keyed_sum", 2)
+        .process("keyed_sum", move |_| KeyedSum::new(keys))
         .rebalance()
-        .sink("sink", 1, move |_| MaxSink(f2.clone()));
+        .task("sink", 1)
+        .sink("sink", move |_| MaxSink(f2.clone()));
     (job, finals)
 }
 
@@ -61,13 +63,15 @@ fn failing_job(panic: bool) -> Result<JobMetrics, JobError> {
     let job = JobBuilder::new("failing", config);
     job.source("numbers", 2, |i| Counter::part(i, 2, u64::MAX))
         .rebalance()
-        .process("fragile", 2, move |_| Failing {
+        .task("fragile", 2)
+        .process("fragile", move |_| Failing {
             after: 1000,
             seen: 0,
             panic,
         })
         .key_by(|x| *x)
-        .sink("sink", 1, |_| MaxSink(Arc::default()).map_in());
+        .task("sink", 1)
+        .sink("sink", |_| MaxSink(Arc::default()).map_in());
     job.start()?.wait()
 }
 
@@ -213,9 +217,11 @@ fn a_job_restores_from_its_checkpoint_folder() {
     let job = JobBuilder::new("sums", dir_config(dir.path(), true));
     job.source("numbers", 3, move |i| Counter::part(i, 3, n))
         .key_by(|x| x % 10)
-        .process("keyed_sum", 2, |_| KeyedSum::new(10))
+        .task("keyed_sum", 2)
+        .process("keyed_sum", |_| KeyedSum::new(10))
         .rebalance()
-        .sink("sink", 1, |_| MaxSink(Arc::default()));
+        .task("sink", 1)
+        .sink("sink", |_| MaxSink(Arc::default()));
     match job.start() {
         Err(JobError::Restore(msg)) => assert!(msg.contains("parallelism"), "{msg}"),
         Err(e) => panic!("wrong error {e}"),
@@ -330,7 +336,8 @@ fn many_channels_align_under_frequent_checkpoints() {
         let f2 = finals.clone();
         job.source("numbers", 12, move |i| Counter::part(i, 12, n))
             .key_by(|x| x % 5)
-            .process("keyed_sum", 1, |_| KeyedSum::new(5))
+            .task("keyed_sum", 1)
+            .process("keyed_sum", |_| KeyedSum::new(5))
             .sink("sink", move |_| MaxSink(f2.clone()));
         let m = job.start().unwrap().wait().unwrap();
         assert_eq!(*finals.lock().unwrap(), expected_sums(n, 5), "{mode:?}");
@@ -428,9 +435,11 @@ fn pushed_job(mode: CheckpointMode, n: u64, replay_capacity: usize) -> (JobMetri
     );
     input
         .key_by(|x| x % 10)
-        .process("keyed_sum", 2, |_| KeyedSum::new(10))
+        .task("keyed_sum", 2)
+        .process("keyed_sum", |_| KeyedSum::new(10))
         .rebalance()
-        .sink("sink", 1, move |_| MaxSink(f2.clone()));
+        .task("sink", 1)
+        .sink("sink", move |_| MaxSink(f2.clone()));
     let names = job.task_names();
     let ks0 = names.iter().position(|t| t == "keyed_sum[0]").unwrap();
     let ks1 = names.iter().position(|t| t == "keyed_sum[1]").unwrap();
@@ -545,7 +554,8 @@ fn checkpoints_that_take_too_long_abort_with_timeout() {
     let job = JobBuilder::new("slow", config);
     job.source("numbers", 1, |i| Counter::part(i, 1, u64::MAX))
         .rebalance()
-        .process("slow", 1, |_| Slow)
+        .task("slow", 1)
+        .process("slow", |_| Slow)
         .sink("sink", |_| U64Sink);
     let h = job.start().unwrap();
     assert!(wait_for(20, || h.metrics().checkpoints.iter().any(|c| c
@@ -600,7 +610,8 @@ fn alignment_over_the_limit_aborts_the_checkpoint_and_the_job_goes_on() {
     });
     fast.rebalance()
         .union(slow.rebalance())
-        .process("keyed_sum", 1, |_| KeyedSum::new(4))
+        .task("keyed_sum", 1)
+        .process("keyed_sum", |_| KeyedSum::new(4))
         .sink("sink", |_| MaxSink(Arc::default()));
     let h = job.start().unwrap();
     assert!(wait_for(30, || h.metrics().checkpoints.iter().any(|c| c
@@ -686,7 +697,8 @@ fn task_threads_run_with_the_configured_timer_slack() {
         let out = job
             .source("numbers", 1, |i| Counter::part(i, 1, 10))
             .rebalance()
-            .process("probe", 1, |_| SlackProbe)
+            .task("probe", 1)
+            .process("probe", |_| SlackProbe)
             .collect();
         job.start().unwrap().wait().unwrap();
         let seen: Vec<u64> = out.try_iter().collect();
@@ -723,7 +735,8 @@ fn affinity_job(pin: PinPolicy) -> (Vec<String>, JobMetrics) {
     let out = job
         .source("numbers", 2, |i| Counter::part(i, 2, 30_000))
         .rebalance()
-        .process("probe", 3, |_| AffinityProbe)
+        .task("probe", 3)
+        .process("probe", |_| AffinityProbe)
         .collect();
     let m = job.start().unwrap().wait().unwrap();
     (out.try_iter().collect(), m)
@@ -825,14 +838,16 @@ fn a_union_with_an_empty_input_runs_to_the_end_with_the_right_result() {
     let sums = job
         .source("numbers", 2, move |i| Counter::part(i, 2, n))
         .key_by(|x| x % 10)
-        .process("keyed_sum", 2, |_| KeyedSum::new(10))
+        .task("keyed_sum", 2)
+        .process("keyed_sum", |_| KeyedSum::new(10))
         .rebalance();
     let empty = job
         .source("empty", 1, |i| Counter::part(i, 1, 0))
         .map(|x| (x, x))
         .rebalance();
     sums.union(empty)
-        .sink("sink", 1, move |_| MaxSink(f2.clone()));
+        .task("sink", 1)
+        .sink("sink", move |_| MaxSink(f2.clone()));
     let m = job.start().unwrap().wait().unwrap();
     assert_eq!(*finals.lock().unwrap(), expected_sums(n, 10));
     let sink = m.tasks.iter().find(|t| t.name == "sink[0]").unwrap();
@@ -860,7 +875,8 @@ fn a_fatal_error_fails_the_job_without_restarts() {
     let job = JobBuilder::new("fatal", config);
     job.source("numbers", 1, |i| Counter::part(i, 1, 1_000))
         .rebalance()
-        .process("doomed", 1, |_| Doomed)
+        .task("doomed", 1)
+        .process("doomed", |_| Doomed)
         .sink("sink", |_| U64Sink);
     match job.start().unwrap().wait() {
         Err(JobError::TaskFailed { task, cause }) => {
@@ -904,11 +920,13 @@ fn a_split_stream_feeds_both_branches_exactly_across_failures() {
     let sums = job
         .source("numbers", 2, move |i| Counter::part(i, 2, n))
         .key_by(|x| x % 10)
-        .process("keyed_sum", 2, |_| KeyedSum::new(10));
+        .task("keyed_sum", 2)
+        .process("keyed_sum", |_| KeyedSum::new(10));
     let (to_max, to_count) = sums.split();
     to_max
         .rebalance()
-        .sink("max", 1, move |_| MaxSink(f2.clone()));
+        .task("max", 1)
+        .sink("max", move |_| MaxSink(f2.clone()));
     // a nested split: even and odd keys counted by two sinks
     let (even, odd) = to_count.map(|(k, _)| k).split();
     even.filter(|k| k % 2 == 0)

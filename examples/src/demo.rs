@@ -57,9 +57,11 @@ pub fn build(job: &JobBuilder, out: PathBuf, records: u64, pace: Pace) {
         Pace::Paced => Sequence::part(i, 2, records).paced(64, Duration::from_millis(1)),
     })
     .key_by(|x| x % 2)
-    .process("keyed_sum", 2, |_| RunningSum::default())
+    .task("keyed_sum", 2)
+    .process("keyed_sum", |_| RunningSum::default())
     .rebalance()
-    .sink("files", 2, move |i| {
+    .task("files", 2)
+    .sink("files", move |i| {
         let fmt: Formatter<(u64, u64)> =
             Box::new(|r, b| b.extend_from_slice(format!("{},{}\n", r.0, r.1).as_bytes()));
         TwoPhaseCommitSink::new(

@@ -279,7 +279,8 @@ pub fn build(job: &JobBuilder, spec: &FlightsJobSpec) -> FlightsProbes {
             |f: &Flight| origin_time_hash(&f.origin, f.time_hour_ms),
             |w: &Weather| origin_time_hash(&w.origin, w.time_hour_ms),
         )
-        .process("enrich", p, move |i| {
+        .task("enrich", p)
+        .process("enrich", move |i| {
             KeyedCoProcessOperator::new(
                 EnrichJoin::new(
                     |f: &Flight| f.origin,
@@ -301,7 +302,8 @@ pub fn build(job: &JobBuilder, spec: &FlightsJobSpec) -> FlightsProbes {
     // the stream: every enriched flight goes to both chains).
     let (daily, by_vis) = enriched
         .key_by(|e: &EnrichedFlight| origin_hash(&e.flight.origin))
-        .map("aggregate", p, |e: EnrichedFlight| e)
+        .task("aggregate", p)
+        .map(|e: EnrichedFlight| e)
         .split();
     let (daily_dir, vis_dir) = (spec.daily_parts(), spec.by_visibility_parts());
     daily

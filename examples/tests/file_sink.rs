@@ -9,7 +9,9 @@ fn run(dir: &std::path::Path, mode: CheckpointMode, failures: FailurePlan, n: u6
     let mut config = JobConfig::default();
     config.batch_size = 32;
     config.checkpoint.mode = mode;
-    config.checkpoint.interval = Some(Duration::from_millis(3));
+    if mode != CheckpointMode::None {
+        config.checkpoint.interval = Some(Duration::from_millis(3));
+    }
     config.restart = RestartStrategy {
         max_attempts: 10,
         delay: Duration::ZERO,

@@ -74,7 +74,9 @@ fn spec(flights: &Path, weather: &Path, out: &Path, parallelism: usize) -> Fligh
 fn config(mode: CheckpointMode, restarts: u32) -> JobConfig {
     let mut c = JobConfig::default();
     c.checkpoint.mode = mode;
-    c.checkpoint.interval = Some(Duration::from_millis(20));
+    if mode != CheckpointMode::None {
+        c.checkpoint.interval = Some(Duration::from_millis(20));
+    }
     c.restart = RestartStrategy {
         max_attempts: restarts,
         delay: Duration::ZERO,

@@ -3,7 +3,7 @@
 //!
 //! Build the input with [`lockgate::Stream::connect`] and
 //! [`lockgate::Connected::key_by`] (both inputs partitioned by the hash of
-//! the same key), then `.process(name, parallelism, |_|
+//! the same key), then `.task(name, parallelism).process(name, |_|
 //! KeyedCoProcessOperator::new(f))`. The operator keeps one state value
 //! per key (created on first use, dropped when the function clears it)
 //! and a [`TimerService`] of keyed timers; both are checkpointed (JSON),

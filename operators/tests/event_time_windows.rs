@@ -97,7 +97,8 @@ fn out_of_order_records_within_the_bound_count_and_later_ones_are_late() {
             max: None,
         })
         .key_by(|_| 0)
-        .process("windows", 1, windows())
+        .task("windows", 1)
+        .process("windows", windows())
         .collect();
     job.start().unwrap().wait().unwrap();
     let outs: Vec<Out> = rx.try_iter().collect();
@@ -131,7 +132,8 @@ fn an_ended_input_releases_the_watermark_of_a_two_input_task() {
     let rx = short
         .key_by(|_| 0)
         .union(long.key_by(|_| 0))
-        .process("windows", 1, windows())
+        .task("windows", 1)
+        .process("windows", windows())
         .collect();
     let handle = job.start().unwrap();
     tx.send(5).unwrap();

@@ -1027,11 +1027,13 @@ fn build_typed<P: Payload>(results: &RefJobResults, job: &JobBuilder) -> Result<
     })
     .map_in_place(|e: &mut RefEvent<P>| e.value = crate::workload::chained_map(e.value))
     .key_by(|e: &RefEvent<P>| e.key)
-    .process("keyed_sum", p, move |_| RefKeyedSum {
+    .task("keyed_sum", p)
+    .process("keyed_sum", move |_| RefKeyedSum {
         sums: KeyedSum::new(),
     })
     .rebalance()
-    .sink("sink", 1, move |i| {
+    .task("sink", 1)
+    .sink("sink", move |i| {
         // A new attempt starts from a fresh check unless restore_state
         // gives it the checkpointed one.
         lock(&s_sink.slots[i]).check = SinkCheck::new(total, nkeys).expect("sizes were validated");

@@ -72,7 +72,9 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            config.checkpoint.interval = Some(Duration::from_millis(interval_ms));
+            if config.checkpoint.mode != CheckpointMode::None {
+                config.checkpoint.interval = Some(Duration::from_millis(interval_ms));
+            }
             let report =
                 match run_reference_job(&RefJobConfig::w1(records), config, FailurePlan::none()) {
                     Ok(r) => r,

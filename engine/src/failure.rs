@@ -16,6 +16,17 @@ pub struct PlannedFailure {
 
 /// The failures to inject into a job, each striking once, in order per
 /// task: after a restart, a task's next planned failure is armed.
+///
+/// # Examples
+/// ```
+/// use lockgate::{FailurePlan, FailurePoint};
+/// let plan = FailurePlan::none()
+///     .with(2, FailurePoint::AfterRecords(1_000))
+///     .with(2, FailurePoint::DuringSnapshot); // armed after the first struck
+/// assert_eq!(plan.failures.len(), 2);
+/// // seeded: the same seed gives the same plan
+/// assert_eq!(FailurePlan::seeded(7, 3, 4, 100), FailurePlan::seeded(7, 3, 4, 100));
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FailurePlan {
     /// The failures.

@@ -108,6 +108,52 @@ impl GraphState {
 
 /// Builds a job: add sources, chain operators, exchange, sink, then
 /// [`JobBuilder::start`].
+///
+/// # Examples
+/// A source of 2 subtasks, a keyed sum in a task of its own, a sink:
+/// ```
+/// use lockgate::{BoxError, JobBuilder, JobConfig, KeyedState, Operator, Source, SourcePoll};
+///
+/// /// Emits `0..n`, then ends.
+/// struct Numbers { next: u64, n: u64 }
+/// impl Source<u64> for Numbers {
+///     fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourcePoll, BoxError> {
+///         while out.len() < max && self.next < self.n {
+///             out.push(self.next);
+///             self.next += 1;
+///         }
+///         Ok(if self.next == self.n { SourcePoll::Finished } else { SourcePoll::Ready })
+///     }
+/// }
+///
+/// /// A running sum per key.
+/// struct Sum(KeyedState<u64, u64>);
+/// impl Operator<u64, (u64, u64)> for Sum {
+///     fn process(&mut self, input: &mut Vec<u64>, out: &mut Vec<(u64, u64)>) -> Result<(), BoxError> {
+///         for x in input.drain(..) {
+///             let s = self.0.get_or_default(x % 3);
+///             *s += x;
+///             out.push((x % 3, *s));
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// let job = JobBuilder::new("sums", JobConfig::default());
+/// let sums = job
+///     .source("numbers", 2, |subtask| Numbers { next: subtask as u64 * 50, n: subtask as u64 * 50 + 50 })
+///     .key_by(|x| x % 3)
+///     .task("sum", 2)
+///     .process("sum", |_| Sum(KeyedState::new()))
+///     .collect();
+/// assert_eq!(job.task_names(), ["numbers[0]", "numbers[1]", "sum[0]", "sum[1]"]);
+/// job.start().unwrap().wait().unwrap();
+/// let mut last = [0u64; 3];
+/// for (k, s) in sums.try_iter() {
+///     last[k as usize] = last[k as usize].max(s);
+/// }
+/// assert_eq!(last.iter().sum::<u64>(), (0..100).sum::<u64>());
+/// ```
 pub struct JobBuilder {
     g: Rc<RefCell<GraphState>>,
     config: JobConfig,
@@ -125,6 +171,29 @@ impl std::fmt::Debug for JobBuilder {
 }
 
 /// An operator chain open at its end, producing records of type `T`.
+///
+/// Operations on a stream chain into its task (no channel between them);
+/// `key_by`, `rebalance`, `broadcast` and `forward` end the chain with an
+/// [`Exchange`].
+///
+/// # Examples
+/// ```
+/// use lockgate::{JobBuilder, JobConfig};
+/// let job = JobBuilder::new("chain", JobConfig::default());
+/// let (input, ingest) = job.ingest::<i64>("input", 16);
+/// let out = input
+///     .filter(|x| *x > 0)
+///     .map(|x| x * 10)
+///     .flat_map(|x| [x, x + 1])
+///     .collect(); // all four in the ingest source's task
+/// let handle = job.start().unwrap();
+/// for x in [-1, 1, 2] {
+///     ingest.push(x).unwrap();
+/// }
+/// ingest.close();
+/// handle.wait().unwrap();
+/// assert_eq!(out.try_iter().collect::<Vec<_>>(), [10, 11, 20, 21]);
+/// ```
 #[must_use = "a stream must end in a sink or an exchange"]
 pub struct Stream<T> {
     g: Rc<RefCell<GraphState>>,
@@ -420,6 +489,22 @@ impl JobBuilder {
 }
 
 /// The application's end of an ingest source (see [`JobBuilder::ingest`]).
+///
+/// # Examples
+/// ```
+/// use lockgate::{JobBuilder, JobConfig, PushError};
+/// let job = JobBuilder::new("ingest", JobConfig::default());
+/// let (input, ingest) = job.ingest::<u32>("input", 1); // room for 1 record
+/// let out = input.collect();
+/// // before the job runs nothing reads: the second push finds it full
+/// ingest.try_push(1).unwrap();
+/// assert_eq!(ingest.try_push(2), Err(PushError::Full(2)));
+/// let handle = job.start().unwrap();
+/// ingest.push(2).unwrap(); // blocks until there is room
+/// ingest.close();
+/// handle.wait().unwrap();
+/// assert_eq!(out.try_iter().collect::<Vec<_>>(), [1, 2]);
+/// ```
 pub struct Ingest<T> {
     tx: Sender<T>,
     restored: Arc<std::sync::atomic::AtomicU64>,

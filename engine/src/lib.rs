@@ -62,3 +62,8 @@ pub use protocol::OperatorSnapshot;
 pub use runtime::{JobHandle, JobMetrics, JobResult};
 pub use state::{KeyedState, StateError, ValueState};
 pub use task_id::{ParseTaskIdError, TaskId};
+
+/// The README's Rust blocks, compiled and run as doctests (as timely does).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;

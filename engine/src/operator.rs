@@ -14,6 +14,47 @@ use serde::{Deserialize, Serialize};
 
 /// An operator with one input (or two, through [`Either`]): the unit of a
 /// task's operator chain.
+///
+/// # Examples
+/// A stateful operator: a count per key, snapshotted for checkpoints and
+/// emitted at the end of the input.
+/// ```
+/// use lockgate::{BoxError, CheckpointId, KeyedState, Operator};
+///
+/// #[derive(Default)]
+/// struct CountPerKey(KeyedState<char, u64>);
+///
+/// impl Operator<char, (char, u64)> for CountPerKey {
+///     fn process(&mut self, input: &mut Vec<char>, _out: &mut Vec<(char, u64)>) -> Result<(), BoxError> {
+///         for c in input.drain(..) {
+///             *self.0.get_or_default(c) += 1;
+///         }
+///         Ok(())
+///     }
+///     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+///         Ok(Some(self.0.snapshot()?))
+///     }
+///     fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
+///         self.0 = KeyedState::restore(state)?;
+///         Ok(())
+///     }
+///     fn end_of_input(&mut self, out: &mut Vec<(char, u64)>) -> Result<(), BoxError> {
+///         out.extend(self.0.iter().map(|(c, n)| (*c, *n)));
+///         Ok(())
+///     }
+/// }
+///
+/// // Driven by hand here; in a job the task calls it.
+/// let mut op = CountPerKey::default();
+/// op.process(&mut vec!['a', 'b', 'a'], &mut Vec::new()).unwrap();
+/// let snapshot = op.snapshot_state(CheckpointId(1)).unwrap().unwrap();
+/// let mut restored = CountPerKey::default();
+/// restored.restore_state(&snapshot).unwrap();
+/// let mut out = Vec::new();
+/// restored.end_of_input(&mut out).unwrap();
+/// out.sort();
+/// assert_eq!(out, [('a', 2), ('b', 1)]);
+/// ```
 pub trait Operator<I, O>: Send {
     /// Processes a batch of records, appending results to `out`. `input` is
     /// the whole batch; the operator may drain it (what is left is dropped).

@@ -29,6 +29,18 @@ pub struct StateError {
 /// Keyed state: one value per key of the operator's subtask (Flink's
 /// `MapState`/`ValueState` under a keyed stream). Memory: a `HashMap` of the
 /// keys this subtask has seen; a snapshot costs O(keys) to encode.
+///
+/// # Examples
+/// ```
+/// use lockgate::KeyedState;
+/// let mut sums: KeyedState<u64, u64> = KeyedState::new();
+/// *sums.get_or_default(7) += 5;
+/// *sums.get_or_default(7) += 1;
+/// let bytes = sums.snapshot().unwrap();
+/// let back: KeyedState<u64, u64> = KeyedState::restore(&bytes).unwrap();
+/// assert_eq!(back.get(&7), Some(&6));
+/// assert!(KeyedState::<u64, u64>::restore(b"\xff\xff").is_err());
+/// ```
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(bound(
     serialize = "K: Serialize + Eq + Hash, V: Serialize",
@@ -125,6 +137,14 @@ impl<K: Serialize + DeserializeOwned + Eq + Hash, V: Serialize + DeserializeOwne
 
 /// Operator state: one value per subtask (Flink's operator state), e.g. a
 /// source's read position.
+///
+/// # Examples
+/// ```
+/// use lockgate::ValueState;
+/// let offset = ValueState(1_234u64);
+/// let bytes = offset.snapshot().unwrap();
+/// assert_eq!(ValueState::<u64>::restore(&bytes).unwrap().0, 1_234);
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ValueState<T>(pub T);
 

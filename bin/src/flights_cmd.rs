@@ -203,7 +203,10 @@ pub(crate) fn run(args: Args) -> ExitCode {
         // Refused before anything ran: a bad configuration or checkpoint
         // folder is bad input too.
         Err(FlightsJobError::Job(
-            e @ (JobError::Config(_) | JobError::Storage(_) | JobError::Restore(_)),
+            e @ (JobError::Config(_)
+            | JobError::Storage(_)
+            | JobError::FolderInUse(_)
+            | JobError::Restore(_)),
         )) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);

@@ -79,7 +79,7 @@ impl<I, O, Op: Operator<I, O>> Stage<I, O, Op> {
         }
     }
 
-    fn op_err(&self, what: &str, e: crate::error::BoxError) -> TaskError {
+    fn op_err(&self, what: &'static str, e: crate::error::BoxError) -> TaskError {
         TaskError::from_operator(&self.name, what, e)
     }
 

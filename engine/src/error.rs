@@ -2,6 +2,7 @@
 //! ([`BoxError`], [`OperatorError`], [`FatalError`]), why a task stopped
 //! ([`TaskError`]) and why a job did not start or end well ([`JobError`]).
 
+use crate::checkpoint::storage::StorageError;
 use crate::task_id::TaskId;
 use std::fmt;
 
@@ -37,15 +38,19 @@ impl fmt::Display for FatalError {
 impl std::error::Error for FatalError {}
 
 /// Why a task stopped with an error.
-#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
+#[derive(thiserror::Error, Debug, Clone)]
 pub enum TaskError {
-    /// An operator returned an error.
-    #[error("operator '{operator}' failed in {message}")]
+    /// An operator returned an error; its chain of causes is kept
+    /// ([`std::error::Error::source`]).
+    #[error("operator '{operator}' failed in {call}: {source}")]
     Operator {
         /// The operator's name.
         operator: String,
-        /// What it said, prefixed by the call that failed.
-        message: String,
+        /// The call that failed (`process`, `snapshot_state`, ...).
+        call: &'static str,
+        /// What the operator returned.
+        #[source]
+        source: SharedError,
     },
     /// The task's code panicked.
     #[error("panicked: {0}")]
@@ -59,32 +64,69 @@ pub enum TaskError {
     /// A failure planned by a [`crate::FailurePlan`].
     #[error("injected failure: {0}")]
     Injected(String),
-    /// An operator returned a [`FatalError`]: restarting cannot help
-    /// (e.g. malformed input), so the job fails at once.
-    #[error("operator '{operator}' failed for good in {message}")]
+    /// An operator returned an error with a [`FatalError`] in its chain of
+    /// causes: restarting cannot help (e.g. malformed input), so the job
+    /// fails at once.
+    #[error("operator '{operator}' failed for good in {call}: {source}")]
     Fatal {
         /// The operator's name.
         operator: String,
-        /// What it said, prefixed by the call that failed.
-        message: String,
+        /// The call that failed.
+        call: &'static str,
+        /// What the operator returned.
+        #[source]
+        source: SharedError,
     },
 }
 
+/// An operator's error, shared so that a [`TaskError`] can be cloned (the
+/// job thread logs it and returns it) with its chain of causes intact.
+pub type SharedError = std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// True when `e` or any error in its chain of causes is a [`FatalError`],
+/// so that wrapping a fatal error with context keeps it fatal.
+///
+/// # Examples
+/// ```
+/// use lockgate::{error::is_fatal_error, FatalError};
+///
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("reading the input")]
+/// struct Context(#[source] FatalError);
+///
+/// assert!(is_fatal_error(&Context(FatalError("line 7: bad date".into()))));
+/// assert!(!is_fatal_error(&std::io::Error::other("disk hiccup")));
+/// ```
+pub fn is_fatal_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if err.is::<FatalError>() {
+            return true;
+        }
+        next = err.source();
+    }
+    false
+}
+
 impl TaskError {
-    /// The error of operator `operator` returned from its call `what`:
-    /// [`TaskError::Fatal`] for a [`FatalError`], else
-    /// [`TaskError::Operator`].
-    pub(crate) fn from_operator(operator: &str, what: &str, e: BoxError) -> TaskError {
-        let message = format!("{what}: {e}");
-        if e.downcast_ref::<FatalError>().is_some() {
+    /// The error of operator `operator` returned from its call `call`:
+    /// [`TaskError::Fatal`] when a [`FatalError`] is in its chain of
+    /// causes, else [`TaskError::Operator`].
+    pub(crate) fn from_operator(operator: &str, call: &'static str, e: BoxError) -> TaskError {
+        let fatal = is_fatal_error(&*e);
+        let source: SharedError = std::sync::Arc::from(e);
+        let operator = operator.to_string();
+        if fatal {
             TaskError::Fatal {
-                operator: operator.to_string(),
-                message,
+                operator,
+                call,
+                source,
             }
         } else {
             TaskError::Operator {
-                operator: operator.to_string(),
-                message,
+                operator,
+                call,
+                source,
             }
         }
     }
@@ -96,7 +138,7 @@ impl TaskError {
 }
 
 /// Why a job could not start or did not end well.
-#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
+#[derive(thiserror::Error, Debug)]
 pub enum JobError {
     /// The configuration or the graph is invalid; the message names the
     /// problem.
@@ -108,15 +150,23 @@ pub enum JobError {
         /// The task, shown as `keyed_sum[1]`.
         task: TaskId,
         /// Why it failed.
+        #[source]
         cause: TaskError,
     },
     /// More checkpoints failed in a row than tolerated (Flink's
     /// `CheckpointFailureManager`); the message gives the last reason.
     #[error("checkpointing failed: {0}")]
     Checkpoint(String),
-    /// Checkpoint storage could not be used.
+    /// Checkpoint storage could not be used (the storage's own error,
+    /// naming the file or folder).
     #[error("checkpoint storage: {0}")]
-    Storage(String),
+    Storage(#[from] StorageError),
+    /// The checkpoint folder already holds checkpoints and the job was not
+    /// told to restore from them (they are never overwritten).
+    #[error(
+        "checkpoint folder {0} already holds checkpoints; restore from it or use an empty folder"
+    )]
+    FolderInUse(String),
     /// The job cannot restore from the given checkpoint.
     #[error("cannot restore: {0}")]
     Restore(String),

@@ -209,7 +209,7 @@ fn a_job_restores_from_its_checkpoint_folder() {
     // A job started without restore refuses the non-empty folder.
     let (job, _) = sum_job(dir_config(dir.path(), false), n, 10);
     match job.start() {
-        Err(JobError::Storage(msg)) => assert!(msg.contains("restore"), "{msg}"),
+        Err(e @ JobError::FolderInUse(_)) => assert!(e.to_string().contains("restore"), "{e}"),
         Err(e) => panic!("wrong error {e}"),
         Ok(_) => panic!("a non-empty checkpoint folder must not be overwritten"),
     }
@@ -856,35 +856,76 @@ fn a_union_with_an_empty_input_runs_to_the_end_with_the_right_result() {
 }
 
 /// Fails with a fatal error on its first batch.
-struct Doomed;
+/// Fails with a [`FatalError`], wrapped in context when `wrapped`.
+struct Doomed {
+    wrapped: bool,
+}
+
+/// An error that adds context to its cause.
+#[derive(Debug, thiserror::Error)]
+#[error("parsing record 3")]
+struct WithContext(#[source] FatalError);
+
 impl Operator<u64, u64> for Doomed {
     fn process(&mut self, _input: &mut Vec<u64>, _out: &mut Vec<u64>) -> Result<(), BoxError> {
-        Err(Box::new(FatalError("line 7: not a number".into())))
+        let fatal = FatalError("line 7: not a number".into());
+        Err(if self.wrapped {
+            Box::new(WithContext(fatal))
+        } else {
+            Box::new(fatal)
+        })
     }
 }
 
 #[test]
 fn a_fatal_error_fails_the_job_without_restarts() {
-    let mut config = JobConfig::default();
-    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
-    config.checkpoint.interval = Some(Duration::from_millis(5));
-    config.restart = RestartStrategy {
-        max_attempts: 5,
-        delay: Duration::ZERO,
-    };
-    let job = JobBuilder::new("fatal", config);
-    job.source("numbers", 1, |i| Counter::part(i, 1, 1_000))
-        .rebalance()
-        .task("doomed", 1)
-        .process("doomed", |_| Doomed)
-        .sink("sink", |_| U64Sink);
-    match job.start().unwrap().wait() {
-        Err(JobError::TaskFailed { task, cause }) => {
-            assert_eq!(task, lockgate::TaskId::new("doomed", 0));
-            assert!(cause.is_fatal(), "{cause}");
-            assert!(cause.to_string().contains("line 7"), "{cause}");
+    // A FatalError fails the job at once, also when wrapped with context:
+    // what makes it fatal is found anywhere in the chain of causes, and the
+    // chain is kept in the error the job returns.
+    for wrapped in [false, true] {
+        let mut config = JobConfig::default();
+        config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+        config.checkpoint.interval = Some(Duration::from_millis(5));
+        config.restart = RestartStrategy {
+            max_attempts: 5,
+            delay: Duration::ZERO,
+        };
+        let job = JobBuilder::new("fatal", config);
+        job.source("numbers", 1, |i| Counter::part(i, 1, 1_000))
+            .rebalance()
+            .task("doomed", 1)
+            .process("doomed", move |_| Doomed { wrapped })
+            .sink("sink", |_| U64Sink);
+        let h = job.start().unwrap();
+        assert!(wait_for(30, || h.is_finished()));
+        assert_eq!(h.metrics().restarts, 0, "wrapped: {wrapped}");
+        let err = h.wait().unwrap_err();
+        // the chain: job error → task error → what the operator returned
+        let mut chain = Vec::new();
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&err);
+        while let Some(e) = next {
+            chain.push(e.to_string());
+            next = e.source();
         }
-        other => panic!("expected a fatal failure, got {other:?}"),
+        assert_eq!(chain.last().unwrap(), "line 7: not a number", "{chain:?}");
+        assert_eq!(chain.len(), if wrapped { 4 } else { 3 }, "{chain:?}");
+        match err {
+            JobError::TaskFailed { task, cause } => {
+                assert_eq!(task, lockgate::TaskId::new("doomed", 0));
+                assert!(cause.is_fatal(), "{cause}");
+                assert!(
+                    matches!(
+                        cause,
+                        TaskError::Fatal {
+                            call: "process",
+                            ..
+                        }
+                    ),
+                    "{cause}"
+                );
+            }
+            other => panic!("expected a fatal failure, got {other:?}"),
+        }
     }
 }
 

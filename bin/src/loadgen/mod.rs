@@ -58,6 +58,7 @@ pub(crate) fn run(args: Args) -> u8 {
             let msg = match &e {
                 RefJobError::Job(JobError::Restore(m)) => format!("--restore: {m}"),
                 RefJobError::Job(JobError::Storage(m)) => format!("checkpoint folder: {m}"),
+                RefJobError::Job(e @ JobError::FolderInUse(_)) => e.to_string(),
                 other => other.to_string(),
             };
             eprintln!("error: {msg}");

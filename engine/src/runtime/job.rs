@@ -612,20 +612,16 @@ pub(crate) fn prepare_and_start(
         match (storage, &config.checkpoint.dir) {
             (Some(s), _) => Some((s, "the job's checkpoint storage".to_string())),
             (None, Some(dir)) => Some((
-                Box::new(LocalDirStorage::open(dir).map_err(|e| JobError::Storage(e.to_string()))?),
+                Box::new(LocalDirStorage::open(dir).map_err(JobError::Storage)?),
                 dir.display().to_string(),
             )),
             (None, None) => None,
         };
     if let Some((storage, where_)) = storage {
         let _ = storage.clean_temporaries();
-        let existing = storage
-            .list()
-            .map_err(|e| JobError::Storage(e.to_string()))?;
+        let existing = storage.list().map_err(JobError::Storage)?;
         if config.checkpoint.restore {
-            let latest = storage
-                .load_latest_valid()
-                .map_err(|e| JobError::Storage(e.to_string()))?;
+            let latest = storage.load_latest_valid().map_err(JobError::Storage)?;
             for (id, err) in &latest.corrupt {
                 tracing::warn!(checkpoint = %id, error = %err, "skipping a corrupt checkpoint");
             }
@@ -644,9 +640,7 @@ pub(crate) fn prepare_and_start(
             check_compatible(&loaded.metadata.job, &job, &loaded.handle.path)?;
             restored = Some(restored_from(loaded)?);
         } else if !existing.is_empty() {
-            return Err(JobError::Storage(format!(
-                "checkpoint folder {where_} already holds checkpoints; restore from it or use an empty folder"
-            )));
+            return Err(JobError::FolderInUse(where_));
         }
         next_id = existing.last().map(|id| id.next());
         sink = Some(Box::new(StorageSink {

@@ -53,7 +53,7 @@ pub(crate) struct SourceTask<T, S> {
 }
 
 impl<T: Send, S: Source<T>> SourceTask<T, S> {
-    fn source_err(&self, what: &str, e: crate::BoxError) -> TaskError {
+    fn source_err(&self, what: &'static str, e: crate::BoxError) -> TaskError {
         TaskError::from_operator(&self.name, what, e)
     }
 

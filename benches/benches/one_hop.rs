@@ -91,12 +91,12 @@ impl Wait {
 
     /// Receives one value as this strategy waits; `None` when the channel
     /// is disconnected or nothing came within [`ROUND_TRIP_LIMIT`].
-    fn recv<T>(self, rx: &Receiver<T>) -> Option<T> {
+    fn recv<T, R: RecvEnd<T>>(self, rx: &R) -> Option<T> {
         match self {
-            Wait::Park => rx.recv_timeout(ROUND_TRIP_LIMIT).ok(),
+            Wait::Park => rx.take_timeout(ROUND_TRIP_LIMIT),
             Wait::SpinPark => {
                 for _ in 0..DEFAULT_SPINS {
-                    match rx.try_recv() {
+                    match rx.take_now() {
                         Ok(v) => return Some(v),
                         Err(TryRecvError::Disconnected) => return None,
                         Err(TryRecvError::Empty) => std::hint::spin_loop(),
@@ -104,19 +104,19 @@ impl Wait {
                 }
                 for _ in 0..YIELDS_BEFORE_BLOCK {
                     std::thread::yield_now();
-                    match rx.try_recv() {
+                    match rx.take_now() {
                         Ok(v) => return Some(v),
                         Err(TryRecvError::Disconnected) => return None,
                         Err(TryRecvError::Empty) => {}
                     }
                 }
-                rx.recv_timeout(ROUND_TRIP_LIMIT).ok()
+                rx.take_timeout(ROUND_TRIP_LIMIT)
             }
             Wait::Spin => {
                 let start = Instant::now();
                 let mut polls: u32 = 0;
                 loop {
-                    match rx.try_recv() {
+                    match rx.take_now() {
                         Ok(v) => return Some(v),
                         Err(TryRecvError::Disconnected) => return None,
                         Err(TryRecvError::Empty) => {
@@ -137,6 +137,34 @@ impl Wait {
     }
 }
 
+/// What the waits need of a receiving end: crossbeam's `Receiver` (the
+/// bare ring) and lockgate's `Output` (the job's end).
+trait RecvEnd<T> {
+    fn take_now(&self) -> Result<T, TryRecvError>;
+    fn take_timeout(&self, limit: Duration) -> Option<T>;
+}
+
+impl<T> RecvEnd<T> for Receiver<T> {
+    fn take_now(&self) -> Result<T, TryRecvError> {
+        self.try_recv()
+    }
+    fn take_timeout(&self, limit: Duration) -> Option<T> {
+        self.recv_timeout(limit).ok()
+    }
+}
+
+impl<T> RecvEnd<T> for lockgate::Output<T> {
+    fn take_now(&self) -> Result<T, TryRecvError> {
+        self.try_recv().map_err(|e| match e {
+            lockgate::TryRecvError::Empty => TryRecvError::Empty,
+            lockgate::TryRecvError::Ended => TryRecvError::Disconnected,
+        })
+    }
+    fn take_timeout(&self, limit: Duration) -> Option<T> {
+        self.recv_timeout(limit).ok()
+    }
+}
+
 /// One round trip: sends `v`, waits for the echo.
 trait Echo {
     fn round_trip(&mut self, v: u64) -> u64;
@@ -145,7 +173,7 @@ trait Echo {
 /// The lockgate job of the module doc.
 struct LockgateEcho {
     ingest: Option<lockgate::Ingest<u64>>,
-    out: Receiver<u64>,
+    out: lockgate::Output<u64>,
     wait: Wait,
     handle: Option<lockgate::JobHandle>,
 }

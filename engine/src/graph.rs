@@ -25,6 +25,7 @@ use crate::config::{IngestConfig, JobConfig};
 use crate::element::RecordSize;
 use crate::error::JobError;
 use crate::failure::FailurePlan;
+use crate::handoff::{Ingest, Output};
 use crate::input_gate::InputGate;
 use crate::operator::{Either, FnOperator, Operator, Sink, SinkOperator, Source};
 use crate::runtime::plan::{
@@ -32,7 +33,6 @@ use crate::runtime::plan::{
 };
 use crate::runtime::task::{GateTask, SourceTask};
 use crate::runtime::JobHandle;
-use crossbeam_channel::{Receiver, Sender};
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::rc::Rc;
@@ -406,9 +406,8 @@ impl JobBuilder {
     /// starts from no state. The source ends when every [`Ingest`] handle
     /// is dropped or [`Ingest::close`]d.
     pub fn ingest_with<T: Data>(&self, name: &str, config: IngestConfig) -> (Stream<T>, Ingest<T>) {
-        let (tx, rx) = crossbeam_channel::bounded(config.channel_capacity.max(1));
-        let restored = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let r2 = restored.clone();
+        let (ingest, rx) = crate::handoff::ingest_channel(config.channel_capacity);
+        let r2 = ingest.restored.clone();
         let checkpointing = self.config.checkpoint.mode != crate::barrier::CheckpointMode::None;
         let log = checkpointing.then(|| {
             Arc::new(std::sync::Mutex::new(crate::sources::ReplayLog::new(
@@ -421,7 +420,7 @@ impl JobBuilder {
             restored: r2.clone(),
             log: log.clone(),
         });
-        (stream, Ingest { tx, restored })
+        (stream, ingest)
     }
 
     /// The tasks the job will run, in start order, by full name
@@ -486,83 +485,6 @@ impl JobBuilder {
             self.storage,
         )
     }
-}
-
-/// The application's end of an ingest source (see [`JobBuilder::ingest`]).
-///
-/// # Examples
-/// ```
-/// use lockgate::{JobBuilder, JobConfig, PushError};
-/// let job = JobBuilder::new("ingest", JobConfig::default());
-/// let (input, ingest) = job.ingest::<u32>("input", 1); // room for 1 record
-/// let out = input.collect();
-/// // before the job runs nothing reads: the second push finds it full
-/// ingest.try_push(1).unwrap();
-/// assert_eq!(ingest.try_push(2), Err(PushError::Full(2)));
-/// let handle = job.start().unwrap();
-/// ingest.push(2).unwrap(); // blocks until there is room
-/// ingest.close();
-/// handle.wait().unwrap();
-/// assert_eq!(out.try_iter().collect::<Vec<_>>(), [1, 2]);
-/// ```
-pub struct Ingest<T> {
-    tx: Sender<T>,
-    restored: Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl<T> std::fmt::Debug for Ingest<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ingest").finish_non_exhaustive()
-    }
-}
-
-impl<T> Clone for Ingest<T> {
-    fn clone(&self) -> Self {
-        Ingest {
-            tx: self.tx.clone(),
-            restored: self.restored.clone(),
-        }
-    }
-}
-
-/// Why [`Ingest::try_push`] did not take a record; the record comes back.
-#[derive(Debug, PartialEq, Eq)]
-pub enum PushError<T> {
-    /// The ingest channel is full: the job is backpressured. Retry later.
-    Full(T),
-    /// The job ended; nothing will be read any more.
-    Closed(T),
-}
-
-impl<T> Ingest<T> {
-    /// Pushes a record without blocking.
-    ///
-    /// # Errors
-    /// [`PushError::Full`] under backpressure, [`PushError::Closed`] when
-    /// the job ended.
-    pub fn try_push(&self, record: T) -> Result<(), PushError<T>> {
-        self.tx.try_send(record).map_err(|e| match e {
-            crossbeam_channel::TrySendError::Full(r) => PushError::Full(r),
-            crossbeam_channel::TrySendError::Disconnected(r) => PushError::Closed(r),
-        })
-    }
-
-    /// Pushes a record, blocking while the channel is full.
-    ///
-    /// # Errors
-    /// Gives the record back when the job ended.
-    pub fn push(&self, record: T) -> Result<(), T> {
-        self.tx.send(record).map_err(|e| e.0)
-    }
-
-    /// Records the source had consumed at the checkpoint the job last
-    /// restored from (0 before any restore).
-    pub fn restored_position(&self) -> u64 {
-        self.restored.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Ends the input (when every clone is closed or dropped).
-    pub fn close(self) {}
 }
 
 impl<T: Data> Stream<T> {
@@ -686,14 +608,21 @@ impl<T: Data> Stream<T> {
         s.finish_with(Arc::new(|_| Box::new(NoOutput)));
     }
 
-    /// Ends the chain in a channel: every record is sent to the returned
-    /// receiver (unbounded: the application must keep reading).
-    pub fn collect(self) -> Receiver<T> {
-        let (tx, rx) = crossbeam_channel::unbounded();
+    /// Ends the chain in the application's hands: every record is sent to
+    /// the returned [`Output`] (unbounded: the application must keep
+    /// reading).
+    ///
+    /// Like [`Stream::for_each`], this is not a two-phase-commit sink:
+    /// after an in-process restart the records the restored checkpoint had
+    /// not yet covered are sent again (at-least-once output); emit from
+    /// checkpointed state at the end of the input, or use a
+    /// [`crate::two_phase::TwoPhaseCommitSink`], for exactly-once output.
+    pub fn collect(self) -> Output<T> {
+        let (tx, out) = crate::handoff::output_channel();
         self.for_each(move |r| {
             let _ = tx.send(r);
         });
-        rx
+        out
     }
 
     fn finish_with(self, tail: TailFn<T>) {

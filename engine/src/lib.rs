@@ -30,6 +30,7 @@ pub mod element;
 pub mod error;
 pub mod failure;
 pub mod graph;
+pub mod handoff;
 pub mod input_gate;
 pub mod metrics;
 pub mod operator;
@@ -54,12 +55,15 @@ pub use element::{
 };
 pub use error::{BoxError, FatalError, JobError, OperatorError, TaskError};
 pub use failure::{FailurePlan, FailurePoint, PlannedFailure};
-pub use graph::{Connected, Data, Exchange, Ingest, JobBuilder, PushError, Stream};
+pub use graph::{Connected, Data, Exchange, JobBuilder, Stream};
+pub use handoff::{
+    ingest_channel, Ingest, IngestReceiver, Output, PushError, RecvTimeoutError, TryRecvError,
+};
 pub use input_gate::WaitStrategy;
 pub use metrics::{Pinning, TaskMetrics, TaskMetricsSnapshot};
 pub use operator::{Either, Operator, Sink, Source, SourcePoll};
 pub use protocol::OperatorSnapshot;
-pub use runtime::{JobHandle, JobMetrics, JobResult};
+pub use runtime::{JobHandle, JobMetrics};
 pub use state::{KeyedState, StateError, ValueState};
 pub use task_id::{ParseTaskIdError, TaskId};
 

@@ -146,9 +146,9 @@ pub trait Source<T>: Send {
 
     /// A channel whose readiness ends an idle wait (after
     /// [`SourcePoll::Idle`]) besides the wake-up time: a source fed through
-    /// a crossbeam channel returns it so that it wakes as soon as data
-    /// arrives. Default: none.
-    fn wake_on(&self) -> Option<&crossbeam_channel::Receiver<T>> {
+    /// an [`crate::ingest_channel`] returns its receiver, so that it wakes
+    /// as soon as records arrive. Default: none.
+    fn wake_on(&self) -> Option<&crate::handoff::IngestReceiver<T>> {
         None
     }
 

@@ -4,8 +4,8 @@
 
 use crate::element::CheckpointId;
 use crate::error::BoxError;
+use crate::handoff::{IngestReceiver, TryRecvError};
 use crate::operator::{Source, SourcePoll};
-use crossbeam_channel::{Receiver, TryRecvError};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -75,7 +75,7 @@ impl<T> ReplayLog<T> {
 /// application pushes, replaying first what its [`ReplayLog`] holds past
 /// the restored position. Its state is its position (records consumed).
 pub(crate) struct IngestSource<T> {
-    pub(crate) rx: Receiver<T>,
+    pub(crate) rx: IngestReceiver<T>,
     /// The position of the next record this source emits.
     pub(crate) position: u64,
     /// The position of the restored checkpoint, for
@@ -104,7 +104,7 @@ impl<T: Clone + Send> IngestSource<T> {
                     self.position += 1;
                 }
                 Err(TryRecvError::Empty) => return SourcePoll::Idle { wake_at_ns: None },
-                Err(TryRecvError::Disconnected) => return SourcePoll::Finished,
+                Err(TryRecvError::Ended) => return SourcePoll::Finished,
             }
         }
         SourcePoll::Ready
@@ -152,13 +152,13 @@ impl<T: Clone + Send> Source<T> for IngestSource<T> {
                     self.position += 1;
                 }
                 Err(TryRecvError::Empty) => return Ok(SourcePoll::Idle { wake_at_ns: None }),
-                Err(TryRecvError::Disconnected) => return Ok(SourcePoll::Finished),
+                Err(TryRecvError::Ended) => return Ok(SourcePoll::Finished),
             }
         }
         Ok(SourcePoll::Ready)
     }
 
-    fn wake_on(&self) -> Option<&Receiver<T>> {
+    fn wake_on(&self) -> Option<&IngestReceiver<T>> {
         let full = self
             .log
             .as_ref()
@@ -220,7 +220,7 @@ impl<T: Clone + Send> Source<T> for IngestSource<T> {
 mod tests {
     use super::*;
 
-    fn source(rx: &Receiver<u32>, log: &Arc<Mutex<ReplayLog<u32>>>) -> IngestSource<u32> {
+    fn source(rx: &IngestReceiver<u32>, log: &Arc<Mutex<ReplayLog<u32>>>) -> IngestSource<u32> {
         IngestSource {
             rx: rx.clone(),
             position: 0,
@@ -231,11 +231,11 @@ mod tests {
 
     #[test]
     fn a_restarted_source_replays_from_the_restored_position() {
-        let (tx, rx) = crossbeam_channel::bounded(16);
+        let (tx, rx) = crate::handoff::ingest_channel(16);
         let log = Arc::new(Mutex::new(ReplayLog::new(100)));
         let mut s = source(&rx, &log);
         for i in 0..5 {
-            tx.send(i).unwrap();
+            tx.push(i).unwrap();
         }
         let mut out = Vec::new();
         s.poll(&mut out, 2).unwrap();
@@ -248,7 +248,7 @@ mod tests {
         // a restart from checkpoint 1 replays 2, 3, 4, then reads on
         let mut r = source(&rx, &log);
         r.restore_state(&snap).unwrap();
-        tx.send(5).unwrap();
+        tx.push(5).unwrap();
         let mut again = Vec::new();
         r.poll(&mut again, 10).unwrap();
         assert_eq!(again, [2, 3, 4, 5]);
@@ -256,11 +256,11 @@ mod tests {
 
     #[test]
     fn without_a_checkpoint_a_restart_replays_everything() {
-        let (tx, rx) = crossbeam_channel::bounded(16);
+        let (tx, rx) = crate::handoff::ingest_channel(16);
         let log = Arc::new(Mutex::new(ReplayLog::new(100)));
         let mut s = source(&rx, &log);
-        tx.send(7).unwrap();
-        tx.send(8).unwrap();
+        tx.push(7).unwrap();
+        tx.push(8).unwrap();
         s.poll(&mut Vec::new(), 10).unwrap();
         // an aborted checkpoint's snapshot cuts nothing
         s.snapshot_state(CheckpointId(1)).unwrap();
@@ -272,11 +272,11 @@ mod tests {
 
     #[test]
     fn a_full_log_stops_taking_records_until_a_checkpoint_completes() {
-        let (tx, rx) = crossbeam_channel::bounded(16);
+        let (tx, rx) = crate::handoff::ingest_channel(16);
         let log = Arc::new(Mutex::new(ReplayLog::new(3)));
         let mut s = source(&rx, &log);
         for i in 0..5 {
-            tx.send(i).unwrap();
+            tx.push(i).unwrap();
         }
         let mut out = Vec::new();
         s.poll(&mut out, 10).unwrap();
@@ -296,10 +296,10 @@ mod tests {
 
     #[test]
     fn a_position_outside_the_log_is_refused_not_replayed_wrongly() {
-        let (tx, rx) = crossbeam_channel::bounded(16);
+        let (tx, rx) = crate::handoff::ingest_channel(16);
         let log = Arc::new(Mutex::new(ReplayLog::new(100)));
         let mut s = source(&rx, &log);
-        tx.send(1).unwrap();
+        tx.push(1).unwrap();
         s.poll(&mut Vec::new(), 10).unwrap();
         let err = source(&rx, &log)
             .restore_state(&9u64.to_le_bytes())

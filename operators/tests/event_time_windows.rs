@@ -2,8 +2,8 @@
 //! watermark bound, late records beyond it, and an ended input that
 //! releases the watermark of a two-input task.
 
-use crossbeam_channel::{Receiver, Sender};
 use lockgate::*;
+use lockgate::{ingest_channel, IngestReceiver, TryRecvError};
 use lockgate_operators::window::{Count, WindowAssigner, WindowOperator, WindowOutput};
 use std::time::Duration;
 
@@ -36,7 +36,7 @@ impl Source<i64> for Timestamps {
 
 /// Emits what the test sends it; ends when the sender is dropped.
 struct Fed {
-    rx: Receiver<i64>,
+    rx: IngestReceiver<i64>,
     max: Option<i64>,
     done: bool,
 }
@@ -49,10 +49,10 @@ impl Source<i64> for Fed {
                     self.max = Some(self.max.map_or(t, |m| m.max(t)));
                     out.push(t);
                 }
-                Err(crossbeam_channel::TryRecvError::Empty) => {
+                Err(TryRecvError::Empty) => {
                     return Ok(SourcePoll::Idle { wake_at_ns: None });
                 }
-                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                Err(TryRecvError::Ended) => {
                     self.done = true;
                     return Ok(SourcePoll::Finished);
                 }
@@ -60,7 +60,7 @@ impl Source<i64> for Fed {
         }
         Ok(SourcePoll::Ready)
     }
-    fn wake_on(&self) -> Option<&Receiver<i64>> {
+    fn wake_on(&self) -> Option<&IngestReceiver<i64>> {
         Some(&self.rx)
     }
     fn current_watermark(&self) -> Option<Watermark> {
@@ -123,7 +123,7 @@ fn an_ended_input_releases_the_watermark_of_a_two_input_task() {
         bound: 0,
         max: None,
     });
-    let (tx, feed): (Sender<i64>, Receiver<i64>) = crossbeam_channel::unbounded();
+    let (tx, feed) = ingest_channel::<i64>(1024);
     let long = job.source("long", 1, move |_| Fed {
         rx: feed.clone(),
         max: None,
@@ -136,8 +136,8 @@ fn an_ended_input_releases_the_watermark_of_a_two_input_task() {
         .process("windows", windows())
         .collect();
     let handle = job.start().unwrap();
-    tx.send(5).unwrap();
-    tx.send(25).unwrap();
+    tx.push(5).unwrap();
+    tx.push(25).unwrap();
     // The short input ended (its channel no longer holds the watermark) and
     // the long one is at 24: window [0,10) fires while the job still runs.
     let first = rx

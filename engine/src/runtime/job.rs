@@ -67,9 +67,6 @@ impl JobMetrics {
     }
 }
 
-/// The outcome of a job that ended without error.
-pub type JobResult = JobMetrics;
-
 pub(crate) struct Shared {
     pub(crate) metrics: Vec<Arc<TaskMetrics>>,
     pub(crate) checkpoints: Mutex<Vec<CheckpointStats>>,
@@ -94,7 +91,7 @@ impl Shared {
 /// [`JobHandle::wait`].
 pub struct JobHandle {
     commands: Sender<Command>,
-    thread: Option<JoinHandle<Result<JobResult, JobError>>>,
+    thread: Option<JoinHandle<Result<JobMetrics, JobError>>>,
     shared: Arc<Shared>,
 }
 
@@ -146,7 +143,7 @@ impl JobHandle {
     /// # Errors
     /// [`JobError::TaskFailed`] naming the task and cause when a task failed
     /// and no restart was left; a storage or restore error.
-    pub fn wait(mut self) -> Result<JobResult, JobError> {
+    pub fn wait(mut self) -> Result<JobMetrics, JobError> {
         let t = self.thread.take().expect("wait is called once");
         match t.join() {
             Ok(r) => r,
@@ -253,7 +250,7 @@ struct Driver {
 }
 
 impl Driver {
-    fn run(&mut self, mut restored: Option<RestoredState>) -> Result<JobResult, JobError> {
+    fn run(&mut self, mut restored: Option<RestoredState>) -> Result<JobMetrics, JobError> {
         let mut stopping: Option<bool> = None;
         loop {
             let attempt = self.spawn(restored.take())?;

@@ -13,4 +13,4 @@ pub(crate) mod job;
 pub(crate) mod plan;
 pub(crate) mod task;
 
-pub use job::{JobHandle, JobMetrics, JobResult};
+pub use job::{JobHandle, JobMetrics};

@@ -96,7 +96,7 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
         let cancel_i = sel.recv(&self.cancel);
         sel.recv(&timeout);
         if let Some(rx) = self.source.wake_on().filter(|_| wake_on_source) {
-            sel.recv(rx);
+            sel.recv(rx.raw());
         }
         let ready = sel.ready();
         self.metrics.add_idle_ns(crate::clock::now_ns() - start);

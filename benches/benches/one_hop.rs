@@ -41,8 +41,8 @@
 use criterion::Criterion;
 use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError};
 use hdrhistogram::Histogram;
-use lockgate::input_gate::{DEFAULT_SPINS, SPIN_YIELD_EVERY};
 use lockgate::{CheckpointMode, JobBuilder, JobConfig, WaitStrategy};
+use lockgate::{DEFAULT_SPINS, SPIN_YIELD_EVERY};
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 

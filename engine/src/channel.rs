@@ -30,7 +30,7 @@ pub const KEY_HASH_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
 ///
 /// # Examples
 /// ```
-/// use lockgate::channel::key_hash;
+/// use lockgate::key_hash;
 /// assert_eq!(key_hash(0), 0);
 /// assert_eq!(key_hash(1), 0x9E37_79B9);
 /// ```
@@ -48,7 +48,7 @@ pub fn key_hash(key: u64) -> u64 {
 ///
 /// # Examples
 /// ```
-/// use lockgate::channel::{key_hash, key_to_subtask};
+/// use lockgate::{key_hash, key_to_subtask};
 /// assert_eq!(key_to_subtask(7, 4), (key_hash(7) % 4) as usize);
 /// assert_eq!(key_to_subtask(7, 1), 0);
 /// ```
@@ -58,10 +58,10 @@ pub fn key_to_subtask(key: u64, parallelism: usize) -> usize {
 }
 
 /// A key extractor: the `u64` key a record is partitioned by.
-pub type KeyFn<T> = Arc<dyn Fn(&T) -> u64 + Send + Sync>;
+pub(crate) type KeyFn<T> = Arc<dyn Fn(&T) -> u64 + Send + Sync>;
 
 /// How an edge distributes records over the consumer's subtasks.
-pub enum Partitioning<T> {
+pub(crate) enum Partitioning<T> {
     /// Producer subtask i sends to consumer subtask i (equal parallelism;
     /// with equal parallelism and no other reason for a channel, the two
     /// operators are chained instead).
@@ -98,7 +98,7 @@ impl<T> std::fmt::Debug for Partitioning<T> {
 
 /// Output settings of a task (shared by all its output channels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OutputConfig {
+pub(crate) struct OutputConfig {
     /// Records per batch at most.
     pub batch_size: usize,
     /// A partial batch is sent at the latest this long after its first

@@ -19,7 +19,7 @@ pub fn now_ns() -> u64 {
 
 /// The [`Instant`] of a time `ns` read from [`now_ns`] (for deadlines of
 /// blocking calls).
-pub fn instant_of(ns: u64) -> Instant {
+pub(crate) fn instant_of(ns: u64) -> Instant {
     let epoch = *EPOCH.get_or_init(Instant::now);
     epoch + std::time::Duration::from_nanos(ns)
 }

@@ -2,7 +2,7 @@
 //! ([`BoxError`], [`OperatorError`], [`FatalError`]), why a task stopped
 //! ([`TaskError`]) and why a job did not start or end well ([`JobError`]).
 
-use crate::checkpoint::storage::StorageError;
+use crate::checkpoint::StorageError;
 use crate::task_id::TaskId;
 use std::fmt;
 
@@ -88,7 +88,7 @@ pub type SharedError = std::sync::Arc<dyn std::error::Error + Send + Sync + 'sta
 ///
 /// # Examples
 /// ```
-/// use lockgate::{error::is_fatal_error, FatalError};
+/// use lockgate::{is_fatal_error, FatalError};
 ///
 /// #[derive(Debug, thiserror::Error)]
 /// #[error("reading the input")]

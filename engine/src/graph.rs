@@ -393,7 +393,7 @@ impl JobBuilder {
     /// last completed checkpoint in a replay log (at most
     /// [`IngestConfig::replay_capacity`] records; when the log is full the
     /// source stops taking records, so [`Ingest::push`] blocks and
-    /// [`Ingest::try_push`] answers [`PushError::Full`] until a checkpoint
+    /// [`Ingest::try_push`] answers [`PushError::Full`](crate::PushError::Full) until a checkpoint
     /// completes and cuts the log). After an in-process restart it replays
     /// the log from the restored checkpoint's position, so a record pushed
     /// once is applied once (exactly-once) or at least once, as the mode

@@ -7,7 +7,7 @@ use crossbeam_channel::{Receiver, Sender};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// The application's end of an ingest source (see [`JobBuilder::ingest`]).
+/// The application's end of an ingest source (see [`JobBuilder::ingest`](crate::JobBuilder::ingest)).
 ///
 /// # Examples
 /// ```

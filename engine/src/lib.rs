@@ -1,71 +1,93 @@
 //! lockgate: a streaming dataflow engine for low-latency work, with Flink's
 //! checkpoint semantics.
 //!
-//! A record's path, one module each: [`element`] (what a channel carries)
-//! → [`channel`] (bounded crossbeam channels, output batching,
-//! backpressure) → [`input_gate`] (polling a task's channels) →
-//! [`barrier`] (the handler that aligns or tracks checkpoint barriers) →
-//! the task (`runtime::task`) and its operator chain (`chain`, calling
-//! [`operator`]s) → the chain's output, a [`channel`] again.
+//! Build a job with [`JobBuilder`]: sources, chained operators on a
+//! [`Stream`], exchanges ([`Exchange`], [`Exchange::task`] starts the next
+//! task), sinks; configure it with [`JobConfig`] and [`CheckpointConfig`];
+//! run it with [`JobBuilder::start`] and a [`JobHandle`]. Every public item
+//! is re-exported here, flat (as crossbeam does); the modules are private.
+//!
+//! A record's path, one module (file) each, under `engine/src/`:
+//! `element` ([`StreamElement`]: what a channel carries) → `channel`
+//! (bounded crossbeam channels, output batching, backpressure) →
+//! `input_gate` (polling a task's channels, [`WaitStrategy`]) → `barrier`
+//! (the handler, [`Aligner`] or [`Tracker`], that aligns or tracks
+//! checkpoint barriers) → the task (`runtime/task.rs`) and its operator
+//! chain (`chain`, calling [`Operator`]s) → the chain's output, a channel
+//! again.
 //!
 //! Layers, bottom to top; a module imports only from layers below it
 //! (checked in CI by `.ci/module-cycles.py`, pictured in ARCHITECTURE.md):
-//! 1. leaf vocabulary: [`element`], [`clock`], [`task_id`], [`error`],
-//!    [`state`], [`metrics`];
-//! 2. sans-I/O state machines and the task protocol: [`barrier`],
-//!    `watermark`, [`protocol`];
-//! 3. the record path: [`operator`], [`failure`], [`channel`],
-//!    [`input_gate`], `chain`, [`config`], [`two_phase`];
-//! 4. [`checkpoint`]: the coordinator's state machine and storage;
-//! 5. [`runtime`]: the physical plan, the task loops, the job thread;
-//! 6. [`graph`]: the builder API over the runtime.
+//! 1. leaf vocabulary: `element`, `clock`, `task_id`, `error`, `state`,
+//!    `metrics`, `checkpoint/storage/api`;
+//! 2. sans-I/O state machines and the task protocol: `barrier`,
+//!    `watermark`, `protocol`;
+//! 3. the record path: `operator`, `failure`, `channel`, `input_gate`,
+//!    `chain`, `config`, `handoff`, `two_phase`, `sources`, `sinks`;
+//! 4. `checkpoint`: the coordinator's state machine and storage;
+//! 5. `runtime`: the physical plan, the task loops, the job thread;
+//! 6. `graph`: the builder API over the runtime.
 
-pub mod barrier;
-pub(crate) mod chain;
-pub mod channel;
-pub mod checkpoint;
-pub mod clock;
-pub mod config;
-pub mod element;
-pub mod error;
-pub mod failure;
-pub mod graph;
-pub mod handoff;
-pub mod input_gate;
-pub mod metrics;
-pub mod operator;
-pub mod protocol;
-pub mod runtime;
-pub(crate) mod sinks;
-pub(crate) mod sources;
-pub mod state;
-pub mod task_id;
-pub mod two_phase;
-pub(crate) mod watermark;
+mod barrier;
+mod chain;
+mod channel;
+mod checkpoint;
+mod clock;
+mod config;
+mod element;
+mod error;
+mod failure;
+mod graph;
+mod handoff;
+mod input_gate;
+mod metrics;
+mod operator;
+mod protocol;
+mod runtime;
+mod sinks;
+mod sources;
+mod state;
+mod task_id;
+mod two_phase;
+mod watermark;
 
 pub use barrier::{
-    AbortReason, Aligner, AlignmentStats, AnyHandler, BarrierHandler, BarrierSignal,
-    CheckpointMode, HandlerConfig, Tracker,
+    AbortReason, Aligner, AlignmentStats, AnyHandler, BarrierHandler, BarrierSignal, ChannelSet,
+    CheckpointMode, HandlerConfig, Tracker, DEFAULT_BLOCKER_CAPACITY_BYTES, INLINE_CHANNELS,
+    MAX_PENDING_CHECKPOINTS,
 };
-pub use checkpoint::{CheckpointStats, CheckpointStatus, RestoredState};
-pub use config::{CheckpointConfig, IngestConfig, JobConfig, PinPolicy, RestartStrategy};
+pub use channel::{key_hash, key_to_subtask, KEY_HASH_MULTIPLIER};
+pub use checkpoint::{
+    unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStats, CheckpointStatus,
+    CheckpointStorage, JobFingerprint, LatestValid, LoadedCheckpoint, LocalDirStorage,
+    MemoryStorage, RestoredState, StorageError, TaskAlignment, TaskStateKey, FORMAT_VERSION, MAGIC,
+    MAX_CHECKPOINT_ID,
+};
+pub use clock::now_ns;
+pub use config::{
+    CheckpointConfig, IngestConfig, JobConfig, PinPolicy, RestartStrategy, DEFAULT_TIMER_SLACK_NS,
+    MAX_BATCH_SIZE, MAX_CHANNEL_CAPACITY, MAX_PARALLELISM, MAX_PIN_CORE,
+};
 pub use element::{
     Batch, CheckpointBarrier, CheckpointId, CheckpointOptions, RecordSize, SnapshotKind,
     StreamElement, Watermark,
 };
-pub use error::{BoxError, FatalError, JobError, OperatorError, TaskError};
+pub use error::{
+    is_fatal_error, BoxError, FatalError, JobError, OperatorError, SharedError, TaskError,
+};
 pub use failure::{FailurePlan, FailurePoint, PlannedFailure};
 pub use graph::{Connected, Data, Exchange, JobBuilder, Stream};
 pub use handoff::{
     ingest_channel, Ingest, IngestReceiver, Output, PushError, RecvTimeoutError, TryRecvError,
 };
-pub use input_gate::WaitStrategy;
-pub use metrics::{Pinning, TaskMetrics, TaskMetricsSnapshot};
+pub use input_gate::{WaitStrategy, DEFAULT_SPINS, SPIN_YIELD_EVERY};
+pub use metrics::{peak_rss_bytes, Pinning, TaskMetrics, TaskMetricsSnapshot};
 pub use operator::{Either, Operator, Sink, Source, SourcePoll};
 pub use protocol::OperatorSnapshot;
 pub use runtime::{JobHandle, JobMetrics};
 pub use state::{KeyedState, StateError, ValueState};
 pub use task_id::{ParseTaskIdError, TaskId};
+pub use two_phase::{TwoPhaseCommit, TwoPhaseCommitSink};
 
 /// The README's Rust blocks, compiled and run as doctests (as timely does).
 #[cfg(doctest)]

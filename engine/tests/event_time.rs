@@ -106,7 +106,7 @@ impl Operator<i64, u64> for Timer {
         self.seen += input.len() as u64;
         input.clear();
         if self.due.is_none() && !self.fired {
-            self.due = Some(clock::now_ns() + self.delay.as_nanos() as u64);
+            self.due = Some(now_ns() + self.delay.as_nanos() as u64);
         }
         Ok(())
     }

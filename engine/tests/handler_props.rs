@@ -361,7 +361,7 @@ proptest! {
 }
 
 fn tracker_pending_bounded(t: &Tracker) -> bool {
-    t.pending_ids().len() <= lockgate::barrier::MAX_PENDING_CHECKPOINTS
+    t.pending_ids().len() <= lockgate::MAX_PENDING_CHECKPOINTS
         && t.pending_ids().windows(2).all(|w| w[0] < w[1])
 }
 

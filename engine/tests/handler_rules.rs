@@ -742,7 +742,7 @@ fn rule8_each_channel_counts_once() {
 
 #[test]
 fn rule8_a_51st_pending_checkpoint_drops_the_oldest_silently() {
-    let cap = lockgate::barrier::MAX_PENDING_CHECKPOINTS as u64;
+    let cap = lockgate::MAX_PENDING_CHECKPOINTS as u64;
     assert_eq!(cap, 50, "Flink's MAX_CHECKPOINTS_TO_TRACK");
     let mut t = tracker(2);
     for id in 1..=cap {

@@ -280,8 +280,8 @@ fn a_corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
         h.stop_with_savepoint();
         h.wait().unwrap();
     }
-    let storage = lockgate::checkpoint::LocalDirStorage::open(dir.path()).unwrap();
-    use lockgate::checkpoint::CheckpointStorage;
+    let storage = lockgate::LocalDirStorage::open(dir.path()).unwrap();
+    use lockgate::CheckpointStorage;
     let ids = storage.list().unwrap();
     assert!(ids.len() >= 2, "{ids:?}");
     let newest = *ids.last().unwrap();
@@ -491,7 +491,7 @@ fn pushed_records_survive_restarts_at_least_once() {
 
 #[test]
 fn storage_errors_abort_checkpoints_and_too_many_fail_the_job() {
-    use lockgate::checkpoint::MemoryStorage;
+    use lockgate::MemoryStorage;
     let storage = Arc::new(MemoryStorage::new());
     storage.set_fail_writes(true);
     let mut config = JobConfig::default();
@@ -509,7 +509,7 @@ fn storage_errors_abort_checkpoints_and_too_many_fail_the_job() {
 
 #[test]
 fn storage_errors_below_the_tolerance_let_the_job_go_on() {
-    use lockgate::checkpoint::{CheckpointStorage, MemoryStorage};
+    use lockgate::{CheckpointStorage, MemoryStorage};
     let storage = Arc::new(MemoryStorage::new());
     storage.set_fail_writes(true);
     let mut config = JobConfig::default();
@@ -577,7 +577,7 @@ impl Source<u64> for Trickle {
         out.push(self.next);
         self.next += self.step;
         Ok(SourcePoll::Idle {
-            wake_at_ns: Some(clock::now_ns() + self.pause.as_nanos() as u64),
+            wake_at_ns: Some(now_ns() + self.pause.as_nanos() as u64),
         })
     }
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
@@ -785,7 +785,7 @@ fn pinning_works_when_tasks_outnumber_cores() {
 #[cfg(target_os = "linux")]
 #[test]
 fn a_core_that_does_not_exist_is_reported_and_the_job_still_runs() {
-    let missing = lockgate::config::MAX_PIN_CORE - 1;
+    let missing = lockgate::MAX_PIN_CORE - 1;
     let (seen, m) = affinity_job(PinPolicy::Cores(vec![missing]));
     assert!(!seen.is_empty(), "the job ran unpinned");
     let failures = m.pinning_failures();

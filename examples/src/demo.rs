@@ -8,7 +8,7 @@
 //! and emits `x,sum` lines through a [`TransactionalFileSink`]. The
 //! committed output is [`expected_lines`] whatever failures happened.
 
-use lockgate::two_phase::TwoPhaseCommitSink;
+use lockgate::TwoPhaseCommitSink;
 use lockgate::{BoxError, CheckpointId, JobBuilder, JobConfig, Operator};
 use lockgate_operators::file_sink::{Formatter, TransactionalFileSink};
 use lockgate_operators::sources::Sequence;

@@ -28,7 +28,7 @@ use crate::flights::{
     EnrichedFlight, Flight, FlightsError, Origin, Visibility, Weather, BY_VISIBILITY_FILE,
     DAILY_FILE, MS_PER_DAY,
 };
-use lockgate::two_phase::TwoPhaseCommitSink;
+use lockgate::TwoPhaseCommitSink;
 use lockgate::{FailurePlan, JobBuilder, JobConfig, JobError, JobMetrics};
 use lockgate_operators::co_process::KeyedCoProcessOperator;
 use lockgate_operators::csv_source::{CsvSource, CsvSourceProbe};

@@ -28,7 +28,7 @@ pub enum FiredTimer {
     /// An event-time timer at this time (ms).
     EventTime(i64),
     /// A processing-time timer at this time (ns on
-    /// [`lockgate::clock::now_ns`]'s clock).
+    /// [`lockgate::now_ns`]'s clock).
     ProcessingTime(u64),
 }
 

@@ -15,7 +15,7 @@
 //! of a checkpoint newer than k, so that a restore from an older checkpoint
 //! (after the newest was found corrupt) commits nothing twice.
 
-use lockgate::two_phase::TwoPhaseCommit;
+use lockgate::TwoPhaseCommit;
 use lockgate::{BoxError, CheckpointId};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
@@ -37,7 +37,7 @@ pub struct FileTxn {
 }
 
 /// The [`TwoPhaseCommit`] output of the file sink (wrap it in
-/// [`lockgate::two_phase::TwoPhaseCommitSink`]). One folder per sink
+/// [`lockgate::TwoPhaseCommitSink`]). One folder per sink
 /// operator; subtasks share it.
 pub struct TransactionalFileSink<T> {
     dir: PathBuf,

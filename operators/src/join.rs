@@ -21,7 +21,7 @@
 //!   counted; a row at or below the watermark is late, counted and dropped
 //!   (its facts were decided already). A second row for the same (key,
 //!   timestamp) is ignored (the first wins, as in
-//!   [`crate::flights::reference::compute`]).
+//!   `lockgate_examples::flights::reference::compute`).
 //!
 //! This is Flink's event-time *temporal join* restricted to exact
 //! timestamp matches (an interval join with a zero-length interval and an

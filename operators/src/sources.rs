@@ -1,6 +1,6 @@
 //! General-purpose sources.
 
-use lockgate::{clock, BoxError, CheckpointId, Source, SourcePoll};
+use lockgate::{now_ns, BoxError, CheckpointId, Source, SourcePoll};
 
 /// A replayable sequence of numbers: subtask `i` of `p` emits the `x <
 /// end` with `x % p == i`, in increasing order, optionally paced. Its state
@@ -57,7 +57,7 @@ impl Source<u64> for Sequence {
             SourcePoll::Finished
         } else if self.pause_ns > 0 {
             SourcePoll::Idle {
-                wake_at_ns: Some(clock::now_ns() + self.pause_ns),
+                wake_at_ns: Some(now_ns() + self.pause_ns),
             }
         } else {
             SourcePoll::Ready

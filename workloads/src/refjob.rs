@@ -56,7 +56,7 @@ use crate::workload::{
     KeySpace, KeyedSum, SinkCheck, SumRecord, Workload, WorkloadError, MAX_CHECKED_RECORDS,
 };
 use hdrhistogram::Histogram;
-use lockgate::clock::now_ns;
+use lockgate::now_ns;
 use lockgate::{
     BoxError, CheckpointId, CheckpointMode, FailurePlan, JobBuilder, JobConfig, JobError,
     JobHandle, JobMetrics, Operator, RecordSize, Sink, Source, SourcePoll,

@@ -34,7 +34,7 @@ pub const SEED: u64 = 0x9E37_79B9_7F4A_7C15;
 pub const OUTPUT_MULTIPLIER: u64 = 0x2545_F491_4F6C_DD1D;
 /// The multiplier of the routing hash `(key * M) >> 32` (workloads.md): the
 /// engine's own constant.
-pub use lockgate::channel::KEY_HASH_MULTIPLIER as HASH_MULTIPLIER;
+pub use lockgate::KEY_HASH_MULTIPLIER as HASH_MULTIPLIER;
 /// The default number of distinct keys (workloads.md).
 pub const DEFAULT_KEYS: u64 = 10_000;
 /// The most keys a [`KeySpace`] accepts: 2^24. The Zipf table, the closed
@@ -111,7 +111,7 @@ pub enum WorkloadError {
 /// `value` is the record's sequence number `n` when generated and
 /// `2n + 1` after the source's chained map ([`chained_map`]); `ts_ns` is
 /// the record's *intended* emission time on the engine's monotonic clock
-/// (`lockgate::clock::now_ns`): the schedule time for W2/W3, the actual
+/// (`lockgate::now_ns`): the schedule time for W2/W3, the actual
 /// emission time for W1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
@@ -232,7 +232,7 @@ impl KeyedSum {
 // Routing
 // ---------------------------------------------------------------------------
 
-pub use lockgate::channel::{key_hash, key_to_subtask};
+pub use lockgate::{key_hash, key_to_subtask};
 
 // ---------------------------------------------------------------------------
 // Generator

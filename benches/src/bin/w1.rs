@@ -98,7 +98,7 @@ fn main() -> ExitCode {
     println!(
         "{{\"workload\":\"W1\",\"pipeline\":\"{pipeline}\",\"checkpoint\":\"{}\",\"records\":{records},\"seconds\":{secs:.4},\"records_per_s\":{rps:.0},\"exact\":{exact},\"checkpoints_completed\":{completed},\"batch_size\":{batch},\"peak_rss_bytes\":{}}}",
         if pipeline == "raw" { "none" } else { mode.as_str() },
-        lockgate::metrics::peak_rss_bytes()
+        lockgate::peak_rss_bytes()
     );
     if exact {
         ExitCode::SUCCESS

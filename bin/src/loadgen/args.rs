@@ -1,7 +1,7 @@
 //! The flags of `lockgate loadgen` and their checking: every invalid value
 //! or impossible combination is refused here, before anything runs.
 
-use lockgate::barrier::DEFAULT_BLOCKER_CAPACITY_BYTES;
+use lockgate::DEFAULT_BLOCKER_CAPACITY_BYTES;
 use lockgate::{CheckpointMode, JobConfig, PinPolicy, RestartStrategy, WaitStrategy};
 use lockgate_workloads::refjob::{RefJobConfig, MAX_PAYLOAD_BYTES};
 use lockgate_workloads::workload::{KeyDist, Workload};
@@ -365,20 +365,18 @@ impl Args {
         refjob.validate().map_err(|e| e.to_string())?;
 
         let mut job = JobConfig::default();
-        if self.batch_size == 0 || self.batch_size > lockgate::config::MAX_BATCH_SIZE {
+        if self.batch_size == 0 || self.batch_size > lockgate::MAX_BATCH_SIZE {
             return Err(format!(
                 "--batch-size must be between 1 and {} records, got {}",
-                lockgate::config::MAX_BATCH_SIZE,
+                lockgate::MAX_BATCH_SIZE,
                 self.batch_size
             ));
         }
         job.batch_size = self.batch_size;
-        if self.channel_capacity == 0
-            || self.channel_capacity > lockgate::config::MAX_CHANNEL_CAPACITY
-        {
+        if self.channel_capacity == 0 || self.channel_capacity > lockgate::MAX_CHANNEL_CAPACITY {
             return Err(format!(
                 "--channel-capacity must be between 1 and {} batches, got {}",
-                lockgate::config::MAX_CHANNEL_CAPACITY,
+                lockgate::MAX_CHANNEL_CAPACITY,
                 self.channel_capacity
             ));
         }

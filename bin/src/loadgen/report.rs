@@ -1,8 +1,8 @@
 //! The saved form of a run (`--json`), built from the reference job's
 //! report, and its human summary (also used by `lockgate report show`).
 
-use lockgate::checkpoint::CheckpointStatus;
 use lockgate::CheckpointStats;
+use lockgate::CheckpointStatus;
 use lockgate_workloads::latency::{histogram_to_base64, Percentiles};
 use lockgate_workloads::refjob::RefJobReport;
 use serde::{Deserialize, Serialize};
@@ -46,7 +46,7 @@ impl Environment {
     }
 }
 
-pub(crate) use lockgate::metrics::peak_rss_bytes;
+pub(crate) use lockgate::peak_rss_bytes;
 
 /// Latency percentiles in ns (the JSON's `latency_ns` object).
 pub(crate) type LatencyNs = Percentiles;

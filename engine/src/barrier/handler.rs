@@ -71,7 +71,7 @@ pub struct AlignmentStats {
     /// clock the input gate passes in (0 for a single channel or a tracker).
     pub duration_ns: u64,
     /// The most bytes held in the blocker during the alignment (records'
-    /// [`RecordSize`] bytes; events count 0).
+    /// [`RecordSize`](crate::RecordSize) bytes; events count 0).
     pub buffered_bytes: u64,
 }
 
@@ -97,7 +97,7 @@ pub enum BarrierSignal {
     },
 }
 
-/// The common interface of the [`Aligner`] and the [`Tracker`].
+/// The common interface of the [`Aligner`](crate::Aligner) and the [`Tracker`](crate::Tracker).
 ///
 /// A handler is fed every element that arrives at an input gate, with the
 /// index of its channel. It answers with the element to hand on to the

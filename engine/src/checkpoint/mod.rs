@@ -16,12 +16,12 @@
 //! thread, because a durable write blocks on `fsync`.
 
 pub(crate) mod coordinator;
-pub mod storage;
+mod storage;
 
 pub use storage::{
     unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStorage, JobFingerprint,
     LatestValid, LoadedCheckpoint, LocalDirStorage, MemoryStorage, StorageError, TaskStateKey,
-    FORMAT_VERSION, MAGIC,
+    FORMAT_VERSION, MAGIC, MAX_CHECKPOINT_ID,
 };
 
 use crate::barrier::AbortReason;

@@ -23,12 +23,12 @@ pub enum StorageError {
         #[source]
         source: io::Error,
     },
-    /// The file does not start with [`MAGIC`]: not a lockgate checkpoint file.
+    /// The file does not start with [`MAGIC`](crate::MAGIC): not a lockgate checkpoint file.
     #[error("bad magic in {path}: expected {expected:?}, found {found:?} (not a lockgate checkpoint file)")]
     BadMagic {
         /// The file.
         path: PathBuf,
-        /// [`MAGIC`].
+        /// [`MAGIC`](crate::MAGIC).
         expected: [u8; 4],
         /// The first bytes of the file (fewer than 4 if the file is shorter).
         found: Vec<u8>,
@@ -40,7 +40,7 @@ pub enum StorageError {
         path: PathBuf,
         /// The version found.
         found: u16,
-        /// [`FORMAT_VERSION`].
+        /// [`FORMAT_VERSION`](crate::FORMAT_VERSION).
         supported: u16,
     },
     /// The file is shorter than its header says (e.g. a torn or cut copy).
@@ -145,7 +145,7 @@ impl StorageError {
 }
 
 /// Shorthand for results of this module.
-pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = StorageError> = std::result::Result<T, E>;
 
 /// The key of one task's state in a checkpoint: the operator/task name and
 /// the subtask index (0-based, below the task's parallelism), as Flink's
@@ -236,10 +236,10 @@ pub fn unix_time_ms() -> u64 {
 pub struct CheckpointHandle {
     /// The checkpoint id.
     pub id: CheckpointId,
-    /// Its folder (`<root>/chk-<n>`); `<memory>/chk-<n>` for [`MemoryStorage`].
+    /// Its folder (`<root>/chk-<n>`); `<memory>/chk-<n>` for [`MemoryStorage`](crate::MemoryStorage).
     pub path: PathBuf,
     /// Bytes written: every file, headers and `_metadata` included (for
-    /// [`MemoryStorage`]: the sum of the state payloads).
+    /// [`MemoryStorage`](crate::MemoryStorage): the sum of the state payloads).
     pub total_bytes: u64,
 }
 
@@ -296,7 +296,7 @@ pub trait CheckpointStorage: Send + Sync {
     /// Writes checkpoint `meta.id` with `states` and publishes it atomically:
     /// either the whole checkpoint becomes visible or nothing does.
     ///
-    /// Cost for [`LocalDirStorage`]: one `fsync` per file (one per state
+    /// Cost for [`LocalDirStorage`](crate::LocalDirStorage): one `fsync` per file (one per state
     /// plus `_metadata`) and two directory `fsync`s, roughly 0.1-10 ms each
     /// depending on the disk, plus writing and CRC32C-ing the bytes (GB/s).
     ///
@@ -386,7 +386,7 @@ pub trait CheckpointStorage: Send + Sync {
     }
 
     /// Deletes published checkpoint `id` (whatever its kind). For
-    /// [`LocalDirStorage`] the folder is first renamed to a temporary name,
+    /// [`LocalDirStorage`](crate::LocalDirStorage) the folder is first renamed to a temporary name,
     /// so a half-deleted checkpoint is never visible as `chk-<n>`.
     ///
     /// # Errors

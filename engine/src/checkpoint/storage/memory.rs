@@ -20,7 +20,7 @@ struct MemoryEntry {
     total_bytes: u64,
 }
 
-/// An in-memory store for tests: same rules as [`LocalDirStorage`] (ids,
+/// An in-memory store for tests: same rules as [`LocalDirStorage`](crate::LocalDirStorage) (ids,
 /// duplicates, retention), no durability, no checksums. It can be told to
 /// fail writes, to test a coordinator's handling of storage failures.
 #[derive(Debug, Default)]

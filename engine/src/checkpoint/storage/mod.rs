@@ -52,7 +52,7 @@ mod memory;
 
 pub use api::{
     unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStorage, JobFingerprint,
-    LatestValid, LoadedCheckpoint, Result, StorageError, TaskStateKey, MAX_CHECKPOINT_ID,
+    LatestValid, LoadedCheckpoint, StorageError, TaskStateKey, MAX_CHECKPOINT_ID,
 };
 pub use framing::{FORMAT_VERSION, MAGIC};
 pub use local::LocalDirStorage;

@@ -9,8 +9,8 @@
 //! code 1 if a count is wrong.
 
 use lockgate::{
-    BoxError, CheckpointConfig, CheckpointId, FailurePlan, FailurePoint, JobBuilder, JobConfig,
-    KeyedState, Operator, RestartStrategy,
+    BoxError, CheckpointConfig, CheckpointId, Checkpointed, FailurePlan, FailurePoint, JobBuilder,
+    JobConfig, KeyedState, Operator, RestartStrategy,
 };
 use std::time::Duration;
 
@@ -33,15 +33,24 @@ impl Operator<u64, (u64, u64)> for Count {
         }
         Ok(())
     }
+
+    fn end_of_input(&mut self, out: &mut Vec<(u64, u64)>) -> Result<(), BoxError> {
+        out.extend(self.counts.iter().map(|(k, c)| (*k, *c)));
+        Ok(())
+    }
+
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        Some(self)
+    }
+}
+
+impl Checkpointed for Count {
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         Ok(Some(self.counts.snapshot()?))
     }
+
     fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
         self.counts = KeyedState::restore(state)?;
-        Ok(())
-    }
-    fn end_of_input(&mut self, out: &mut Vec<(u64, u64)>) -> Result<(), BoxError> {
-        out.extend(self.counts.iter().map(|(k, c)| (*k, *c)));
         Ok(())
     }
 }

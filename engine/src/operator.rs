@@ -12,6 +12,70 @@ use crate::element::{CheckpointId, Watermark};
 use crate::error::BoxError;
 use serde::{Deserialize, Serialize};
 
+/// What takes part in checkpoints, in one place for sources, operators and
+/// sinks: taking and restoring a snapshot of the state (Flink's
+/// `CheckpointedFunction`) and hearing that a checkpoint completed or was
+/// aborted (Flink's `CheckpointListener`). An implementor returns itself
+/// from [`Operator::checkpointed`], [`Source::checkpointed`] or
+/// [`Sink::checkpointed`]; whatever returns `None` there is stateless.
+///
+/// All four run on the task thread. `snapshot_state` runs between two
+/// batches, after every record before the checkpoint's barrier and before
+/// any record after it (a synchronous copy: keep it cheap); the runtime
+/// stores the bytes as they are.
+///
+/// # Examples
+/// See [`Operator`]'s example: a count per key, snapshotted and restored.
+pub trait Checkpointed {
+    /// Returns the state for checkpoint `id`, serialized. `None`: nothing
+    /// to store this time (default).
+    ///
+    /// # Errors
+    /// Any error declines the checkpoint and fails the task.
+    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        Ok(None)
+    }
+
+    /// Restores the state returned by an earlier
+    /// [`Checkpointed::snapshot_state`], before any record is processed
+    /// after a restart or a restore.
+    ///
+    /// # Errors
+    /// When the bytes cannot be decoded: the job then fails to restore.
+    fn restore_state(&mut self, _state: &[u8]) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// Checkpoint `id` completed on every task (two-phase-commit sinks
+    /// commit here, as Flink's `notifyCheckpointComplete`; sources may
+    /// drop what that checkpoint no longer needs).
+    fn notify_checkpoint_complete(&mut self, _id: CheckpointId) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// Checkpoint `id` was aborted (two-phase-commit sinks abort its
+    /// pending transaction here).
+    fn notify_checkpoint_aborted(&mut self, _id: CheckpointId) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+/// Tells `c` that checkpoint `id` completed (`true`) or was aborted;
+/// on error, the call that failed and its error.
+pub(crate) fn notify(
+    c: &mut dyn Checkpointed,
+    id: CheckpointId,
+    completed: bool,
+) -> Result<(), (&'static str, BoxError)> {
+    if completed {
+        c.notify_checkpoint_complete(id)
+            .map_err(|e| ("notify_checkpoint_complete", e))
+    } else {
+        c.notify_checkpoint_aborted(id)
+            .map_err(|e| ("notify_checkpoint_aborted", e))
+    }
+}
+
 /// An operator with one input (or two, through [`Either`]): the unit of a
 /// task's operator chain.
 ///
@@ -19,7 +83,7 @@ use serde::{Deserialize, Serialize};
 /// A stateful operator: a count per key, snapshotted for checkpoints and
 /// emitted at the end of the input.
 /// ```
-/// use lockgate::{BoxError, CheckpointId, KeyedState, Operator};
+/// use lockgate::{BoxError, CheckpointId, Checkpointed, KeyedState, Operator};
 ///
 /// #[derive(Default)]
 /// struct CountPerKey(KeyedState<char, u64>);
@@ -31,15 +95,21 @@ use serde::{Deserialize, Serialize};
 ///         }
 ///         Ok(())
 ///     }
+///     fn end_of_input(&mut self, out: &mut Vec<(char, u64)>) -> Result<(), BoxError> {
+///         out.extend(self.0.iter().map(|(c, n)| (*c, *n)));
+///         Ok(())
+///     }
+///     fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+///         Some(self) // it has state
+///     }
+/// }
+///
+/// impl Checkpointed for CountPerKey {
 ///     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
 ///         Ok(Some(self.0.snapshot()?))
 ///     }
 ///     fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
 ///         self.0 = KeyedState::restore(state)?;
-///         Ok(())
-///     }
-///     fn end_of_input(&mut self, out: &mut Vec<(char, u64)>) -> Result<(), BoxError> {
-///         out.extend(self.0.iter().map(|(c, n)| (*c, *n)));
 ///         Ok(())
 ///     }
 /// }
@@ -70,35 +140,6 @@ pub trait Operator<I, O>: Send {
         Ok(())
     }
 
-    /// Returns the operator's state for checkpoint `id`, serialized (the
-    /// runtime stores the bytes as they are). `None`: stateless. Called on
-    /// the task thread between two batches, after every record before the
-    /// barrier and before any record after it.
-    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
-        Ok(None)
-    }
-
-    /// Restores the state returned by an earlier [`Operator::snapshot_state`]
-    /// before any record is processed after a restart.
-    ///
-    /// # Errors
-    /// When the bytes cannot be decoded: the job then fails to restore.
-    fn restore_state(&mut self, _state: &[u8]) -> Result<(), BoxError> {
-        Ok(())
-    }
-
-    /// Checkpoint `id` completed on every task (two-phase-commit sinks commit
-    /// here, as Flink's `notifyCheckpointComplete`).
-    fn notify_checkpoint_complete(&mut self, _id: CheckpointId) -> Result<(), BoxError> {
-        Ok(())
-    }
-
-    /// Checkpoint `id` was aborted (two-phase-commit sinks abort its
-    /// pending transaction here).
-    fn notify_checkpoint_aborted(&mut self, _id: CheckpointId) -> Result<(), BoxError> {
-        Ok(())
-    }
-
     /// All inputs ended: emit what is left (e.g. open windows).
     fn end_of_input(&mut self, _out: &mut Vec<O>) -> Result<(), BoxError> {
         Ok(())
@@ -116,6 +157,14 @@ pub trait Operator<I, O>: Send {
     /// [`Operator::next_timer_ns`]): fire the timers that are due.
     fn on_processing_time(&mut self, _now_ns: u64, _out: &mut Vec<O>) -> Result<(), BoxError> {
         Ok(())
+    }
+
+    /// The operator's checkpointed state and checkpoint notifications, if
+    /// it has any: a stateful operator implements [`Checkpointed`] and
+    /// returns itself here (`Some(self)`). Default: `None`, stateless (its
+    /// task takes no snapshot of it and sends it no notification).
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        None
     }
 }
 
@@ -152,21 +201,6 @@ pub trait Source<T>: Send {
         None
     }
 
-    /// The source's position for checkpoint `id`. `None`: not replayable.
-    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
-        Ok(None)
-    }
-
-    /// Rewinds to a position returned by [`Source::snapshot_state`].
-    fn restore_state(&mut self, _state: &[u8]) -> Result<(), BoxError> {
-        Ok(())
-    }
-
-    /// Checkpoint `id` completed on every task.
-    fn notify_checkpoint_complete(&mut self, _id: CheckpointId) -> Result<(), BoxError> {
-        Ok(())
-    }
-
     /// The source's event-time watermark after the last poll (e.g. the
     /// largest timestamp emitted minus the allowed out-of-orderness, as
     /// Flink's `BoundedOutOfOrdernessWatermarks`). The task forwards it
@@ -182,6 +216,13 @@ pub trait Source<T>: Send {
     fn is_idle(&self) -> bool {
         false
     }
+
+    /// The source's checkpointed state and checkpoint notifications, if
+    /// it has any: a replayable source (its read position is its state) implements [`Checkpointed`] and
+    /// returns itself here (`Some(self)`). Default: `None`, not replayable (a restore cannot rewind it).
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        None
+    }
 }
 
 /// A sink: an operator with no output.
@@ -191,27 +232,6 @@ pub trait Sink<T>: Send {
     /// # Errors
     /// Any error fails the task.
     fn write(&mut self, input: &mut Vec<T>) -> Result<(), BoxError>;
-
-    /// As [`Operator::snapshot_state`]; two-phase-commit sinks pre-commit
-    /// here.
-    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
-        Ok(None)
-    }
-
-    /// As [`Operator::restore_state`].
-    fn restore_state(&mut self, _state: &[u8]) -> Result<(), BoxError> {
-        Ok(())
-    }
-
-    /// As [`Operator::notify_checkpoint_complete`].
-    fn notify_checkpoint_complete(&mut self, _id: CheckpointId) -> Result<(), BoxError> {
-        Ok(())
-    }
-
-    /// As [`Operator::notify_checkpoint_aborted`].
-    fn notify_checkpoint_aborted(&mut self, _id: CheckpointId) -> Result<(), BoxError> {
-        Ok(())
-    }
 
     /// Called on every event-time watermark advance.
     fn on_watermark(&mut self, _watermark: Watermark) -> Result<(), BoxError> {
@@ -232,6 +252,14 @@ pub trait Sink<T>: Send {
     fn on_processing_time(&mut self, _now_ns: u64) -> Result<(), BoxError> {
         Ok(())
     }
+
+    /// The sink's checkpointed state and checkpoint notifications, if
+    /// it has any: a stateful or two-phase-commit sink implements [`Checkpointed`] and
+    /// returns itself here (`Some(self)`). Default: `None`, stateless (its
+    /// task takes no snapshot of it and sends it no notification).
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        None
+    }
 }
 
 /// Adapts a [`Sink`] to the [`Operator`] interface of a chain.
@@ -244,17 +272,8 @@ impl<T, S: Sink<T>> Operator<T, ()> for SinkOperator<S> {
     fn on_watermark(&mut self, watermark: Watermark, _out: &mut Vec<()>) -> Result<(), BoxError> {
         self.0.on_watermark(watermark)
     }
-    fn snapshot_state(&mut self, id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
-        self.0.snapshot_state(id)
-    }
-    fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
-        self.0.restore_state(state)
-    }
-    fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), BoxError> {
-        self.0.notify_checkpoint_complete(id)
-    }
-    fn notify_checkpoint_aborted(&mut self, id: CheckpointId) -> Result<(), BoxError> {
-        self.0.notify_checkpoint_aborted(id)
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        self.0.checkpointed()
     }
     fn end_of_input(&mut self, _out: &mut Vec<()>) -> Result<(), BoxError> {
         self.0.end_of_input()

@@ -5,6 +5,7 @@
 use crate::element::CheckpointId;
 use crate::error::BoxError;
 use crate::handoff::{IngestReceiver, TryRecvError};
+use crate::operator::Checkpointed;
 use crate::operator::{Source, SourcePoll};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -166,6 +167,12 @@ impl<T: Clone + Send> Source<T> for IngestSource<T> {
         (!full).then_some(&self.rx)
     }
 
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        Some(self)
+    }
+}
+
+impl<T: Clone + Send> Checkpointed for IngestSource<T> {
     fn snapshot_state(&mut self, id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         if let Some(log) = &self.log {
             let mut log = log

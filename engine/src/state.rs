@@ -1,8 +1,8 @@
 //! Operator state and its snapshot/restore contract.
 //!
 //! An operator's state is whatever it returns from
-//! [`crate::Operator::snapshot_state`] (bytes) and gets back in
-//! [`crate::Operator::restore_state`]. The snapshot is taken on the task
+//! [`crate::Checkpointed::snapshot_state`] (bytes) and gets back in
+//! [`crate::Checkpointed::restore_state`]. The snapshot is taken on the task
 //! thread between two batches (after every record before the barrier, before
 //! any record after it), so it must be a cheap synchronous copy; the bytes
 //! are written to storage by the job thread, off the record path.
@@ -112,7 +112,7 @@ impl<K: Eq + Hash, V> KeyedState<K, V> {
 impl<K: Serialize + DeserializeOwned + Eq + Hash, V: Serialize + DeserializeOwned>
     KeyedState<K, V>
 {
-    /// The state as bytes, for [`crate::Operator::snapshot_state`].
+    /// The state as bytes, for [`crate::Checkpointed::snapshot_state`].
     ///
     /// # Errors
     /// When a key or value cannot be encoded.

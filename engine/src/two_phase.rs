@@ -13,6 +13,7 @@
 
 use crate::element::CheckpointId;
 use crate::error::BoxError;
+use crate::operator::Checkpointed;
 use crate::operator::Sink;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -156,6 +157,28 @@ impl<T, P: TwoPhaseCommit<T>> Sink<T> for TwoPhaseCommitSink<T, P> {
         self.inner.write(txn, input)
     }
 
+    fn end_of_input(&mut self) -> Result<(), BoxError> {
+        self.ensure_started()?;
+        if let Some(mut txn) = self.current.take() {
+            if self.inner.is_empty(&txn) {
+                self.inner.abort(txn)?;
+            } else {
+                // Only reached without checkpoints (with checkpoints, the
+                // final checkpoint's barrier came after the last record and
+                // pre-committed it): commit directly.
+                self.inner.pre_commit(&mut txn, CheckpointId(u64::MAX))?;
+                self.inner.commit(txn)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        Some(self)
+    }
+}
+
+impl<T, P: TwoPhaseCommit<T>> Checkpointed for TwoPhaseCommitSink<T, P> {
     fn snapshot_state(&mut self, id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         self.ensure_started()?;
         if let Some(mut txn) = self.current.take() {
@@ -185,21 +208,5 @@ impl<T, P: TwoPhaseCommit<T>> Sink<T> for TwoPhaseCommitSink<T, P> {
 
     fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), BoxError> {
         self.commit_up_to(id)
-    }
-
-    fn end_of_input(&mut self) -> Result<(), BoxError> {
-        self.ensure_started()?;
-        if let Some(mut txn) = self.current.take() {
-            if self.inner.is_empty(&txn) {
-                self.inner.abort(txn)?;
-            } else {
-                // Only reached without checkpoints (with checkpoints, the
-                // final checkpoint's barrier came after the last record and
-                // pre-committed it): commit directly.
-                self.inner.pre_commit(&mut txn, CheckpointId(u64::MAX))?;
-                self.inner.commit(txn)?;
-            }
-        }
-        Ok(())
     }
 }

@@ -580,6 +580,13 @@ impl Source<u64> for Trickle {
             wake_at_ns: Some(now_ns() + self.pause.as_nanos() as u64),
         })
     }
+
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        Some(self)
+    }
+}
+
+impl Checkpointed for Trickle {
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         Ok(Some(self.next.to_le_bytes().to_vec()))
     }

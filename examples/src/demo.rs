@@ -8,6 +8,7 @@
 //! and emits `x,sum` lines through a [`TransactionalFileSink`]. The
 //! committed output is [`expected_lines`] whatever failures happened.
 
+use lockgate::Checkpointed;
 use lockgate::TwoPhaseCommitSink;
 use lockgate::{BoxError, CheckpointId, JobBuilder, JobConfig, Operator};
 use lockgate_operators::file_sink::{Formatter, TransactionalFileSink};
@@ -29,11 +30,19 @@ impl Operator<u64, (u64, u64)> for RunningSum {
         }
         Ok(())
     }
+
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        Some(self)
+    }
+}
+
+impl Checkpointed for RunningSum {
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         Ok(Some(serde_json::to_vec(
             &self.0.iter().collect::<Vec<_>>(),
         )?))
     }
+
     fn restore_state(&mut self, s: &[u8]) -> Result<(), BoxError> {
         let v: Vec<(u64, u64)> = serde_json::from_slice(s)?;
         self.0 = v.into_iter().collect();

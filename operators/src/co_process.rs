@@ -17,6 +17,7 @@
 
 use crate::timers::TimerService;
 use crate::window::WindowKey;
+use lockgate::Checkpointed;
 use lockgate::{BoxError, CheckpointId, Either, Operator, Watermark};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -305,6 +306,18 @@ where
         self.fire_event_timers(i64::MAX, out)
     }
 
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        Some(self)
+    }
+}
+
+impl<A, B, O, F> Checkpointed for KeyedCoProcessOperator<A, B, O, F>
+where
+    A: Send,
+    B: Send,
+    O: Send,
+    F: KeyedCoProcessFunction<A, B, O>,
+{
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         let state = CoState {
             keyed: self.keyed.iter().map(|(k, s)| (k.clone(), s)).collect(),

@@ -19,6 +19,7 @@
 //! the application can tell an input error from other failures.
 
 use crate::csv::{BadRows, CsvError, CsvRecord, CsvRecordReader};
+use lockgate::Checkpointed;
 use lockgate::{BoxError, CheckpointId, FatalError, Source, SourcePoll, Watermark};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -184,6 +185,20 @@ impl<R: CsvRecord + Send> Source<R> for CsvSource<R> {
         result
     }
 
+    fn current_watermark(&self) -> Option<Watermark> {
+        if self.finished {
+            return Some(Watermark(i64::MAX));
+        }
+        self.max_time
+            .map(|m| Watermark(m.saturating_sub(self.out_of_orderness_ms).saturating_sub(1)))
+    }
+
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        Some(self)
+    }
+}
+
+impl<R: CsvRecord + Send> Checkpointed for CsvSource<R> {
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         Ok(Some(serde_json::to_vec(&Position {
             rows: self.rows,
@@ -199,14 +214,6 @@ impl<R: CsvRecord + Send> Source<R> for CsvSource<R> {
         self.reader = None;
         self.finished = false;
         Ok(())
-    }
-
-    fn current_watermark(&self) -> Option<Watermark> {
-        if self.finished {
-            return Some(Watermark(i64::MAX));
-        }
-        self.max_time
-            .map(|m| Watermark(m.saturating_sub(self.out_of_orderness_ms).saturating_sub(1)))
     }
 }
 

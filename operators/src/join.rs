@@ -266,7 +266,7 @@ where
 mod tests {
     use super::*;
     use crate::co_process::KeyedCoProcessOperator;
-    use lockgate::{CheckpointId, Either, Operator, Watermark};
+    use lockgate::{CheckpointId, Checkpointed, Either, Operator, Watermark};
 
     /// fact: (key, time, id); row: (key, time, label)
     type Fact = (u8, i64, u32);

@@ -1,5 +1,6 @@
 //! General-purpose sources.
 
+use lockgate::Checkpointed;
 use lockgate::{now_ns, BoxError, CheckpointId, Source, SourcePoll};
 
 /// A replayable sequence of numbers: subtask `i` of `p` emits the `x <
@@ -64,6 +65,12 @@ impl Source<u64> for Sequence {
         })
     }
 
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        Some(self)
+    }
+}
+
+impl Checkpointed for Sequence {
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         Ok(Some(self.next.to_le_bytes().to_vec()))
     }

@@ -25,6 +25,7 @@
 //! says no more records with a timestamp `<= t` are expected.
 
 use crate::timers::TimerService;
+use lockgate::Checkpointed;
 use lockgate::{BoxError, CheckpointId, Operator, RecordSize, Watermark};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -569,6 +570,17 @@ where
         Ok(())
     }
 
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        Some(self)
+    }
+}
+
+impl<T, K, A> Checkpointed for WindowOperator<T, K, A>
+where
+    T: Send,
+    K: WindowKey,
+    A: AggregateFunction<T>,
+{
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         let state = WindowState {
             windows: self

@@ -57,6 +57,7 @@ use crate::workload::{
 };
 use hdrhistogram::Histogram;
 use lockgate::now_ns;
+use lockgate::Checkpointed;
 use lockgate::{
     BoxError, CheckpointId, CheckpointMode, FailurePlan, JobBuilder, JobConfig, JobError,
     JobHandle, JobMetrics, Operator, RecordSize, Sink, Source, SourcePoll,
@@ -854,6 +855,12 @@ impl<P: Payload> Source<RefEvent<P>> for RefSource<P> {
         })
     }
 
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        Some(self)
+    }
+}
+
+impl<P: Payload> Checkpointed for RefSource<P> {
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         let pos = self.gen.next_n().unwrap_or(self.shared.total);
         Ok(Some(pos.to_le_bytes().to_vec()))
@@ -911,6 +918,12 @@ impl<P: Payload> Operator<RefEvent<P>, RefSum<P>> for RefKeyedSum {
         Ok(())
     }
 
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        Some(self)
+    }
+}
+
+impl Checkpointed for RefKeyedSum {
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         Ok(Some(postcard::to_allocvec(&self.sums)?))
     }
@@ -976,6 +989,12 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
         Ok(())
     }
 
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        Some(self)
+    }
+}
+
+impl Checkpointed for RefSink {
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         let s = lock(&self.shared.slots[self.slot]);
         Ok(Some(postcard::to_allocvec(&s.check)?))

@@ -38,9 +38,17 @@ impl Source<u64> for Counter {
             SourcePoll::Ready
         })
     }
+
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        Some(self)
+    }
+}
+
+impl Checkpointed for Counter {
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         Ok(Some(self.next.to_le_bytes().to_vec()))
     }
+
     fn restore_state(&mut self, s: &[u8]) -> Result<(), BoxError> {
         self.next = u64::from_le_bytes(s.try_into()?);
         Ok(())
@@ -71,9 +79,17 @@ impl Operator<u64, (u64, u64)> for KeyedSum {
         }
         Ok(())
     }
+
+    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
+        Some(self)
+    }
+}
+
+impl Checkpointed for KeyedSum {
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         Ok(Some(self.sums.snapshot()?))
     }
+
     fn restore_state(&mut self, b: &[u8]) -> Result<(), BoxError> {
         self.sums = KeyedState::restore(b)?;
         Ok(())

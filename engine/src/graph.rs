@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! let job = JobBuilder::new("wordcount", JobConfig::default());
-//! job.source("numbers", 2, |subtask| MySource::new(subtask))   // Stream<u64>
+//! job.source("numbers", 2, |info| MySource::new(info.index)) // Stream<u64>
 //!    .map(|x| x * 2)                                           // chained
 //!    .key_by(|x| *x)                                           // Exchange<u64>
 //!    .task("sum", 2)                                           // a new task
@@ -33,6 +33,7 @@ use crate::runtime::plan::{
 };
 use crate::runtime::task::{GateTask, SourceTask};
 use crate::runtime::JobHandle;
+use crate::task_id::SubtaskInfo;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::rc::Rc;
@@ -141,7 +142,10 @@ impl GraphState {
 ///
 /// let job = JobBuilder::new("sums", JobConfig::default());
 /// let sums = job
-///     .source("numbers", 2, |subtask| Numbers { next: subtask as u64 * 50, n: subtask as u64 * 50 + 50 })
+///     .source("numbers", 2, |info| {
+///         let first = info.index as u64 * 50;
+///         Numbers { next: first, n: first + 50 }
+///     })
 ///     .key_by(|x| x % 3)
 ///     .task("sum", 2)
 ///     .process("sum", |_| Sum(KeyedState::new()))
@@ -337,13 +341,13 @@ impl JobBuilder {
         self
     }
 
-    /// A source with `parallelism` subtasks; `factory(subtask)` makes each
-    /// subtask's source (again after each restart).
+    /// A source with `parallelism` subtasks; `factory(&info)` makes each
+    /// subtask's source (again after each restart), told its [`SubtaskInfo`].
     pub fn source<T, S, F>(&self, name: &str, parallelism: usize, factory: F) -> Stream<T>
     where
         T: Data,
         S: Source<T> + 'static,
-        F: Fn(usize) -> S + Send + Sync + 'static,
+        F: Fn(&SubtaskInfo) -> S + Send + Sync + 'static,
     {
         let node = {
             let mut g = self.g.borrow_mut();
@@ -354,7 +358,7 @@ impl JobBuilder {
         let chain: ChainFn<T> = Arc::new(move |ctx, tail| {
             Box::new(SourceTask {
                 name: name.clone(),
-                source: factory(ctx.subtask),
+                source: factory(&ctx.info(&name)),
                 chain: tail,
                 batch_size: ctx.config.batch_size,
                 control: ctx.control.clone(),
@@ -493,12 +497,13 @@ impl<T: Data> Stream<T> {
         self.parallelism
     }
 
-    /// Chains `op` (made per subtask by `factory`) after this stream.
+    /// Chains `op` after this stream, made per subtask by `factory(&info)`
+    /// (told its [`SubtaskInfo`]; again after each restart).
     pub fn process<O, Op, F>(self, name: &str, factory: F) -> Stream<O>
     where
         O: Data,
         Op: Operator<T, O> + 'static,
-        F: Fn(usize) -> Op + Send + Sync + 'static,
+        F: Fn(&SubtaskInfo) -> Op + Send + Sync + 'static,
     {
         self.g.borrow_mut().claim_name(name);
         self.chain_op(name.to_string(), factory)
@@ -508,11 +513,11 @@ impl<T: Data> Stream<T> {
     where
         O: Data,
         Op: Operator<T, O> + 'static,
-        F: Fn(usize) -> Op + Send + Sync + 'static,
+        F: Fn(&SubtaskInfo) -> Op + Send + Sync + 'static,
     {
         let prev = self.chain;
         let chain: ChainFn<O> = Arc::new(move |ctx, tail| {
-            let stage = Stage::new(name.clone(), factory(ctx.subtask), tail);
+            let stage = Stage::new(name.clone(), factory(&ctx.info(&name)), tail);
             prev(ctx, Box::new(stage))
         });
         Stream {
@@ -587,9 +592,9 @@ impl<T: Data> Stream<T> {
     pub fn sink<S, F>(self, name: &str, factory: F)
     where
         S: Sink<T> + 'static,
-        F: Fn(usize) -> S + Send + Sync + 'static,
+        F: Fn(&SubtaskInfo) -> S + Send + Sync + 'static,
     {
-        let s: Stream<()> = self.process(name, move |i| SinkOperator(factory(i)));
+        let s: Stream<()> = self.process(name, move |i: &SubtaskInfo| SinkOperator(factory(i)));
         s.finish_with(Arc::new(|_| Box::new(NoOutput)));
     }
 

@@ -86,7 +86,7 @@ pub use operator::{Checkpointed, Either, Operator, Sink, Source, SourcePoll};
 pub use protocol::OperatorSnapshot;
 pub use runtime::{JobHandle, JobMetrics};
 pub use state::{KeyedState, StateError, ValueState};
-pub use task_id::{ParseTaskIdError, TaskId};
+pub use task_id::{ParseTaskIdError, SubtaskInfo, TaskId};
 pub use two_phase::{TwoPhaseCommit, TwoPhaseCommitSink};
 
 /// The README's Rust blocks, compiled and run as doctests (as timely does).

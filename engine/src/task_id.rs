@@ -71,3 +71,46 @@ impl<'de> Deserialize<'de> for TaskId {
         s.parse().map_err(serde::de::Error::custom)
     }
 }
+
+/// What a factory is told about the subtask it makes a source, operator or
+/// sink for (the argument of the factories given to
+/// [`crate::JobBuilder::source`], [`crate::Stream::process`] and
+/// [`crate::Stream::sink`]), as Flink's `RuntimeContext` tells a function
+/// its task.
+///
+/// # Examples
+/// ```
+/// use lockgate::{BoxError, JobBuilder, JobConfig, Sink, SubtaskInfo};
+/// use std::sync::{Arc, Mutex};
+///
+/// struct Discard;
+/// impl Sink<u8> for Discard {
+///     fn write(&mut self, input: &mut Vec<u8>) -> Result<(), BoxError> {
+///         input.clear();
+///         Ok(())
+///     }
+/// }
+///
+/// let seen: Arc<Mutex<Vec<SubtaskInfo>>> = Arc::default();
+/// let job = JobBuilder::new("info", JobConfig::default());
+/// let (input, ingest) = job.ingest::<u8>("input", 4);
+/// let s2 = seen.clone();
+/// input.rebalance().task("t", 2).sink("out", move |info: &SubtaskInfo| {
+///     s2.lock().unwrap().push(info.clone());
+///     Discard
+/// });
+/// ingest.close();
+/// job.start().unwrap().wait().unwrap();
+/// let mut seen = seen.lock().unwrap().clone();
+/// seen.sort_by_key(|i| i.index);
+/// assert_eq!(seen[1], SubtaskInfo { operator: "out".into(), index: 1, parallelism: 2 });
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SubtaskInfo {
+    /// The name of the source, operator or sink being made.
+    pub operator: String,
+    /// Its subtask index, `0..parallelism`.
+    pub index: usize,
+    /// The number of subtasks of its task.
+    pub parallelism: usize,
+}

@@ -16,13 +16,15 @@ fn sum_job(config: JobConfig, n: u64, keys: u64) -> (JobBuilder, Finals) {
     let job = JobBuilder::new("sums", config);
     let finals: Finals = Arc::default();
     let f2 = finals.clone();
-    job.source("numbers", 2, move |i| Counter::part(i, 2, n))
-        .key_by(move |x| x % keys)
-        .task("keyed_sum", 2)
-        .process("keyed_sum", move |_| KeyedSum::new(keys))
-        .rebalance()
-        .task("sink", 1)
-        .sink("sink", move |_| MaxSink(f2.clone()));
+    job.source("numbers", 2, move |i| {
+        Counter::part(i.index, i.parallelism, n)
+    })
+    .key_by(move |x| x % keys)
+    .task("keyed_sum", 2)
+    .process("keyed_sum", move |_| KeyedSum::new(keys))
+    .rebalance()
+    .task("sink", 1)
+    .sink("sink", move |_| MaxSink(f2.clone()));
     (job, finals)
 }
 
@@ -61,17 +63,19 @@ fn failing_job(panic: bool) -> Result<JobMetrics, JobError> {
     let mut config = JobConfig::default();
     config.batch_size = 16;
     let job = JobBuilder::new("failing", config);
-    job.source("numbers", 2, |i| Counter::part(i, 2, u64::MAX))
-        .rebalance()
-        .task("fragile", 2)
-        .process("fragile", move |_| Failing {
-            after: 1000,
-            seen: 0,
-            panic,
-        })
-        .key_by(|x| *x)
-        .task("sink", 1)
-        .sink("sink", |_| MaxSink(Arc::default()).map_in());
+    job.source("numbers", 2, |i| {
+        Counter::part(i.index, i.parallelism, u64::MAX)
+    })
+    .rebalance()
+    .task("fragile", 2)
+    .process("fragile", move |_| Failing {
+        after: 1000,
+        seen: 0,
+        panic,
+    })
+    .key_by(|x| *x)
+    .task("sink", 1)
+    .sink("sink", |_| MaxSink(Arc::default()).map_in());
     job.start()?.wait()
 }
 
@@ -158,7 +162,7 @@ fn stop_drains_an_endless_job_and_ends_it() {
 fn a_job_without_sink_is_refused_with_a_clear_error() {
     let job = JobBuilder::new("broken", JobConfig::default());
     let _dangling = job
-        .source("numbers", 1, |i| Counter::part(i, 1, 10))
+        .source("numbers", 1, |i| Counter::part(i.index, i.parallelism, 10))
         .map(|x| x + 1);
     match job.start() {
         Err(JobError::Config(msg)) => assert!(msg.contains("numbers"), "{msg}"),
@@ -170,7 +174,7 @@ fn a_job_without_sink_is_refused_with_a_clear_error() {
 #[test]
 fn duplicate_operator_names_are_refused() {
     let job = JobBuilder::new("dup", JobConfig::default());
-    job.source("a", 1, |i| Counter::part(i, 1, 10))
+    job.source("a", 1, |i| Counter::part(i.index, i.parallelism, 10))
         .sink("a", |_| U64Sink);
     match job.start() {
         Err(JobError::Config(msg)) => assert!(msg.contains("'a'"), "{msg}"),
@@ -215,13 +219,15 @@ fn a_job_restores_from_its_checkpoint_folder() {
     }
     // Another parallelism is refused with a clear error.
     let job = JobBuilder::new("sums", dir_config(dir.path(), true));
-    job.source("numbers", 3, move |i| Counter::part(i, 3, n))
-        .key_by(|x| x % 10)
-        .task("keyed_sum", 2)
-        .process("keyed_sum", |_| KeyedSum::new(10))
-        .rebalance()
-        .task("sink", 1)
-        .sink("sink", |_| MaxSink(Arc::default()));
+    job.source("numbers", 3, move |i| {
+        Counter::part(i.index, i.parallelism, n)
+    })
+    .key_by(|x| x % 10)
+    .task("keyed_sum", 2)
+    .process("keyed_sum", |_| KeyedSum::new(10))
+    .rebalance()
+    .task("sink", 1)
+    .sink("sink", |_| MaxSink(Arc::default()));
     match job.start() {
         Err(JobError::Restore(msg)) => assert!(msg.contains("parallelism"), "{msg}"),
         Err(e) => panic!("wrong error {e}"),
@@ -334,11 +340,13 @@ fn many_channels_align_under_frequent_checkpoints() {
         let job = JobBuilder::new("fan-in", config);
         let finals: Finals = Arc::default();
         let f2 = finals.clone();
-        job.source("numbers", 12, move |i| Counter::part(i, 12, n))
-            .key_by(|x| x % 5)
-            .task("keyed_sum", 1)
-            .process("keyed_sum", |_| KeyedSum::new(5))
-            .sink("sink", move |_| MaxSink(f2.clone()));
+        job.source("numbers", 12, move |i| {
+            Counter::part(i.index, i.parallelism, n)
+        })
+        .key_by(|x| x % 5)
+        .task("keyed_sum", 1)
+        .process("keyed_sum", |_| KeyedSum::new(5))
+        .sink("sink", move |_| MaxSink(f2.clone()));
         let m = job.start().unwrap().wait().unwrap();
         assert_eq!(*finals.lock().unwrap(), expected_sums(n, 5), "{mode:?}");
         assert!(m.completed_checkpoints() >= 1, "{mode:?}");
@@ -552,11 +560,13 @@ fn checkpoints_that_take_too_long_abort_with_timeout() {
     config.checkpoint.timeout = Duration::from_millis(1);
     config.checkpoint.tolerable_failures = u32::MAX;
     let job = JobBuilder::new("slow", config);
-    job.source("numbers", 1, |i| Counter::part(i, 1, u64::MAX))
-        .rebalance()
-        .task("slow", 1)
-        .process("slow", |_| Slow)
-        .sink("sink", |_| U64Sink);
+    job.source("numbers", 1, |i| {
+        Counter::part(i.index, i.parallelism, u64::MAX)
+    })
+    .rebalance()
+    .task("slow", 1)
+    .process("slow", |_| Slow)
+    .sink("sink", |_| U64Sink);
     let h = job.start().unwrap();
     assert!(wait_for(20, || h.metrics().checkpoints.iter().any(|c| c
         .status
@@ -702,7 +712,7 @@ fn task_threads_run_with_the_configured_timer_slack() {
         config.timer_slack_ns = slack;
         let job = JobBuilder::new("slack", config);
         let out = job
-            .source("numbers", 1, |i| Counter::part(i, 1, 10))
+            .source("numbers", 1, |i| Counter::part(i.index, i.parallelism, 10))
             .rebalance()
             .task("probe", 1)
             .process("probe", |_| SlackProbe)
@@ -740,7 +750,9 @@ fn affinity_job(pin: PinPolicy) -> (Vec<String>, JobMetrics) {
     config.pinning = pin;
     let job = JobBuilder::new("pinned", config);
     let out = job
-        .source("numbers", 2, |i| Counter::part(i, 2, 30_000))
+        .source("numbers", 2, |i| {
+            Counter::part(i.index, i.parallelism, 30_000)
+        })
         .rebalance()
         .task("probe", 3)
         .process("probe", |_| AffinityProbe)
@@ -813,7 +825,7 @@ fn an_interval_without_a_checkpoint_mode_is_refused() {
     let mut config = JobConfig::default();
     config.checkpoint.interval = Some(Duration::from_millis(10));
     let job = JobBuilder::new("no-mode", config);
-    job.source("numbers", 1, |i| Counter::part(i, 1, 10))
+    job.source("numbers", 1, |i| Counter::part(i.index, i.parallelism, 10))
         .sink("sink", |_| U64Sink);
     match job.start() {
         Err(JobError::Config(msg)) => assert!(msg.contains("checkpoint.mode is none"), "{msg}"),
@@ -843,13 +855,15 @@ fn a_union_with_an_empty_input_runs_to_the_end_with_the_right_result() {
     let finals: Finals = Arc::default();
     let f2 = finals.clone();
     let sums = job
-        .source("numbers", 2, move |i| Counter::part(i, 2, n))
+        .source("numbers", 2, move |i| {
+            Counter::part(i.index, i.parallelism, n)
+        })
         .key_by(|x| x % 10)
         .task("keyed_sum", 2)
         .process("keyed_sum", |_| KeyedSum::new(10))
         .rebalance();
     let empty = job
-        .source("empty", 1, |i| Counter::part(i, 1, 0))
+        .source("empty", 1, |i| Counter::part(i.index, i.parallelism, 0))
         .map(|x| (x, x))
         .rebalance();
     sums.union(empty)
@@ -898,11 +912,13 @@ fn a_fatal_error_fails_the_job_without_restarts() {
             delay: Duration::ZERO,
         };
         let job = JobBuilder::new("fatal", config);
-        job.source("numbers", 1, |i| Counter::part(i, 1, 1_000))
-            .rebalance()
-            .task("doomed", 1)
-            .process("doomed", move |_| Doomed { wrapped })
-            .sink("sink", |_| U64Sink);
+        job.source("numbers", 1, |i| {
+            Counter::part(i.index, i.parallelism, 1_000)
+        })
+        .rebalance()
+        .task("doomed", 1)
+        .process("doomed", move |_| Doomed { wrapped })
+        .sink("sink", |_| U64Sink);
         let h = job.start().unwrap();
         assert!(wait_for(30, || h.is_finished()));
         assert_eq!(h.metrics().restarts, 0, "wrapped: {wrapped}");
@@ -966,7 +982,9 @@ fn a_split_stream_feeds_both_branches_exactly_across_failures() {
     );
     let (e2, o2) = (evens.clone(), odds.clone());
     let sums = job
-        .source("numbers", 2, move |i| Counter::part(i, 2, n))
+        .source("numbers", 2, move |i| {
+            Counter::part(i.index, i.parallelism, n)
+        })
         .key_by(|x| x % 10)
         .task("keyed_sum", 2)
         .process("keyed_sum", |_| KeyedSum::new(10));
@@ -997,7 +1015,7 @@ fn a_split_stream_feeds_both_branches_exactly_across_failures() {
 fn a_split_without_both_branches_finished_is_refused() {
     let job = JobBuilder::new("half", JobConfig::default());
     let (a, _b) = job
-        .source("numbers", 1, |i| Counter::part(i, 1, 10))
+        .source("numbers", 1, |i| Counter::part(i.index, i.parallelism, 10))
         .split();
     a.sink("a", |_| U64Sink);
     match job.start() {

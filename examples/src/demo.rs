@@ -62,8 +62,10 @@ pub enum Pace {
 /// Adds the demo job to `job`, writing committed parts into `out`.
 pub fn build(job: &JobBuilder, out: PathBuf, records: u64, pace: Pace) {
     job.source("numbers", 2, move |i| match pace {
-        Pace::Fast(n) => Sequence::part(i, 2, records).per_poll(n),
-        Pace::Paced => Sequence::part(i, 2, records).paced(64, Duration::from_millis(1)),
+        Pace::Fast(n) => Sequence::part(i.index, i.parallelism, records).per_poll(n),
+        Pace::Paced => {
+            Sequence::part(i.index, i.parallelism, records).paced(64, Duration::from_millis(1))
+        }
     })
     .key_by(|x| x % 2)
     .task("keyed_sum", 2)
@@ -74,7 +76,7 @@ pub fn build(job: &JobBuilder, out: PathBuf, records: u64, pace: Pace) {
         let fmt: Formatter<(u64, u64)> =
             Box::new(|r, b| b.extend_from_slice(format!("{},{}\n", r.0, r.1).as_bytes()));
         TwoPhaseCommitSink::new(
-            TransactionalFileSink::new(out.clone(), i, fmt)
+            TransactionalFileSink::new(out.clone(), i.index, fmt)
                 .expect("the output folder can be created"),
         )
     });

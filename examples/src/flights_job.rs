@@ -293,7 +293,7 @@ pub fn build(job: &JobBuilder, spec: &FlightsJobSpec) -> FlightsProbes {
                             .map_or(Visibility::Unknown, |w| Visibility::from_visib(w.visib)),
                     },
                 )
-                .with_counts_slot(join_slots[i].clone()),
+                .with_counts_slot(join_slots[i.index].clone()),
             )
         });
 
@@ -319,7 +319,7 @@ pub fn build(job: &JobBuilder, spec: &FlightsJobSpec) -> FlightsProbes {
                 |e: &EnrichedFlight| e.flight.origin,
                 |e: &EnrichedFlight| e.flight.time_hour_ms,
             )
-            .with_late_count_slot(late_slots[i].clone())
+            .with_late_count_slot(late_slots[i.index].clone())
         })
         .flat_map(|o: DailyOut| match o {
             WindowOutput::Fired(r) => Some(DailyRow {
@@ -333,7 +333,7 @@ pub fn build(job: &JobBuilder, spec: &FlightsJobSpec) -> FlightsProbes {
         .sink("daily_out", move |i| {
             let fmt: Formatter<DailyRow> = Box::new(daily_line);
             TwoPhaseCommitSink::new(
-                TransactionalFileSink::new(daily_dir.clone(), i, fmt)
+                TransactionalFileSink::new(daily_dir.clone(), i.index, fmt)
                     .expect("the parts folder is created before the job starts"),
             )
         });
@@ -357,7 +357,7 @@ pub fn build(job: &JobBuilder, spec: &FlightsJobSpec) -> FlightsProbes {
         .sink("visibility_out", move |i| {
             let fmt: Formatter<ByVisibilityRow> = Box::new(by_visibility_line);
             TwoPhaseCommitSink::new(
-                TransactionalFileSink::new(vis_dir.clone(), i, fmt)
+                TransactionalFileSink::new(vis_dir.clone(), i.index, fmt)
                     .expect("the parts folder is created before the job starts"),
             )
         });

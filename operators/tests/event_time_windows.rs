@@ -71,7 +71,7 @@ impl Source<i64> for Fed {
 type Out = WindowOutput<u8, u64, i64>;
 
 /// Tumbling 10 ms windows counting records, one key, late side output.
-fn windows() -> impl Fn(usize) -> WindowOperator<i64, u8, Count> + Send + Sync {
+fn windows() -> impl Fn(&lockgate::SubtaskInfo) -> WindowOperator<i64, u8, Count> + Send + Sync {
     |_| {
         WindowOperator::new(
             WindowAssigner::tumbling(10).unwrap(),

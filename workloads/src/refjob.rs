@@ -1041,7 +1041,7 @@ fn build_typed<P: Payload>(results: &RefJobResults, job: &JobBuilder) -> Result<
     let s_src = shared.clone();
     let s_sink = shared.clone();
     job.source("source", p, move |i| {
-        RefSource::<P>::new(i, s_src.clone(), keys.clone())
+        RefSource::<P>::new(i.index, s_src.clone(), keys.clone())
             .expect("source index and parallelism were validated")
     })
     .map_in_place(|e: &mut RefEvent<P>| e.value = crate::workload::chained_map(e.value))
@@ -1055,9 +1055,10 @@ fn build_typed<P: Payload>(results: &RefJobResults, job: &JobBuilder) -> Result<
     .sink("sink", move |i| {
         // A new attempt starts from a fresh check unless restore_state
         // gives it the checkpointed one.
-        lock(&s_sink.slots[i]).check = SinkCheck::new(total, nkeys).expect("sizes were validated");
+        lock(&s_sink.slots[i.index]).check =
+            SinkCheck::new(total, nkeys).expect("sizes were validated");
         RefSink {
-            slot: i,
+            slot: i.index,
             shared: s_sink.clone(),
         }
     });

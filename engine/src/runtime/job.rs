@@ -351,6 +351,7 @@ impl Driver {
             let name = self.graph.task_id(task);
             let mut ctx = SubtaskCtx {
                 subtask,
+                parallelism: self.graph.parallelism(node),
                 wiring: &mut wiring,
                 config: &self.config,
                 metrics: metrics.clone(),

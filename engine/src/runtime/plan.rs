@@ -47,11 +47,23 @@ impl Wiring {
 /// What a task's constructor gets.
 pub(crate) struct SubtaskCtx<'a> {
     pub(crate) subtask: usize,
+    pub(crate) parallelism: usize,
     pub(crate) wiring: &'a mut Wiring,
     pub(crate) config: &'a JobConfig,
     pub(crate) metrics: Arc<TaskMetrics>,
     pub(crate) cancel: Receiver<()>,
     pub(crate) control: Receiver<Control>,
+}
+
+impl SubtaskCtx<'_> {
+    /// What the factory of `operator` in this subtask is told.
+    pub(crate) fn info(&self, operator: &str) -> crate::task_id::SubtaskInfo {
+        crate::task_id::SubtaskInfo {
+            operator: operator.to_string(),
+            index: self.subtask,
+            parallelism: self.parallelism,
+        }
+    }
 }
 
 /// What a running task can reach.
@@ -220,6 +232,10 @@ impl JobGraph {
             let to_par = self.nodes[edge.to].parallelism;
             (edge.wire)(wiring, e, capacity, from.parallelism, to_par, names);
         }
+    }
+
+    pub(crate) fn parallelism(&self, node: usize) -> usize {
+        self.nodes[node].parallelism
     }
 
     pub(crate) fn make(&self, node: usize, ctx: &mut SubtaskCtx<'_>) -> Box<dyn TaskBody> {

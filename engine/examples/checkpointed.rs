@@ -9,8 +9,8 @@
 //! code 1 if a count is wrong.
 
 use lockgate::{
-    BoxError, CheckpointConfig, CheckpointId, Checkpointed, FailurePlan, FailurePoint, JobBuilder,
-    JobConfig, KeyedState, Operator, RestartStrategy,
+    BoxError, CheckpointConfig, CheckpointId, Checkpointed, Context, FailurePlan, FailurePoint,
+    JobBuilder, JobConfig, KeyedState, Operator, RestartStrategy,
 };
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ impl Operator<u64, (u64, u64)> for Count {
     fn process(
         &mut self,
         input: &mut Vec<u64>,
-        _out: &mut Vec<(u64, u64)>,
+        _ctx: &mut Context<'_, (u64, u64)>,
     ) -> Result<(), BoxError> {
         for r in input.drain(..) {
             *self.counts.get_or_default(r % KEYS) += 1;
@@ -34,8 +34,9 @@ impl Operator<u64, (u64, u64)> for Count {
         Ok(())
     }
 
-    fn end_of_input(&mut self, out: &mut Vec<(u64, u64)>) -> Result<(), BoxError> {
-        out.extend(self.counts.iter().map(|(k, c)| (*k, *c)));
+    fn end_of_input(&mut self, ctx: &mut Context<'_, (u64, u64)>) -> Result<(), BoxError> {
+        ctx.output()
+            .extend(self.counts.iter().map(|(k, c)| (*k, *c)));
         Ok(())
     }
 

@@ -29,6 +29,11 @@ pub(crate) trait Link<I>: Send {
     ) -> Result<(), TaskError>;
     /// Restores the operators found in `states` (by operator name).
     fn restore(&mut self, states: &[OperatorSnapshot]) -> Result<(), TaskError>;
+    /// Opens every operator ([`crate::Operator::open`]), once per run
+    /// attempt, after the restore and before the first record.
+    fn open(&mut self) -> Result<(), TaskError> {
+        Ok(())
+    }
     /// Forwards a barrier downstream (after every record before it).
     fn barrier(&mut self, b: CheckpointBarrier) -> Result<(), TaskError>;
     /// Forwards a cancel-checkpoint marker downstream.
@@ -65,7 +70,20 @@ pub(crate) struct Stage<I, O, Op> {
     pub(crate) op: Op,
     pub(crate) out: Vec<O>,
     pub(crate) next: Box<dyn Link<O>>,
+    /// The task's watermark as this stage last saw it.
+    watermark: Option<Watermark>,
+    /// The processing-time timer the operator asked for (ns).
+    timer: Option<u64>,
     pub(crate) _in: std::marker::PhantomData<fn(I)>,
+}
+
+/// The [`crate::Context`] of one operator call: the stage's output batch,
+/// the watermark and the timer request, borrowed field by field so the
+/// operator itself can be borrowed beside them.
+macro_rules! ctx {
+    ($stage:ident) => {
+        crate::operator::Context::new(&mut $stage.out, $stage.watermark, &mut $stage.timer)
+    };
 }
 
 impl<I, O, Op: Operator<I, O>> Stage<I, O, Op> {
@@ -75,6 +93,8 @@ impl<I, O, Op: Operator<I, O>> Stage<I, O, Op> {
             op,
             out: Vec::new(),
             next,
+            watermark: None,
+            timer: None,
             _in: std::marker::PhantomData,
         }
     }
@@ -95,7 +115,7 @@ impl<I, O, Op: Operator<I, O>> Stage<I, O, Op> {
 impl<I, O: Send, Op: Operator<I, O>> Link<I> for Stage<I, O, Op> {
     #[inline]
     fn push(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
-        if let Err(e) = self.op.process(batch, &mut self.out) {
+        if let Err(e) = self.op.process(batch, &mut ctx!(self)) {
             return Err(self.op_err("process", e));
         }
         batch.clear();
@@ -103,7 +123,8 @@ impl<I, O: Send, Op: Operator<I, O>> Link<I> for Stage<I, O, Op> {
     }
 
     fn watermark(&mut self, w: Watermark) -> Result<(), TaskError> {
-        if let Err(e) = self.op.on_watermark(w, &mut self.out) {
+        self.watermark = Some(w);
+        if let Err(e) = self.op.on_watermark(w, &mut ctx!(self)) {
             return Err(self.op_err("on_watermark", e));
         }
         self.emit()?;
@@ -168,20 +189,31 @@ impl<I, O: Send, Op: Operator<I, O>> Link<I> for Stage<I, O, Op> {
     }
 
     fn end(&mut self) -> Result<(), TaskError> {
-        if let Err(e) = self.op.end_of_input(&mut self.out) {
+        if let Err(e) = self.op.end_of_input(&mut ctx!(self)) {
             return Err(self.op_err("end_of_input", e));
         }
         self.emit()?;
         self.next.end()
     }
 
+    fn open(&mut self) -> Result<(), TaskError> {
+        if let Err(e) = self.op.open(&mut ctx!(self)) {
+            return Err(self.op_err("open", e));
+        }
+        self.emit()?;
+        self.next.open()
+    }
+
     fn next_timer_ns(&self) -> Option<u64> {
-        earliest(self.op.next_timer_ns(), self.next.next_timer_ns())
+        earliest(self.timer, self.next.next_timer_ns())
     }
 
     fn on_processing_time(&mut self, now_ns: u64) -> Result<(), TaskError> {
-        if self.op.next_timer_ns().is_some_and(|t| t <= now_ns) {
-            if let Err(e) = self.op.on_processing_time(now_ns, &mut self.out) {
+        if self.timer.is_some_and(|t| t <= now_ns) {
+            // A fired request is spent: the operator asks again if it
+            // needs a later one.
+            self.timer = None;
+            if let Err(e) = self.op.on_processing_time(now_ns, &mut ctx!(self)) {
                 return Err(self.op_err("on_processing_time", e));
             }
             self.emit()?;
@@ -301,6 +333,10 @@ impl<T: Clone + Send> Link<T> for Tee<T> {
     fn restore(&mut self, states: &[OperatorSnapshot]) -> Result<(), TaskError> {
         self.a.restore(states)?;
         self.b.restore(states)
+    }
+    fn open(&mut self) -> Result<(), TaskError> {
+        self.a.open()?;
+        self.b.open()
     }
     fn barrier(&mut self, b: CheckpointBarrier) -> Result<(), TaskError> {
         self.a.barrier(b)?;

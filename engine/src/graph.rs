@@ -113,7 +113,7 @@ impl GraphState {
 /// # Examples
 /// A source of 2 subtasks, a keyed sum in a task of its own, a sink:
 /// ```
-/// use lockgate::{BoxError, JobBuilder, JobConfig, KeyedState, Operator, Source, SourcePoll};
+/// use lockgate::{BoxError, Context, JobBuilder, JobConfig, KeyedState, Operator, Source, SourcePoll};
 ///
 /// /// Emits `0..n`, then ends.
 /// struct Numbers { next: u64, n: u64 }
@@ -130,11 +130,11 @@ impl GraphState {
 /// /// A running sum per key.
 /// struct Sum(KeyedState<u64, u64>);
 /// impl Operator<u64, (u64, u64)> for Sum {
-///     fn process(&mut self, input: &mut Vec<u64>, out: &mut Vec<(u64, u64)>) -> Result<(), BoxError> {
+///     fn process(&mut self, input: &mut Vec<u64>, ctx: &mut Context<'_, (u64, u64)>) -> Result<(), BoxError> {
 ///         for x in input.drain(..) {
 ///             let s = self.0.get_or_default(x % 3);
 ///             *s += x;
-///             out.push((x % 3, *s));
+///             ctx.emit((x % 3, *s));
 ///         }
 ///         Ok(())
 ///     }

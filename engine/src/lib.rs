@@ -82,7 +82,7 @@ pub use handoff::{
 };
 pub use input_gate::{WaitStrategy, DEFAULT_SPINS, SPIN_YIELD_EVERY};
 pub use metrics::{peak_rss_bytes, Pinning, TaskMetrics, TaskMetricsSnapshot};
-pub use operator::{Checkpointed, Either, Operator, Sink, Source, SourcePoll};
+pub use operator::{Checkpointed, Context, Either, Operator, Sink, Source, SourcePoll};
 pub use protocol::OperatorSnapshot;
 pub use runtime::{JobHandle, JobMetrics};
 pub use state::{KeyedState, StateError, ValueState};

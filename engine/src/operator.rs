@@ -83,20 +83,20 @@ pub(crate) fn notify(
 /// A stateful operator: a count per key, snapshotted for checkpoints and
 /// emitted at the end of the input.
 /// ```
-/// use lockgate::{BoxError, CheckpointId, Checkpointed, KeyedState, Operator};
+/// use lockgate::{BoxError, CheckpointId, Checkpointed, Context, KeyedState, Operator};
 ///
 /// #[derive(Default)]
 /// struct CountPerKey(KeyedState<char, u64>);
 ///
 /// impl Operator<char, (char, u64)> for CountPerKey {
-///     fn process(&mut self, input: &mut Vec<char>, _out: &mut Vec<(char, u64)>) -> Result<(), BoxError> {
+///     fn process(&mut self, input: &mut Vec<char>, _ctx: &mut Context<'_, (char, u64)>) -> Result<(), BoxError> {
 ///         for c in input.drain(..) {
 ///             *self.0.get_or_default(c) += 1;
 ///         }
 ///         Ok(())
 ///     }
-///     fn end_of_input(&mut self, out: &mut Vec<(char, u64)>) -> Result<(), BoxError> {
-///         out.extend(self.0.iter().map(|(c, n)| (*c, *n)));
+///     fn end_of_input(&mut self, ctx: &mut Context<'_, (char, u64)>) -> Result<(), BoxError> {
+///         ctx.output().extend(self.0.iter().map(|(c, n)| (*c, *n)));
 ///         Ok(())
 ///     }
 ///     fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
@@ -116,46 +116,56 @@ pub(crate) fn notify(
 ///
 /// // Driven by hand here; in a job the task calls it.
 /// let mut op = CountPerKey::default();
-/// op.process(&mut vec!['a', 'b', 'a'], &mut Vec::new()).unwrap();
+/// let (mut out, mut timer) = (Vec::new(), None);
+/// op.process(&mut vec!['a', 'b', 'a'], &mut Context::new(&mut out, None, &mut timer)).unwrap();
 /// let snapshot = op.snapshot_state(CheckpointId(1)).unwrap().unwrap();
 /// let mut restored = CountPerKey::default();
 /// restored.restore_state(&snapshot).unwrap();
-/// let mut out = Vec::new();
-/// restored.end_of_input(&mut out).unwrap();
+/// restored.end_of_input(&mut Context::new(&mut out, None, &mut timer)).unwrap();
 /// out.sort();
 /// assert_eq!(out, [('a', 2), ('b', 1)]);
 /// ```
 pub trait Operator<I, O>: Send {
-    /// Processes a batch of records, appending results to `out`. `input` is
-    /// the whole batch; the operator may drain it (what is left is dropped).
+    /// Processes a batch of records, emitting results through `ctx`.
+    /// `input` is the whole batch; the operator may drain it (what is left
+    /// is dropped).
     ///
     /// # Errors
     /// Any error fails the task and the job (and triggers a restart when a
     /// restart strategy is set).
-    fn process(&mut self, input: &mut Vec<I>, out: &mut Vec<O>) -> Result<(), BoxError>;
+    fn process(&mut self, input: &mut Vec<I>, ctx: &mut Context<'_, O>) -> Result<(), BoxError>;
 
-    /// Called when the task's event-time watermark advances. Default: nothing
-    /// to do (the runtime forwards the watermark downstream itself).
-    fn on_watermark(&mut self, _watermark: Watermark, _out: &mut Vec<O>) -> Result<(), BoxError> {
+    /// Called once before the first record of a run attempt, after the
+    /// state was restored (Flink's `open`): e.g. ask for the processing-time
+    /// timer a restored timer service needs. Default: nothing.
+    fn open(&mut self, _ctx: &mut Context<'_, O>) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// Called when the task's event-time watermark advances (it is
+    /// [`Context::current_watermark`] already). Default: nothing to do (the
+    /// runtime forwards the watermark downstream itself).
+    fn on_watermark(
+        &mut self,
+        _watermark: Watermark,
+        _ctx: &mut Context<'_, O>,
+    ) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// Processing time reached `now_ns`, at or after the time asked for
+    /// with [`Context::set_processing_timer`] (that request is cleared
+    /// first: ask again for a later one).
+    fn on_processing_time(
+        &mut self,
+        _now_ns: u64,
+        _ctx: &mut Context<'_, O>,
+    ) -> Result<(), BoxError> {
         Ok(())
     }
 
     /// All inputs ended: emit what is left (e.g. open windows).
-    fn end_of_input(&mut self, _out: &mut Vec<O>) -> Result<(), BoxError> {
-        Ok(())
-    }
-
-    /// The earliest processing-time timer of the operator, in ns on
-    /// [`crate::clock::now_ns`]'s clock, if any. The task wakes at that time
-    /// even without input and calls [`Operator::on_processing_time`].
-    /// Called between batches: keep it O(1).
-    fn next_timer_ns(&self) -> Option<u64> {
-        None
-    }
-
-    /// Processing time reached `now_ns` (at or after
-    /// [`Operator::next_timer_ns`]): fire the timers that are due.
-    fn on_processing_time(&mut self, _now_ns: u64, _out: &mut Vec<O>) -> Result<(), BoxError> {
+    fn end_of_input(&mut self, _ctx: &mut Context<'_, O>) -> Result<(), BoxError> {
         Ok(())
     }
 
@@ -165,6 +175,97 @@ pub trait Operator<I, O>: Send {
     /// task takes no snapshot of it and sends it no notification).
     fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
         None
+    }
+}
+
+/// What an [`Operator`] call can reach: its output, the task's event-time
+/// watermark, and its processing-time timer. One value carries every
+/// capability, so a new one is a method here, not a new trait method (as
+/// Flink's `ProcessFunction.Context`).
+///
+/// # Examples
+/// ```
+/// use lockgate::{BoxError, Context, Operator};
+///
+/// /// Passes records on and asks to be woken 1 ms after the last one.
+/// struct Debounce;
+/// impl Operator<u32, u32> for Debounce {
+///     fn process(&mut self, input: &mut Vec<u32>, ctx: &mut Context<'_, u32>) -> Result<(), BoxError> {
+///         ctx.output().append(input);
+///         ctx.set_processing_timer(Some(lockgate::now_ns() + 1_000_000));
+///         Ok(())
+///     }
+/// }
+///
+/// let (mut out, mut timer) = (Vec::new(), None);
+/// let mut ctx = Context::new(&mut out, None, &mut timer);
+/// Debounce.process(&mut vec![1, 2], &mut ctx).unwrap();
+/// assert!(ctx.processing_timer().is_some());
+/// assert_eq!(out, [1, 2]);
+/// ```
+pub struct Context<'a, O> {
+    out: &'a mut Vec<O>,
+    watermark: Option<Watermark>,
+    timer: &'a mut Option<u64>,
+}
+
+impl<O> std::fmt::Debug for Context<'_, O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("emitted", &self.out.len())
+            .field("watermark", &self.watermark)
+            .field("timer", &self.timer)
+            .finish()
+    }
+}
+
+impl<'a, O> Context<'a, O> {
+    /// A context over `out` (where emitted records go), the task's
+    /// `watermark` and the operator's pending `timer` (ns on
+    /// [`crate::now_ns`]'s clock). The runtime makes one per call; tests
+    /// and benchmarks drive operators by hand with it.
+    pub fn new(
+        out: &'a mut Vec<O>,
+        watermark: Option<Watermark>,
+        timer: &'a mut Option<u64>,
+    ) -> Self {
+        Context {
+            out,
+            watermark,
+            timer,
+        }
+    }
+
+    /// Emits one record downstream (after the operator's call returns, in
+    /// order).
+    #[inline]
+    pub fn emit(&mut self, record: O) {
+        self.out.push(record);
+    }
+
+    /// The batch being emitted, to extend, append to or swap with.
+    #[inline]
+    pub fn output(&mut self) -> &mut Vec<O> {
+        self.out
+    }
+
+    /// The task's event-time watermark (`None` before the first one).
+    pub fn current_watermark(&self) -> Option<Watermark> {
+        self.watermark
+    }
+
+    /// Asks for [`Operator::on_processing_time`] at (or soon after)
+    /// `at_ns`, ns on [`crate::now_ns`]'s clock, replacing an earlier
+    /// request; `None` cancels it. The task wakes for it even without
+    /// input. One request per operator: an operator with many timers keeps
+    /// them itself and asks for its earliest.
+    pub fn set_processing_timer(&mut self, at_ns: Option<u64>) {
+        *self.timer = at_ns;
+    }
+
+    /// The processing-time timer asked for, if any.
+    pub fn processing_timer(&self) -> Option<u64> {
+        *self.timer
     }
 }
 
@@ -243,7 +344,9 @@ pub trait Sink<T>: Send {
         Ok(())
     }
 
-    /// As [`Operator::next_timer_ns`].
+    /// The processing-time timer the sink wants, ns on [`crate::now_ns`]'s
+    /// clock (read after each call, as [`Context::set_processing_timer`]
+    /// sets it for an operator). Default: none.
     fn next_timer_ns(&self) -> Option<u64> {
         None
     }
@@ -266,23 +369,38 @@ pub trait Sink<T>: Send {
 pub(crate) struct SinkOperator<S>(pub S);
 
 impl<T, S: Sink<T>> Operator<T, ()> for SinkOperator<S> {
-    fn process(&mut self, input: &mut Vec<T>, _out: &mut Vec<()>) -> Result<(), BoxError> {
-        self.0.write(input)
+    fn process(&mut self, input: &mut Vec<T>, ctx: &mut Context<'_, ()>) -> Result<(), BoxError> {
+        self.0.write(input)?;
+        ctx.set_processing_timer(self.0.next_timer_ns());
+        Ok(())
     }
-    fn on_watermark(&mut self, watermark: Watermark, _out: &mut Vec<()>) -> Result<(), BoxError> {
-        self.0.on_watermark(watermark)
+    fn open(&mut self, ctx: &mut Context<'_, ()>) -> Result<(), BoxError> {
+        ctx.set_processing_timer(self.0.next_timer_ns());
+        Ok(())
+    }
+    fn on_watermark(
+        &mut self,
+        watermark: Watermark,
+        ctx: &mut Context<'_, ()>,
+    ) -> Result<(), BoxError> {
+        self.0.on_watermark(watermark)?;
+        ctx.set_processing_timer(self.0.next_timer_ns());
+        Ok(())
+    }
+    fn on_processing_time(
+        &mut self,
+        now_ns: u64,
+        ctx: &mut Context<'_, ()>,
+    ) -> Result<(), BoxError> {
+        self.0.on_processing_time(now_ns)?;
+        ctx.set_processing_timer(self.0.next_timer_ns());
+        Ok(())
+    }
+    fn end_of_input(&mut self, _ctx: &mut Context<'_, ()>) -> Result<(), BoxError> {
+        self.0.end_of_input()
     }
     fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
         self.0.checkpointed()
-    }
-    fn end_of_input(&mut self, _out: &mut Vec<()>) -> Result<(), BoxError> {
-        self.0.end_of_input()
-    }
-    fn next_timer_ns(&self) -> Option<u64> {
-        self.0.next_timer_ns()
-    }
-    fn on_processing_time(&mut self, now_ns: u64, _out: &mut Vec<()>) -> Result<(), BoxError> {
-        self.0.on_processing_time(now_ns)
     }
 }
 
@@ -315,8 +433,8 @@ where
     F: FnMut(&mut Vec<I>, &mut Vec<O>) + Send,
 {
     #[inline]
-    fn process(&mut self, input: &mut Vec<I>, out: &mut Vec<O>) -> Result<(), BoxError> {
-        (self.0)(input, out);
+    fn process(&mut self, input: &mut Vec<I>, ctx: &mut Context<'_, O>) -> Result<(), BoxError> {
+        (self.0)(input, ctx.output());
         Ok(())
     }
 }

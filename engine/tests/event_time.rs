@@ -102,22 +102,29 @@ struct Timer {
 }
 
 impl Operator<i64, u64> for Timer {
-    fn process(&mut self, input: &mut Vec<i64>, _out: &mut Vec<u64>) -> Result<(), BoxError> {
+    fn process(
+        &mut self,
+        input: &mut Vec<i64>,
+        ctx: &mut Context<'_, u64>,
+    ) -> Result<(), BoxError> {
         self.seen += input.len() as u64;
         input.clear();
         if self.due.is_none() && !self.fired {
             self.due = Some(now_ns() + self.delay.as_nanos() as u64);
+            ctx.set_processing_timer(self.due);
         }
         Ok(())
     }
-    fn next_timer_ns(&self) -> Option<u64> {
-        self.due
-    }
-    fn on_processing_time(&mut self, now_ns: u64, out: &mut Vec<u64>) -> Result<(), BoxError> {
+    fn on_processing_time(
+        &mut self,
+        now_ns: u64,
+        ctx: &mut Context<'_, u64>,
+    ) -> Result<(), BoxError> {
         assert!(now_ns >= self.due.unwrap());
+        assert_eq!(ctx.processing_timer(), None, "a fired request is spent");
         self.due = None;
         self.fired = true;
-        out.push(self.seen);
+        ctx.emit(self.seen);
         Ok(())
     }
 }

@@ -46,7 +46,11 @@ struct Failing {
     panic: bool,
 }
 impl Operator<u64, u64> for Failing {
-    fn process(&mut self, input: &mut Vec<u64>, out: &mut Vec<u64>) -> Result<(), BoxError> {
+    fn process(
+        &mut self,
+        input: &mut Vec<u64>,
+        ctx: &mut Context<'_, u64>,
+    ) -> Result<(), BoxError> {
         self.seen += input.len() as u64;
         if self.seen >= self.after {
             if self.panic {
@@ -54,7 +58,7 @@ impl Operator<u64, u64> for Failing {
             }
             return Err(Box::new(OperatorError("bad record".into())));
         }
-        out.append(input);
+        ctx.output().append(input);
         Ok(())
     }
 }
@@ -543,9 +547,13 @@ fn storage_errors_below_the_tolerance_let_the_job_go_on() {
 /// Sleeps in every batch: checkpoints cannot complete within 1 ms.
 struct Slow;
 impl Operator<u64, u64> for Slow {
-    fn process(&mut self, input: &mut Vec<u64>, out: &mut Vec<u64>) -> Result<(), BoxError> {
+    fn process(
+        &mut self,
+        input: &mut Vec<u64>,
+        ctx: &mut Context<'_, u64>,
+    ) -> Result<(), BoxError> {
         std::thread::sleep(Duration::from_millis(3));
-        out.append(input);
+        ctx.output().append(input);
         Ok(())
     }
 }
@@ -693,10 +701,14 @@ fn planned_failures_strike_once_even_when_neighbours_report_first() {
 /// Reads the task thread's timer slack from procfs on its first batch.
 struct SlackProbe;
 impl Operator<u64, u64> for SlackProbe {
-    fn process(&mut self, input: &mut Vec<u64>, out: &mut Vec<u64>) -> Result<(), BoxError> {
+    fn process(
+        &mut self,
+        input: &mut Vec<u64>,
+        ctx: &mut Context<'_, u64>,
+    ) -> Result<(), BoxError> {
         input.clear();
         let s = std::fs::read_to_string("/proc/thread-self/timerslack_ns")?;
-        out.push(s.trim().parse()?);
+        ctx.emit(s.trim().parse()?);
         Ok(())
     }
 }
@@ -732,14 +744,18 @@ fn task_threads_run_with_the_configured_timer_slack() {
 /// (`Cpus_allowed_list` of `/proc/thread-self/status`, e.g. `0` or `0-1`).
 struct AffinityProbe;
 impl Operator<u64, String> for AffinityProbe {
-    fn process(&mut self, input: &mut Vec<u64>, out: &mut Vec<String>) -> Result<(), BoxError> {
+    fn process(
+        &mut self,
+        input: &mut Vec<u64>,
+        ctx: &mut Context<'_, String>,
+    ) -> Result<(), BoxError> {
         input.clear();
         let status = std::fs::read_to_string("/proc/thread-self/status")?;
         let line = status
             .lines()
             .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
             .ok_or("no Cpus_allowed_list")?;
-        out.push(line.trim().to_string());
+        ctx.emit(line.trim().to_string());
         Ok(())
     }
 }
@@ -888,7 +904,11 @@ struct Doomed {
 struct WithContext(#[source] FatalError);
 
 impl Operator<u64, u64> for Doomed {
-    fn process(&mut self, _input: &mut Vec<u64>, _out: &mut Vec<u64>) -> Result<(), BoxError> {
+    fn process(
+        &mut self,
+        _input: &mut Vec<u64>,
+        _ctx: &mut Context<'_, u64>,
+    ) -> Result<(), BoxError> {
         let fatal = FatalError("line 7: not a number".into());
         Err(if self.wrapped {
             Box::new(WithContext(fatal))

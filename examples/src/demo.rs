@@ -9,6 +9,7 @@
 //! committed output is [`expected_lines`] whatever failures happened.
 
 use lockgate::Checkpointed;
+use lockgate::Context;
 use lockgate::TwoPhaseCommitSink;
 use lockgate::{BoxError, CheckpointId, JobBuilder, JobConfig, Operator};
 use lockgate_operators::file_sink::{Formatter, TransactionalFileSink};
@@ -22,11 +23,15 @@ use std::time::Duration;
 pub struct RunningSum(HashMap<u64, u64>);
 
 impl Operator<u64, (u64, u64)> for RunningSum {
-    fn process(&mut self, input: &mut Vec<u64>, out: &mut Vec<(u64, u64)>) -> Result<(), BoxError> {
+    fn process(
+        &mut self,
+        input: &mut Vec<u64>,
+        ctx: &mut Context<'_, (u64, u64)>,
+    ) -> Result<(), BoxError> {
         for x in input.drain(..) {
             let s = self.0.entry(x % 2).or_default();
             *s += x;
-            out.push((x, *s));
+            ctx.emit((x, *s));
         }
         Ok(())
     }

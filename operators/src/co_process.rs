@@ -18,6 +18,7 @@
 use crate::timers::TimerService;
 use crate::window::WindowKey;
 use lockgate::Checkpointed;
+use lockgate::Context;
 use lockgate::{BoxError, CheckpointId, Either, Operator, Watermark};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -267,43 +268,62 @@ where
     O: Send,
     F: KeyedCoProcessFunction<A, B, O>,
 {
-    fn process(&mut self, input: &mut Vec<Either<A, B>>, out: &mut Vec<O>) -> Result<(), BoxError> {
+    fn process(
+        &mut self,
+        input: &mut Vec<Either<A, B>>,
+        ctx: &mut Context<'_, O>,
+    ) -> Result<(), BoxError> {
         for record in input.drain(..) {
             match record {
                 Either::Left(a) => {
                     let key = self.f.key_left(&a);
-                    self.with_key(key, out, |f, ctx| f.process_left(a, ctx))?;
+                    self.with_key(key, ctx.output(), |f, ctx| f.process_left(a, ctx))?;
                 }
                 Either::Right(b) => {
                     let key = self.f.key_right(&b);
-                    self.with_key(key, out, |f, ctx| f.process_right(b, ctx))?;
+                    self.with_key(key, ctx.output(), |f, ctx| f.process_right(b, ctx))?;
                 }
             }
         }
         // Timers a call registered at or below the watermark.
         let w = self.timers.current_watermark();
-        self.fire_event_timers(w, out)
-    }
-
-    fn on_watermark(&mut self, watermark: Watermark, out: &mut Vec<O>) -> Result<(), BoxError> {
-        self.fire_event_timers(watermark.0, out)
-    }
-
-    fn next_timer_ns(&self) -> Option<u64> {
-        self.timers.next_processing_time()
-    }
-
-    fn on_processing_time(&mut self, now_ns: u64, out: &mut Vec<O>) -> Result<(), BoxError> {
-        for (time, key) in self.timers.pop_processing_due(now_ns) {
-            self.with_key(key, out, |f, ctx| {
-                f.on_timer(FiredTimer::ProcessingTime(time), ctx)
-            })?;
-        }
+        self.fire_event_timers(w, ctx.output())?;
+        ctx.set_processing_timer(self.timers.next_processing_time());
         Ok(())
     }
 
-    fn end_of_input(&mut self, out: &mut Vec<O>) -> Result<(), BoxError> {
-        self.fire_event_timers(i64::MAX, out)
+    fn open(&mut self, ctx: &mut Context<'_, O>) -> Result<(), BoxError> {
+        // restored processing-time timers wake the task again
+        ctx.set_processing_timer(self.timers.next_processing_time());
+        Ok(())
+    }
+
+    fn on_watermark(
+        &mut self,
+        watermark: Watermark,
+        ctx: &mut Context<'_, O>,
+    ) -> Result<(), BoxError> {
+        self.fire_event_timers(watermark.0, ctx.output())?;
+        ctx.set_processing_timer(self.timers.next_processing_time());
+        Ok(())
+    }
+
+    fn on_processing_time(
+        &mut self,
+        now_ns: u64,
+        ctx: &mut Context<'_, O>,
+    ) -> Result<(), BoxError> {
+        for (time, key) in self.timers.pop_processing_due(now_ns) {
+            self.with_key(key, ctx.output(), |f, ctx| {
+                f.on_timer(FiredTimer::ProcessingTime(time), ctx)
+            })?;
+        }
+        ctx.set_processing_timer(self.timers.next_processing_time());
+        Ok(())
+    }
+
+    fn end_of_input(&mut self, ctx: &mut Context<'_, O>) -> Result<(), BoxError> {
+        self.fire_event_timers(i64::MAX, ctx.output())
     }
 
     fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
@@ -396,11 +416,14 @@ mod tests {
                 Either::Left((2, 7)),
                 Either::Right((1, 100)),
             ],
-            &mut out,
+            &mut Context::new(&mut out, None, &mut None),
         )
         .unwrap();
-        op.process(&mut vec![Either::Left((1, 6))], &mut out)
-            .unwrap();
+        op.process(
+            &mut vec![Either::Left((1, 6))],
+            &mut Context::new(&mut out, None, &mut None),
+        )
+        .unwrap();
         assert!(out.is_empty());
         assert_eq!(op.keys_with_state(), 2);
         let snap = op.snapshot_state(CheckpointId(1)).unwrap().unwrap();
@@ -408,13 +431,16 @@ mod tests {
         restored.restore_state(&snap).unwrap();
         for o in [&mut op, &mut restored] {
             let mut out = Vec::new();
-            o.on_watermark(Watermark(99), &mut out).unwrap();
+            o.on_watermark(Watermark(99), &mut Context::new(&mut out, None, &mut None))
+                .unwrap();
             assert!(out.is_empty());
-            o.on_watermark(Watermark(100), &mut out).unwrap();
+            o.on_watermark(Watermark(100), &mut Context::new(&mut out, None, &mut None))
+                .unwrap();
             assert_eq!(out, [(1, 11)]);
             assert_eq!(o.keys_with_state(), 1, "key 1 cleared");
             out.clear();
-            o.end_of_input(&mut out).unwrap();
+            o.end_of_input(&mut Context::new(&mut out, None, &mut None))
+                .unwrap();
             assert!(out.is_empty(), "key 2 has no timer");
         }
         assert!(restored.restore_state(b"{").is_err());
@@ -424,10 +450,11 @@ mod tests {
     fn a_timer_registered_in_the_past_fires_after_the_call() {
         let mut op = KeyedCoProcessOperator::new(SumUntil);
         let mut out = Vec::new();
-        op.on_watermark(Watermark(50), &mut out).unwrap();
+        op.on_watermark(Watermark(50), &mut Context::new(&mut out, None, &mut None))
+            .unwrap();
         op.process(
             &mut vec![Either::Left((3, 1)), Either::Right((3, 10))],
-            &mut out,
+            &mut Context::new(&mut out, None, &mut None),
         )
         .unwrap();
         assert_eq!(out, [(3, 1)]);

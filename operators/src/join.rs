@@ -266,6 +266,7 @@ where
 mod tests {
     use super::*;
     use crate::co_process::KeyedCoProcessOperator;
+    use lockgate::Context;
     use lockgate::{CheckpointId, Checkpointed, Either, Operator, Watermark};
 
     /// fact: (key, time, id); row: (key, time, label)
@@ -289,7 +290,8 @@ mod tests {
     ) -> Vec<Out> {
         let mut out = Vec::new();
         let mut recs = recs;
-        op.process(&mut recs, &mut out).unwrap();
+        op.process(&mut recs, &mut Context::new(&mut out, None, &mut None))
+            .unwrap();
         out
     }
 
@@ -298,7 +300,8 @@ mod tests {
         w: i64,
     ) -> Vec<Out> {
         let mut out = Vec::new();
-        op.on_watermark(Watermark(w), &mut out).unwrap();
+        op.on_watermark(Watermark(w), &mut Context::new(&mut out, None, &mut None))
+            .unwrap();
         out
     }
 
@@ -346,18 +349,23 @@ mod tests {
             .with_counts_slot(slot.clone()),
         );
         let mut out = Vec::new();
-        op.process(&mut vec![Either::Left((1, 10, 1))], &mut out)
+        op.process(
+            &mut vec![Either::Left((1, 10, 1))],
+            &mut Context::new(&mut out, None, &mut None),
+        )
+        .unwrap();
+        op.on_watermark(Watermark(9), &mut Context::new(&mut out, None, &mut None))
             .unwrap();
-        op.on_watermark(Watermark(9), &mut out).unwrap();
         assert!(out.is_empty(), "the row may still come");
-        op.on_watermark(Watermark(10), &mut out).unwrap();
+        op.on_watermark(Watermark(10), &mut Context::new(&mut out, None, &mut None))
+            .unwrap();
         assert_eq!(out, [(1, None)]);
         assert_eq!(slot.lock().unwrap().unmatched, 1);
         // late row and late fact
         out.clear();
         op.process(
             &mut vec![Either::Right((1, 10, 'x')), Either::Left((1, 5, 2))],
-            &mut out,
+            &mut Context::new(&mut out, None, &mut None),
         )
         .unwrap();
         assert_eq!(out, [(2, None)]);

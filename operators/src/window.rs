@@ -26,6 +26,7 @@
 
 use crate::timers::TimerService;
 use lockgate::Checkpointed;
+use lockgate::Context;
 use lockgate::{BoxError, CheckpointId, Operator, RecordSize, Watermark};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -506,7 +507,7 @@ where
     fn process(
         &mut self,
         input: &mut Vec<T>,
-        out: &mut Vec<WindowOutput<K, A::Out, T>>,
+        ctx: &mut Context<'_, WindowOutput<K, A::Out, T>>,
     ) -> Result<(), BoxError> {
         let watermark = self.timers.current_watermark();
         let late_before = self.late;
@@ -539,14 +540,14 @@ where
                 }
                 if w.max_timestamp() <= watermark {
                     if let Some(r) = self.fire(&key, w, true) {
-                        out.push(WindowOutput::Fired(r));
+                        ctx.emit(WindowOutput::Fired(r));
                     }
                 }
             }
             if !placed {
                 self.late += 1;
                 if self.late_side_output {
-                    out.push(WindowOutput::Late(record));
+                    ctx.emit(WindowOutput::Late(record));
                 }
             }
         }
@@ -559,14 +560,17 @@ where
     fn on_watermark(
         &mut self,
         watermark: Watermark,
-        out: &mut Vec<WindowOutput<K, A::Out, T>>,
+        ctx: &mut Context<'_, WindowOutput<K, A::Out, T>>,
     ) -> Result<(), BoxError> {
-        self.advance(watermark.0, out);
+        self.advance(watermark.0, ctx.output());
         Ok(())
     }
 
-    fn end_of_input(&mut self, out: &mut Vec<WindowOutput<K, A::Out, T>>) -> Result<(), BoxError> {
-        self.advance(i64::MAX, out);
+    fn end_of_input(
+        &mut self,
+        ctx: &mut Context<'_, WindowOutput<K, A::Out, T>>,
+    ) -> Result<(), BoxError> {
+        self.advance(i64::MAX, ctx.output());
         Ok(())
     }
 
@@ -617,7 +621,11 @@ mod tests {
         records: &[Rec],
     ) -> Vec<WindowOutput<u32, A::Out, Rec>> {
         let mut out = Vec::new();
-        op.process(&mut records.to_vec(), &mut out).unwrap();
+        op.process(
+            &mut records.to_vec(),
+            &mut Context::new(&mut out, None, &mut None),
+        )
+        .unwrap();
         out
     }
 
@@ -626,7 +634,8 @@ mod tests {
         w: i64,
     ) -> Vec<WindowOutput<u32, A::Out, Rec>> {
         let mut out = Vec::new();
-        op.on_watermark(Watermark(w), &mut out).unwrap();
+        op.on_watermark(Watermark(w), &mut Context::new(&mut out, None, &mut None))
+            .unwrap();
         out
     }
 
@@ -793,7 +802,8 @@ mod tests {
             "global fires at the end"
         );
         let mut out = Vec::new();
-        op.end_of_input(&mut out).unwrap();
+        op.end_of_input(&mut Context::new(&mut out, None, &mut None))
+            .unwrap();
         assert_eq!(fired(&out), [(1, i64::MIN, (9, -2), false)]);
 
         let mut mean = WindowOperator::new(

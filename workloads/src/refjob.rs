@@ -58,6 +58,7 @@ use crate::workload::{
 use hdrhistogram::Histogram;
 use lockgate::now_ns;
 use lockgate::Checkpointed;
+use lockgate::Context;
 use lockgate::{
     BoxError, CheckpointId, CheckpointMode, FailurePlan, JobBuilder, JobConfig, JobError,
     JobHandle, JobMetrics, Operator, RecordSize, Sink, Source, SourcePoll,
@@ -898,7 +899,7 @@ impl<P: Payload> Operator<RefEvent<P>, RefSum<P>> for RefKeyedSum {
     fn process(
         &mut self,
         input: &mut Vec<RefEvent<P>>,
-        out: &mut Vec<RefSum<P>>,
+        ctx: &mut Context<'_, RefSum<P>>,
     ) -> Result<(), BoxError> {
         for e in input.drain(..) {
             let s = self.sums.apply(&Event {
@@ -906,7 +907,7 @@ impl<P: Payload> Operator<RefEvent<P>, RefSum<P>> for RefKeyedSum {
                 value: e.value,
                 ts_ns: e.ts_ns,
             });
-            out.push(RefSum {
+            ctx.emit(RefSum {
                 key: s.key,
                 sum: s.sum,
                 n: s.n,

@@ -131,6 +131,7 @@ impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
             }
             self.chain.restore(&states)?;
         }
+        self.chain.open()?;
         let mut buf: Vec<T> = Vec::with_capacity(self.batch_size);
         let mut emitted: u64 = 0;
         let mut stopping = false;
@@ -270,6 +271,7 @@ impl<T: RecordSize + Send> TaskBody for GateTask<T> {
         if let Some(states) = rt.restored.take() {
             self.chain.restore(&states)?;
         }
+        self.chain.open()?;
         let mut signals: Vec<BarrierSignal> = Vec::with_capacity(4);
         let mut received: u64 = 0;
         let mut batches: u64 = 0;

@@ -71,11 +71,15 @@ impl KeyedSum {
 }
 
 impl Operator<u64, (u64, u64)> for KeyedSum {
-    fn process(&mut self, input: &mut Vec<u64>, out: &mut Vec<(u64, u64)>) -> Result<(), BoxError> {
+    fn process(
+        &mut self,
+        input: &mut Vec<u64>,
+        ctx: &mut Context<'_, (u64, u64)>,
+    ) -> Result<(), BoxError> {
         for x in input.drain(..) {
             let s = self.sums.get_or_default(x % self.keys);
             *s += x;
-            out.push((x % self.keys, *s));
+            ctx.emit((x % self.keys, *s));
         }
         Ok(())
     }

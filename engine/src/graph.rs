@@ -600,6 +600,12 @@ impl<T: Data> Stream<T> {
 
     /// Ends the chain in a callback called for every record, on the task
     /// thread (keep it short: it is on the record path).
+    ///
+    /// Not a two-phase-commit sink: after an in-process restart the
+    /// callback sees again the records the restored checkpoint had not
+    /// covered (at-least-once output, even in exactly-once mode). Emit from
+    /// checkpointed state, or use a [`crate::TwoPhaseCommitSink`], for
+    /// exactly-once output.
     pub fn for_each<F>(self, f: F)
     where
         F: Fn(T) + Send + Sync + 'static,
@@ -621,7 +627,7 @@ impl<T: Data> Stream<T> {
     /// after an in-process restart the records the restored checkpoint had
     /// not yet covered are sent again (at-least-once output); emit from
     /// checkpointed state at the end of the input, or use a
-    /// [`crate::two_phase::TwoPhaseCommitSink`], for exactly-once output.
+    /// [`crate::TwoPhaseCommitSink`], for exactly-once output.
     pub fn collect(self) -> Output<T> {
         let (tx, out) = crate::handoff::output_channel();
         self.for_each(move |r| {

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Compares two builds of lockgate, A (a baseline checkout) and B (this
+# checkout), on W1 throughput and W2 latency, alternately, round after
+# round, one process per run, and prints the medians and the B/A ratios.
+# Use it to show that a change costs the record path nothing (or what it
+# costs). Measure on a quiet machine: nothing else building or running.
+#
+# usage: perf-scripts/ab-compare.sh -a BASE_DIR [-n ROUNDS] [-r W1_RECORDS] [-d W2_SECONDS]
+#   BASE_DIR: another checkout (e.g. `git worktree add /tmp/base <rev>`),
+#   built here with its own target folder when its binaries are missing.
+set -euo pipefail
+
+rounds=5
+records=20000000
+duration=5
+base=""
+usage() {
+  echo "usage: $0 -a BASE_DIR [-n ROUNDS (default 5)] [-r W1_RECORDS (default 20000000)] [-d W2_SECONDS (default 5)]"
+  echo "Alternates W1 (none, exactly-once 100 ms) and W2 (none, exactly-once 100 ms) on the"
+  echo "builds of BASE_DIR (A) and of this checkout (B); prints medians and B/A ratios."
+}
+while getopts "a:n:r:d:h" opt; do
+  case $opt in
+    a) base=$OPTARG ;;
+    n) rounds=$OPTARG ;;
+    r) records=$OPTARG ;;
+    d) duration=$OPTARG ;;
+    h) usage; exit 0 ;;
+    *) usage; exit 2 ;;
+  esac
+done
+[[ -n "$base" && -d "$base" ]] || { usage >&2; exit 2; }
+command -v python3 >/dev/null || { echo "python3 is needed (Debian: apt-get install python3)" >&2; exit 3; }
+here="$(cd "$(dirname "$0")/.." && pwd)"
+base="$(cd "$base" && pwd)"
+for dir in "$base" "$here"; do
+  if [[ ! -x "$dir/target/release/w1" || ! -x "$dir/target/release/lockgate" ]]; then
+    echo "building $dir (cargo build --release -p lockgate-cli -p lockgate-benches --bins)..." >&2
+    (cd "$dir" && cargo build --release -q -p lockgate-cli -p lockgate-benches --bins >&2)
+  fi
+done
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+run() { # side dir
+  local side=$1 dir=$2
+  for mode in none exactly-once; do
+    "$dir/target/release/w1" --pipeline lockgate --records "$records" --checkpoint "$mode" --interval-ms 100 \
+      | sed "s/^/$side w1 $mode /" >>"$out/w1"
+    local every=()
+    [[ $mode == none ]] || every=(--checkpoint-interval-ms 100)
+    "$dir/target/release/lockgate" loadgen --workload w2 --duration "$duration" --warmup 1 \
+      --checkpoint "$mode" "${every[@]}" --quiet --json "$out/r.json" >/dev/null
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); l=r["latency_ns"]; print(sys.argv[2], "w2", sys.argv[3], l["p50"], l["p99"])' \
+      "$out/r.json" "$side" "$mode" >>"$out/w2"
+  done
+}
+for i in $(seq 1 "$rounds"); do
+  # alternate which side goes first, so that neither always runs on a warmer machine
+  if (( i % 2 )); then run A "$base"; run B "$here"; else run B "$here"; run A "$base"; fi
+done
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); A $(git -C "$base" rev-parse --short HEAD), B $(git -C "$here" rev-parse --short HEAD); $(date -u +%F)"
+echo "command: perf-scripts/ab-compare.sh -a $base -n $rounds -r $records -d $duration"
+python3 - "$out" <<'PY'
+import json, statistics, sys, os
+d = sys.argv[1]
+w1 = {}
+for line in open(os.path.join(d, "w1")):
+    side, _, mode, js = line.split(" ", 3)
+    w1.setdefault((side, mode), []).append(json.loads(js)["records_per_s"] / 1e6)
+w2 = {}
+for line in open(os.path.join(d, "w2")):
+    side, _, mode, p50, p99 = line.split()
+    w2.setdefault((side, mode), []).append((int(p50) / 1e3, int(p99) / 1e3))
+print(f"{'W1 (M records/s)':<26}{'A median':>10}{'B median':>10}{'B/A':>7}   A min-max / B min-max")
+for mode in ["none", "exactly-once"]:
+    a, b = w1[("A", mode)], w1[("B", mode)]
+    ma, mb = statistics.median(a), statistics.median(b)
+    print(f"{mode:<26}{ma:>10.2f}{mb:>10.2f}{mb/ma:>7.3f}   {min(a):.2f}-{max(a):.2f} / {min(b):.2f}-{max(b):.2f}")
+print(f"{'W2 200k/s (us)':<26}{'A p50':>8}{'B p50':>8}{'A p99':>8}{'B p99':>8}{'p99 B/A':>9}")
+for mode in ["none", "exactly-once"]:
+    a, b = w2[("A", mode)], w2[("B", mode)]
+    a50, b50 = statistics.median(x[0] for x in a), statistics.median(x[0] for x in b)
+    a99, b99 = statistics.median(x[1] for x in a), statistics.median(x[1] for x in b)
+    print(f"{mode:<26}{a50:>8.0f}{b50:>8.0f}{a99:>8.0f}{b99:>8.0f}{b99/a99:>9.2f}")
+PY

@@ -491,6 +491,25 @@ impl JobBuilder {
     }
 }
 
+impl<A: Data, B: Data> Stream<Either<A, B>> {
+    /// The main (`Left`) and side (`Right`) records of this stream as two
+    /// streams, in the same task (see [`crate::Context::emit_side`]): a
+    /// [`Stream::split`] whose branches keep one side each. Both must end
+    /// in a sink or an exchange.
+    pub fn split_either(self) -> (Stream<A>, Stream<B>) {
+        let (main, side) = self.split();
+        let main = main.flat_map(|e| match e {
+            Either::Left(a) => Some(a),
+            Either::Right(_) => None,
+        });
+        let side = side.flat_map(|e| match e {
+            Either::Left(_) => None,
+            Either::Right(b) => Some(b),
+        });
+        (main, side)
+    }
+}
+
 impl<T: Data> Stream<T> {
     /// The parallelism of the chain's task.
     pub fn parallelism(&self) -> usize {

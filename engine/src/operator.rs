@@ -178,7 +178,8 @@ pub trait Operator<I, O>: Send {
     }
 }
 
-/// What an [`Operator`] call can reach: its output, the task's event-time
+/// What an [`Operator`] call can reach: its output (and side output, see
+/// [`Context::emit_side`]), the task's event-time
 /// watermark, and its processing-time timer. One value carries every
 /// capability, so a new one is a method here, not a new trait method (as
 /// Flink's `ProcessFunction.Context`).
@@ -266,6 +267,54 @@ impl<'a, O> Context<'a, O> {
     /// The processing-time timer asked for, if any.
     pub fn processing_timer(&self) -> Option<u64> {
         *self.timer
+    }
+}
+
+/// Side outputs: an operator whose output is [`Either`]`<O, S>` emits
+/// its main records as `Left` and its side records (late records,
+/// rejects, alerts) as `Right`; [`crate::Stream::split_either`] turns the
+/// stream into the two typed streams, in the same task (Flink's
+/// `OutputTag` side outputs, without a second channel).
+///
+/// # Examples
+/// ```
+/// use lockgate::{BoxError, Context, Either, JobBuilder, JobConfig, Operator};
+///
+/// /// Passes even numbers on, sends odd ones to the side.
+/// struct Evens;
+/// impl Operator<u32, Either<u32, u32>> for Evens {
+///     fn process(&mut self, input: &mut Vec<u32>, ctx: &mut Context<'_, Either<u32, u32>>) -> Result<(), BoxError> {
+///         for x in input.drain(..) {
+///             if x % 2 == 0 { ctx.emit_main(x) } else { ctx.emit_side(x) }
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// let job = JobBuilder::new("side", JobConfig::default());
+/// let (input, ingest) = job.ingest::<u32>("input", 8);
+/// let (evens, odds) = input.process("evens", |_| Evens).split_either();
+/// let (evens, odds) = (evens.collect(), odds.collect());
+/// let handle = job.start().unwrap();
+/// for x in 1..=5 {
+///     ingest.push(x).unwrap();
+/// }
+/// ingest.close();
+/// handle.wait().unwrap();
+/// assert_eq!(evens.try_iter().collect::<Vec<_>>(), [2, 4]);
+/// assert_eq!(odds.try_iter().collect::<Vec<_>>(), [1, 3, 5]);
+/// ```
+impl<O, S> Context<'_, Either<O, S>> {
+    /// Emits a main record (`Either::Left`).
+    #[inline]
+    pub fn emit_main(&mut self, record: O) {
+        self.out.push(Either::Left(record));
+    }
+
+    /// Emits a side record (`Either::Right`).
+    #[inline]
+    pub fn emit_side(&mut self, record: S) {
+        self.out.push(Either::Right(record));
     }
 }
 

@@ -39,10 +39,6 @@ impl Operator<u64, (u64, u64)> for Count {
             .extend(self.counts.iter().map(|(k, c)| (*k, *c)));
         Ok(())
     }
-
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        Some(self)
-    }
 }
 
 impl Checkpointed for Count {

@@ -140,11 +140,7 @@ impl<I, O: Send, Op: Operator<I, O>> Link<I> for Stage<I, O, Op> {
         id: CheckpointId,
         out: &mut Vec<OperatorSnapshot>,
     ) -> Result<(), TaskError> {
-        match self
-            .op
-            .checkpointed()
-            .map_or(Ok(None), |c| c.snapshot_state(id))
-        {
+        match self.op.snapshot_state(id) {
             Ok(Some(bytes)) => out.push(OperatorSnapshot {
                 operator: self.name.clone(),
                 bytes,
@@ -157,11 +153,8 @@ impl<I, O: Send, Op: Operator<I, O>> Link<I> for Stage<I, O, Op> {
 
     fn restore(&mut self, states: &[OperatorSnapshot]) -> Result<(), TaskError> {
         if let Some(s) = states.iter().find(|s| s.operator == self.name) {
-            // State of an operator that now declares none is ignored.
-            if let Some(c) = self.op.checkpointed() {
-                if let Err(e) = c.restore_state(&s.bytes) {
-                    return Err(self.op_err("restore_state", e));
-                }
+            if let Err(e) = self.op.restore_state(&s.bytes) {
+                return Err(self.op_err("restore_state", e));
             }
         }
         self.next.restore(states)
@@ -176,10 +169,8 @@ impl<I, O: Send, Op: Operator<I, O>> Link<I> for Stage<I, O, Op> {
     }
 
     fn checkpoint_done(&mut self, id: CheckpointId, completed: bool) -> Result<(), TaskError> {
-        if let Some(c) = self.op.checkpointed() {
-            if let Err((call, e)) = crate::operator::notify(c, id, completed) {
-                return Err(self.op_err(call, e));
-            }
+        if let Err((call, e)) = crate::operator::notify(&mut self.op, id, completed) {
+            return Err(self.op_err(call, e));
         }
         self.next.checkpoint_done(id, completed)
     }

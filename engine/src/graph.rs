@@ -113,7 +113,7 @@ impl GraphState {
 /// # Examples
 /// A source of 2 subtasks, a keyed sum in a task of its own, a sink:
 /// ```
-/// use lockgate::{BoxError, Context, JobBuilder, JobConfig, KeyedState, Operator, Source, SourcePoll};
+/// use lockgate::{BoxError, Checkpointed, Context, JobBuilder, JobConfig, KeyedState, Operator, Source, SourcePoll};
 ///
 /// /// Emits `0..n`, then ends.
 /// struct Numbers { next: u64, n: u64 }
@@ -127,6 +127,8 @@ impl GraphState {
 ///     }
 /// }
 ///
+/// impl Checkpointed for Numbers {} // no state: a replayable source would snapshot `next`
+///
 /// /// A running sum per key.
 /// struct Sum(KeyedState<u64, u64>);
 /// impl Operator<u64, (u64, u64)> for Sum {
@@ -139,6 +141,8 @@ impl GraphState {
 ///         Ok(())
 ///     }
 /// }
+///
+/// impl Checkpointed for Sum {}
 ///
 /// let job = JobBuilder::new("sums", JobConfig::default());
 /// let sums = job

@@ -15,9 +15,10 @@ use serde::{Deserialize, Serialize};
 /// What takes part in checkpoints, in one place for sources, operators and
 /// sinks: taking and restoring a snapshot of the state (Flink's
 /// `CheckpointedFunction`) and hearing that a checkpoint completed or was
-/// aborted (Flink's `CheckpointListener`). An implementor returns itself
-/// from [`Operator::checkpointed`], [`Source::checkpointed`] or
-/// [`Sink::checkpointed`]; whatever returns `None` there is stateless.
+/// aborted (Flink's `CheckpointListener`). It is a supertrait of
+/// [`Source`], [`Operator`] and [`Sink`], so none can forget its state: a
+/// stateless one says so with an empty `impl Checkpointed for X {}` (every
+/// hook defaults to nothing), a stateful one overrides the hooks it needs.
 ///
 /// All four run on the task thread. `snapshot_state` runs between two
 /// batches, after every record before the checkpoint's barrier and before
@@ -99,9 +100,6 @@ pub(crate) fn notify(
 ///         ctx.output().extend(self.0.iter().map(|(c, n)| (*c, *n)));
 ///         Ok(())
 ///     }
-///     fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-///         Some(self) // it has state
-///     }
 /// }
 ///
 /// impl Checkpointed for CountPerKey {
@@ -125,7 +123,7 @@ pub(crate) fn notify(
 /// out.sort();
 /// assert_eq!(out, [('a', 2), ('b', 1)]);
 /// ```
-pub trait Operator<I, O>: Send {
+pub trait Operator<I, O>: Checkpointed + Send {
     /// Processes a batch of records, emitting results through `ctx`.
     /// `input` is the whole batch; the operator may drain it (what is left
     /// is dropped).
@@ -168,14 +166,6 @@ pub trait Operator<I, O>: Send {
     fn end_of_input(&mut self, _ctx: &mut Context<'_, O>) -> Result<(), BoxError> {
         Ok(())
     }
-
-    /// The operator's checkpointed state and checkpoint notifications, if
-    /// it has any: a stateful operator implements [`Checkpointed`] and
-    /// returns itself here (`Some(self)`). Default: `None`, stateless (its
-    /// task takes no snapshot of it and sends it no notification).
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        None
-    }
 }
 
 /// What an [`Operator`] call can reach: its output (and side output, see
@@ -186,7 +176,7 @@ pub trait Operator<I, O>: Send {
 ///
 /// # Examples
 /// ```
-/// use lockgate::{BoxError, Context, Operator};
+/// use lockgate::{BoxError, Checkpointed, Context, Operator};
 ///
 /// /// Passes records on and asks to be woken 1 ms after the last one.
 /// struct Debounce;
@@ -197,6 +187,8 @@ pub trait Operator<I, O>: Send {
 ///         Ok(())
 ///     }
 /// }
+///
+/// impl Checkpointed for Debounce {}
 ///
 /// let (mut out, mut timer) = (Vec::new(), None);
 /// let mut ctx = Context::new(&mut out, None, &mut timer);
@@ -278,7 +270,7 @@ impl<'a, O> Context<'a, O> {
 ///
 /// # Examples
 /// ```
-/// use lockgate::{BoxError, Context, Either, JobBuilder, JobConfig, Operator};
+/// use lockgate::{BoxError, Checkpointed, Context, Either, JobBuilder, JobConfig, Operator};
 ///
 /// /// Passes even numbers on, sends odd ones to the side.
 /// struct Evens;
@@ -290,6 +282,8 @@ impl<'a, O> Context<'a, O> {
 ///         Ok(())
 ///     }
 /// }
+///
+/// impl Checkpointed for Evens {}
 ///
 /// let job = JobBuilder::new("side", JobConfig::default());
 /// let (input, ingest) = job.ingest::<u32>("input", 8);
@@ -336,7 +330,7 @@ pub enum SourcePoll {
 
 /// A source of records. Replayable sources (files, generators) keep their
 /// read position as state so that a restore rewinds them.
-pub trait Source<T>: Send {
+pub trait Source<T>: Checkpointed + Send {
     /// Appends up to `max` records to `out`.
     ///
     /// # Errors
@@ -366,17 +360,10 @@ pub trait Source<T>: Send {
     fn is_idle(&self) -> bool {
         false
     }
-
-    /// The source's checkpointed state and checkpoint notifications, if
-    /// it has any: a replayable source (its read position is its state) implements [`Checkpointed`] and
-    /// returns itself here (`Some(self)`). Default: `None`, not replayable (a restore cannot rewind it).
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        None
-    }
 }
 
 /// A sink: an operator with no output.
-pub trait Sink<T>: Send {
+pub trait Sink<T>: Checkpointed + Send {
     /// Consumes a batch.
     ///
     /// # Errors
@@ -403,14 +390,6 @@ pub trait Sink<T>: Send {
     /// As [`Operator::on_processing_time`].
     fn on_processing_time(&mut self, _now_ns: u64) -> Result<(), BoxError> {
         Ok(())
-    }
-
-    /// The sink's checkpointed state and checkpoint notifications, if
-    /// it has any: a stateful or two-phase-commit sink implements [`Checkpointed`] and
-    /// returns itself here (`Some(self)`). Default: `None`, stateless (its
-    /// task takes no snapshot of it and sends it no notification).
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        None
     }
 }
 
@@ -448,8 +427,21 @@ impl<T, S: Sink<T>> Operator<T, ()> for SinkOperator<S> {
     fn end_of_input(&mut self, _ctx: &mut Context<'_, ()>) -> Result<(), BoxError> {
         self.0.end_of_input()
     }
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        self.0.checkpointed()
+}
+
+/// A sink's state is the sink operator's.
+impl<S: Checkpointed> Checkpointed for SinkOperator<S> {
+    fn snapshot_state(&mut self, id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        self.0.snapshot_state(id)
+    }
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
+        self.0.restore_state(state)
+    }
+    fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), BoxError> {
+        self.0.notify_checkpoint_complete(id)
+    }
+    fn notify_checkpoint_aborted(&mut self, id: CheckpointId) -> Result<(), BoxError> {
+        self.0.notify_checkpoint_aborted(id)
     }
 }
 
@@ -476,6 +468,8 @@ impl<A: crate::RecordSize, B: crate::RecordSize> crate::RecordSize for Either<A,
 
 /// A stateless operator from a closure over whole batches.
 pub(crate) struct FnOperator<F>(pub F);
+
+impl<F> Checkpointed for FnOperator<F> {}
 
 impl<I, O, F> Operator<I, O> for FnOperator<F>
 where

@@ -1,7 +1,7 @@
 //! Sinks the engine itself provides.
 
 use crate::error::BoxError;
-use crate::operator::Sink;
+use crate::operator::{Checkpointed, Sink};
 
 /// A sink calling a closure for every record (see
 /// [`crate::Stream::for_each`]).
@@ -15,3 +15,5 @@ impl<T, F: FnMut(T) + Send> Sink<T> for FnSink<F> {
         Ok(())
     }
 }
+
+impl<F> Checkpointed for FnSink<F> {}

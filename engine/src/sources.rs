@@ -166,10 +166,6 @@ impl<T: Clone + Send> Source<T> for IngestSource<T> {
             .is_some_and(|l| l.lock().map(|l| l.is_full()).unwrap_or(false));
         (!full).then_some(&self.rx)
     }
-
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        Some(self)
-    }
 }
 
 impl<T: Clone + Send> Checkpointed for IngestSource<T> {

@@ -80,7 +80,7 @@ impl<'de> Deserialize<'de> for TaskId {
 ///
 /// # Examples
 /// ```
-/// use lockgate::{BoxError, JobBuilder, JobConfig, Sink, SubtaskInfo};
+/// use lockgate::{BoxError, Checkpointed, JobBuilder, JobConfig, Sink, SubtaskInfo};
 /// use std::sync::{Arc, Mutex};
 ///
 /// struct Discard;
@@ -90,6 +90,8 @@ impl<'de> Deserialize<'de> for TaskId {
 ///         Ok(())
 ///     }
 /// }
+///
+/// impl Checkpointed for Discard {}
 ///
 /// let seen: Arc<Mutex<Vec<SubtaskInfo>>> = Arc::default();
 /// let job = JobBuilder::new("info", JobConfig::default());

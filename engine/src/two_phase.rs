@@ -172,10 +172,6 @@ impl<T, P: TwoPhaseCommit<T>> Sink<T> for TwoPhaseCommitSink<T, P> {
         }
         Ok(())
     }
-
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        Some(self)
-    }
 }
 
 impl<T, P: TwoPhaseCommit<T>> Checkpointed for TwoPhaseCommitSink<T, P> {

@@ -36,6 +36,8 @@ impl Source<i64> for Timed {
     }
 }
 
+impl Checkpointed for Timed {}
+
 /// Records every watermark it sees and checks that no record it gets is
 /// at or below a watermark it already saw minus the allowed lag.
 struct WatermarkLog {
@@ -52,6 +54,8 @@ impl Sink<i64> for WatermarkLog {
         Ok(())
     }
 }
+
+impl Checkpointed for WatermarkLog {}
 
 #[test]
 fn the_task_watermark_is_the_minimum_of_its_inputs_and_ends_release_it() {
@@ -128,6 +132,8 @@ impl Operator<i64, u64> for Timer {
         Ok(())
     }
 }
+
+impl Checkpointed for Timer {}
 
 #[test]
 fn processing_time_timers_fire_without_input() {

@@ -40,6 +40,8 @@ impl Sink<(u64, u64)> for MaxSink {
     }
 }
 
+impl Checkpointed for MaxSink {}
+
 struct Failing {
     after: u64,
     seen: u64,
@@ -62,6 +64,8 @@ impl Operator<u64, u64> for Failing {
         Ok(())
     }
 }
+
+impl Checkpointed for Failing {}
 
 fn failing_job(panic: bool) -> Result<JobMetrics, JobError> {
     let mut config = JobConfig::default();
@@ -98,6 +102,8 @@ impl Sink<u64> for U64Sink {
         Ok(())
     }
 }
+
+impl Checkpointed for U64Sink {}
 
 #[test]
 fn an_operator_error_fails_the_job_naming_the_task_and_cause() {
@@ -558,6 +564,8 @@ impl Operator<u64, u64> for Slow {
     }
 }
 
+impl Checkpointed for Slow {}
+
 #[test]
 fn checkpoints_that_take_too_long_abort_with_timeout() {
     let mut config = JobConfig::default();
@@ -597,10 +605,6 @@ impl Source<u64> for Trickle {
         Ok(SourcePoll::Idle {
             wake_at_ns: Some(now_ns() + self.pause.as_nanos() as u64),
         })
-    }
-
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        Some(self)
     }
 }
 
@@ -713,6 +717,8 @@ impl Operator<u64, u64> for SlackProbe {
     }
 }
 
+impl Checkpointed for SlackProbe {}
+
 #[cfg(target_os = "linux")]
 #[test]
 fn task_threads_run_with_the_configured_timer_slack() {
@@ -759,6 +765,8 @@ impl Operator<u64, String> for AffinityProbe {
         Ok(())
     }
 }
+
+impl Checkpointed for AffinityProbe {}
 
 /// source(2) → probe(3): 5 tasks, more than the 2 cores CI has.
 fn affinity_job(pin: PinPolicy) -> (Vec<String>, JobMetrics) {
@@ -918,6 +926,8 @@ impl Operator<u64, u64> for Doomed {
     }
 }
 
+impl Checkpointed for Doomed {}
+
 #[test]
 fn a_fatal_error_fails_the_job_without_restarts() {
     // A FatalError fails the job at once, also when wrapped with context:
@@ -981,6 +991,8 @@ impl Sink<u64> for CountSink {
         Ok(())
     }
 }
+
+impl Checkpointed for CountSink {}
 
 #[test]
 fn a_split_stream_feeds_both_branches_exactly_across_failures() {

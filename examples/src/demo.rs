@@ -35,10 +35,6 @@ impl Operator<u64, (u64, u64)> for RunningSum {
         }
         Ok(())
     }
-
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        Some(self)
-    }
 }
 
 impl Checkpointed for RunningSum {

@@ -325,10 +325,6 @@ where
     fn end_of_input(&mut self, ctx: &mut Context<'_, O>) -> Result<(), BoxError> {
         self.fire_event_timers(i64::MAX, ctx.output())
     }
-
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        Some(self)
-    }
 }
 
 impl<A, B, O, F> Checkpointed for KeyedCoProcessOperator<A, B, O, F>

@@ -192,10 +192,6 @@ impl<R: CsvRecord + Send> Source<R> for CsvSource<R> {
         self.max_time
             .map(|m| Watermark(m.saturating_sub(self.out_of_orderness_ms).saturating_sub(1)))
     }
-
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        Some(self)
-    }
 }
 
 impl<R: CsvRecord + Send> Checkpointed for CsvSource<R> {

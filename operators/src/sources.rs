@@ -64,10 +64,6 @@ impl Source<u64> for Sequence {
             SourcePoll::Ready
         })
     }
-
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        Some(self)
-    }
 }
 
 impl Checkpointed for Sequence {

@@ -573,10 +573,6 @@ where
         self.advance(i64::MAX, ctx.output());
         Ok(())
     }
-
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        Some(self)
-    }
 }
 
 impl<T, K, A> Checkpointed for WindowOperator<T, K, A>

@@ -34,6 +34,8 @@ impl Source<i64> for Timestamps {
     }
 }
 
+impl Checkpointed for Timestamps {}
+
 /// Emits what the test sends it; ends when the sender is dropped.
 struct Fed {
     rx: IngestReceiver<i64>,
@@ -67,6 +69,8 @@ impl Source<i64> for Fed {
         self.max.map(|m| Watermark(m - 1))
     }
 }
+
+impl Checkpointed for Fed {}
 
 type Out = WindowOutput<u8, u64, i64>;
 

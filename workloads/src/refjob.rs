@@ -855,10 +855,6 @@ impl<P: Payload> Source<RefEvent<P>> for RefSource<P> {
             wake_at_ns: Some(wake),
         })
     }
-
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        Some(self)
-    }
 }
 
 impl<P: Payload> Checkpointed for RefSource<P> {
@@ -917,10 +913,6 @@ impl<P: Payload> Operator<RefEvent<P>, RefSum<P>> for RefKeyedSum {
             });
         }
         Ok(())
-    }
-
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        Some(self)
     }
 }
 
@@ -988,10 +980,6 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
         }
         s.last_delivery_ns = now;
         Ok(())
-    }
-
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        Some(self)
     }
 }
 

@@ -58,11 +58,7 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
     }
 
     fn trigger(&mut self, rt: &mut TaskRt, barrier: CheckpointBarrier) -> Result<(), TaskError> {
-        let snap = self
-            .source
-            .checkpointed()
-            .map_or(Ok(None), |c| c.snapshot_state(barrier.id));
-        let head = match snap {
+        let head = match self.source.snapshot_state(barrier.id) {
             Ok(s) => s.map(|bytes| OperatorSnapshot {
                 operator: self.name.clone(),
                 bytes,
@@ -74,10 +70,8 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
     }
 
     fn done(&mut self, id: CheckpointId, completed: bool) -> Result<(), TaskError> {
-        if let Some(c) = self.source.checkpointed() {
-            if let Err((call, e)) = crate::operator::notify(c, id, completed) {
-                return Err(self.source_err(call, e));
-            }
+        if let Err((call, e)) = crate::operator::notify(&mut self.source, id, completed) {
+            return Err(self.source_err(call, e));
         }
         self.chain.checkpoint_done(id, completed)
     }
@@ -123,10 +117,8 @@ impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
     fn run(&mut self, rt: &mut TaskRt) -> Result<(), TaskError> {
         if let Some(states) = rt.restored.take() {
             if let Some(s) = states.iter().find(|s| s.operator == self.name) {
-                if let Some(c) = self.source.checkpointed() {
-                    if let Err(e) = c.restore_state(&s.bytes) {
-                        return Err(self.source_err("restore_state", e));
-                    }
+                if let Err(e) = self.source.restore_state(&s.bytes) {
+                    return Err(self.source_err("restore_state", e));
                 }
             }
             self.chain.restore(&states)?;

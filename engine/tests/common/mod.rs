@@ -38,10 +38,6 @@ impl Source<u64> for Counter {
             SourcePoll::Ready
         })
     }
-
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        Some(self)
-    }
 }
 
 impl Checkpointed for Counter {
@@ -82,10 +78,6 @@ impl Operator<u64, (u64, u64)> for KeyedSum {
             ctx.emit((x % self.keys, *s));
         }
         Ok(())
-    }
-
-    fn checkpointed(&mut self) -> Option<&mut dyn Checkpointed> {
-        Some(self)
     }
 }
 

@@ -250,9 +250,14 @@ pub(crate) fn run(args: Args) -> ExitCode {
         "checkpoints completed: {}",
         r.metrics.completed_checkpoints()
     );
-    if args.inject_failures > 0 {
+    if args.inject_failures > 0 && u64::from(r.metrics.restarts) < args.inject_failures as u64 {
         println!(
-            "restarts: {} ({} failures injected; one planned past its task's input does not strike)",
+            "restarts: {} ({} failures planned; a failure planned past its task's input does not strike)",
+            r.metrics.restarts, args.inject_failures
+        );
+    } else if args.inject_failures > 0 {
+        println!(
+            "restarts: {} (every one of the {} planned failures struck)",
             r.metrics.restarts, args.inject_failures
         );
     } else {

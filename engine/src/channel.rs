@@ -39,6 +39,37 @@ pub fn key_hash(key: u64) -> u64 {
     key.wrapping_mul(KEY_HASH_MULTIPLIER) >> 32
 }
 
+/// A `u64` key for [`crate::Stream::key_by`] from any hashable value (a
+/// string, a tuple): 64-bit FNV-1a over the bytes the value's `Hash`
+/// writes. Unlike `std`'s randomly keyed `HashMap` hasher it is the same
+/// from run to run and process to process of one build, so keyed state
+/// restored from a checkpoint meets its keys again.
+///
+/// # Examples
+/// ```
+/// use lockgate::hash_key;
+/// assert_eq!(hash_key("EWR"), hash_key(&String::from("EWR")));
+/// assert_ne!(hash_key("EWR"), hash_key("JFK"));
+/// ```
+pub fn hash_key<K: std::hash::Hash + ?Sized>(key: &K) -> u64 {
+    /// FNV-1a, 64-bit (Fowler, Noll, Vo; the offset basis and prime are
+    /// the published 64-bit parameters).
+    struct Fnv(u64);
+    impl std::hash::Hasher for Fnv {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for b in bytes {
+                self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01B3);
+            }
+        }
+    }
+    let mut h = Fnv(0xCBF2_9CE4_8422_2325);
+    key.hash(&mut h);
+    std::hash::Hasher::finish(&h)
+}
+
 /// The subtask a key goes to under hash partitioning over `parallelism`
 /// subtasks: [`key_hash`]`(key) % parallelism`.
 ///

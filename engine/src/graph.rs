@@ -726,8 +726,10 @@ impl<T: Data> Stream<T> {
     }
 
     /// Hash-partitions by `key` (`workloads.md`'s routing, see
-    /// [`crate::channel::key_to_subtask`]): every record of a key goes to
-    /// the same subtask of the next operator.
+    /// [`crate::key_to_subtask`]): every record of a key goes to the same
+    /// subtask of the next operator. The key is a `u64`; for a string or
+    /// another hashable key use [`crate::hash_key`] (stable across runs,
+    /// so restored keyed state meets its keys again).
     pub fn key_by<F>(self, key: F) -> Exchange<T>
     where
         F: Fn(&T) -> u64 + Send + Sync + 'static,

@@ -56,7 +56,7 @@ pub use barrier::{
     CheckpointMode, HandlerConfig, Tracker, DEFAULT_BLOCKER_CAPACITY_BYTES, INLINE_CHANNELS,
     MAX_PENDING_CHECKPOINTS,
 };
-pub use channel::{key_hash, key_to_subtask, KEY_HASH_MULTIPLIER};
+pub use channel::{hash_key, key_hash, key_to_subtask, KEY_HASH_MULTIPLIER};
 pub use checkpoint::{
     unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStats, CheckpointStatus,
     CheckpointStorage, JobFingerprint, LatestValid, LoadedCheckpoint, LocalDirStorage,

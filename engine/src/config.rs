@@ -60,6 +60,11 @@ pub const MAX_CHANNEL_CAPACITY: usize = 1 << 16;
 /// channels).
 pub const MAX_PARALLELISM: usize = 1024;
 
+/// The longest time a configuration may hold (buffer timeout, checkpoint
+/// interval, timeout and pause, restart delay): 2^63 ns, about 292 years,
+/// so that it fits the u64 ns the threads compute with, with room to add.
+pub const MAX_TIME: Duration = Duration::from_nanos(1 << 63);
+
 /// Cores a [`PinPolicy::Cores`] list may name: below 1024, the size of
 /// Linux's `cpu_set_t` (`CPU_SETSIZE`), which `core_affinity` fills (a
 /// larger index would be out of its bounds).
@@ -115,6 +120,11 @@ pub struct CheckpointConfig {
     /// Resume from the latest complete checkpoint in `dir` (default
     /// false; a folder that holds checkpoints without it is an error).
     pub restore: bool,
+    /// On restore, drop the state of operators the job no longer has
+    /// (renamed or removed) instead of refusing the checkpoint (default
+    /// false; Flink's `allowNonRestoredState`).
+    #[serde(default)]
+    pub allow_non_restored_state: bool,
 }
 
 impl CheckpointConfig {
@@ -176,6 +186,7 @@ impl Default for CheckpointConfig {
             retained: 3,
             dir: None,
             restore: false,
+            allow_non_restored_state: false,
         }
     }
 }
@@ -233,7 +244,8 @@ impl JobConfig {
     /// # Errors
     /// A message naming the bad field: a batch size, channel capacity or
     /// checkpoint `max_concurrent` of 0 (or beyond its maximum), a zero
-    /// checkpoint interval, an interval with checkpoint mode none, an empty
+    /// checkpoint interval or timeout, a time beyond [`MAX_TIME`], no
+    /// retained checkpoint, an interval with checkpoint mode none, an empty
     /// core list or a core beyond [`MAX_PIN_CORE`].
     pub fn validate(&self) -> Result<(), String> {
         if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
@@ -253,6 +265,32 @@ impl JobConfig {
         }
         if self.checkpoint.interval == Some(Duration::ZERO) {
             return Err("checkpoint.interval must be positive".into());
+        }
+        // Times are kept as u64 ns on the task and job threads: one that
+        // does not fit would wrap to a tiny value.
+        let times = [
+            ("buffer_timeout", Some(self.buffer_timeout)),
+            ("checkpoint.interval", self.checkpoint.interval),
+            ("checkpoint.timeout", Some(self.checkpoint.timeout)),
+            ("checkpoint.min_pause", Some(self.checkpoint.min_pause)),
+            ("restart.delay", Some(self.restart.delay)),
+        ];
+        for (name, t) in times {
+            if t.is_some_and(|t| t > MAX_TIME) {
+                return Err(format!(
+                    "{name} must be at most {} s, got {:?}",
+                    MAX_TIME.as_secs(),
+                    t.unwrap_or_default()
+                ));
+            }
+        }
+        if self.checkpoint.timeout.is_zero() {
+            return Err("checkpoint.timeout must be positive".into());
+        }
+        if self.checkpoint.retained == 0 {
+            return Err(
+                "checkpoint.retained must be at least 1 (the checkpoint to restore from)".into(),
+            );
         }
         if self.checkpoint.mode == CheckpointMode::None && self.checkpoint.interval.is_some() {
             return Err(
@@ -290,10 +328,12 @@ pub struct IngestConfig {
     /// blocks (default 1024; at least 1).
     pub channel_capacity: usize,
     /// Records the replay log keeps since the last completed checkpoint
-    /// (default 1,048,576, i.e. about 5 s at 200,000 records/s; memory:
-    /// that many records). When it is full the source takes no more
+    /// (default 1,048,576, i.e. about 5 s at 200,000 records/s; at least
+    /// 1; memory: that many records). When it is full the source takes no more
     /// records until a checkpoint completes: backpressure on the
-    /// application. Unused without checkpoints.
+    /// application, so checkpoints must come at an interval (with
+    /// on-demand checkpoints only, a full log waits for the next trigger).
+    /// Unused without checkpoints.
     pub replay_capacity: usize,
 }
 

@@ -38,45 +38,72 @@ impl fmt::Display for FatalError {
 impl std::error::Error for FatalError {}
 
 /// Why a task stopped with an error.
-#[derive(thiserror::Error, Debug, Clone)]
+#[derive(Debug, Clone)]
 pub enum TaskError {
     /// An operator returned an error; its chain of causes is kept
     /// ([`std::error::Error::source`]).
-    #[error("operator '{operator}' failed in {call}: {source}")]
     Operator {
         /// The operator's name.
         operator: String,
         /// The call that failed (`process`, `snapshot_state`, ...).
         call: &'static str,
         /// What the operator returned.
-        #[source]
         source: SharedError,
     },
     /// The task's code panicked.
-    #[error("panicked: {0}")]
     Panic(String),
     /// A neighbour task is gone (it failed or was cancelled).
-    #[error("channel to '{0}' disconnected")]
     Disconnected(String),
     /// The job cancelled the task (another task failed, or the job stopped).
-    #[error("cancelled")]
     Cancelled,
     /// A failure planned by a [`crate::FailurePlan`].
-    #[error("injected failure: {0}")]
     Injected(String),
     /// An operator returned an error with a [`FatalError`] in its chain of
     /// causes: restarting cannot help (e.g. malformed input), so the job
     /// fails at once.
-    #[error("operator '{operator}' failed for good in {call}: {source}")]
     Fatal {
         /// The operator's name.
         operator: String,
         /// The call that failed.
         call: &'static str,
         /// What the operator returned.
-        #[source]
         source: SharedError,
     },
+}
+
+impl fmt::Display for TaskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TaskError::Operator {
+                operator,
+                call,
+                source,
+            } => write!(f, "operator '{operator}' failed in {call}: {source}"),
+            TaskError::Panic(m) => write!(f, "panicked: {m}"),
+            TaskError::Disconnected(to) => write!(f, "channel to '{to}' disconnected"),
+            TaskError::Cancelled => f.write_str("cancelled"),
+            TaskError::Injected(what) => write!(f, "injected failure: {what}"),
+            TaskError::Fatal {
+                operator,
+                call,
+                source,
+            } => write!(
+                f,
+                "operator '{operator}' failed for good in {call}: {source}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TaskError {
+    /// The operator's own error (not a wrapper of it), so that downcasting
+    /// a link of the chain finds the operator's type.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TaskError::Operator { source, .. } | TaskError::Fatal { source, .. } => Some(&**source),
+            _ => None,
+        }
+    }
 }
 
 /// An operator's error, shared so that a [`TaskError`] can be cloned (the
@@ -158,9 +185,9 @@ pub enum JobError {
     #[error("checkpointing failed: {0}")]
     Checkpoint(String),
     /// Checkpoint storage could not be used (the storage's own error,
-    /// naming the file or folder).
+    /// naming the file or folder; shown, not repeated as a source).
     #[error("checkpoint storage: {0}")]
-    Storage(#[from] StorageError),
+    Storage(StorageError),
     /// The checkpoint folder already holds checkpoints and the job was not
     /// told to restore from them (they are never overwritten).
     #[error(

@@ -42,10 +42,12 @@ impl FailurePlan {
     /// `count` failures at seeded pseudo-random points: each picks a task
     /// among `0..num_tasks` and a record count in `1..=max_records`
     /// (SplitMix64 over `seed`, so the same seed gives the same plan).
-    ///
-    /// # Panics
-    /// When `num_tasks` or `max_records` is 0 while `count > 0`.
+    /// With no task or no record to fail at (`num_tasks` or `max_records`
+    /// 0) the plan is empty.
     pub fn seeded(seed: u64, count: usize, num_tasks: usize, max_records: u64) -> Self {
+        if num_tasks == 0 || max_records == 0 {
+            return FailurePlan::none();
+        }
         let mut state = seed;
         let mut next = move || {
             // SplitMix64 (Steele, Lea, Flood 2014): a small, well-mixed

@@ -67,6 +67,7 @@ struct GraphState {
     edges: Vec<EdgeSpec>,
     operator_names: HashSet<String>,
     task_names: HashSet<String>,
+    ingest_positions: Vec<(String, Arc<std::sync::atomic::AtomicU64>)>,
     errors: Vec<String>,
     anon: usize,
 }
@@ -416,6 +417,10 @@ impl JobBuilder {
     pub fn ingest_with<T: Data>(&self, name: &str, config: IngestConfig) -> (Stream<T>, Ingest<T>) {
         let (ingest, rx) = crate::handoff::ingest_channel(config.channel_capacity);
         let r2 = ingest.restored.clone();
+        self.g
+            .borrow_mut()
+            .ingest_positions
+            .push((name.to_string(), ingest.restored.clone()));
         let checkpointing = self.config.checkpoint.mode != crate::barrier::CheckpointMode::None;
         let log = checkpointing.then(|| {
             Arc::new(std::sync::Mutex::new(crate::sources::ReplayLog::new(
@@ -481,7 +486,10 @@ impl JobBuilder {
                     wire: e.wire,
                 })
                 .collect();
-            JobGraph::new(nodes, edges)
+            let mut plan = JobGraph::new(nodes, edges);
+            plan.operator_names = g.operator_names.clone();
+            plan.ingest_positions = std::mem::take(&mut g.ingest_positions);
+            plan
         };
         crate::runtime::job::prepare_and_start(
             self.name,
@@ -766,6 +774,24 @@ impl<T: Data> Exchange<T> {
         self
     }
 
+    /// Drops the inputs built by another [`JobBuilder`], recording the
+    /// mistake as a configuration error of this job (their node numbers
+    /// mean nothing in this graph).
+    fn keep_own_inputs(&mut self) {
+        let g = self.g.clone();
+        self.inputs.retain(|(s, _)| {
+            let own = Rc::ptr_eq(&s.g, &g);
+            if !own {
+                g.borrow_mut().errors.push(
+                    "a stream built by another JobBuilder is used in this job (streams, \
+                     exchanges and connections must all come from one builder)"
+                        .to_string(),
+                );
+            }
+            own
+        });
+    }
+
     /// Starts a new task, `name`, of `parallelism` subtasks, that reads
     /// this exchange's inputs through one input gate (and its barrier
     /// handler). Every operation on the returned [`Stream`] chains into
@@ -799,7 +825,8 @@ impl<T: Data> Exchange<T> {
     /// got.sort();
     /// assert_eq!(got, [2, 4, 6]);
     /// ```
-    pub fn task(self, name: &str, parallelism: usize) -> Stream<T> {
+    pub fn task(mut self, name: &str, parallelism: usize) -> Stream<T> {
+        self.keep_own_inputs();
         // Forward with equal parallelism chains (as Flink does).
         if self.inputs.len() == 1
             && matches!(self.inputs[0].1, Partitioning::Forward)

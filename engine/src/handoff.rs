@@ -256,7 +256,9 @@ impl<T> Ingest<T> {
     }
 
     /// Records the source had consumed at the checkpoint the job last
-    /// restored from (0 before any restore).
+    /// restored from (0 before any restore). A job started from a
+    /// checkpoint folder sets it before [`crate::JobBuilder::start`]
+    /// returns: push again from there.
     pub fn restored_position(&self) -> u64 {
         self.restored.load(Ordering::Acquire)
     }

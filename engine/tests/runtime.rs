@@ -953,6 +953,7 @@ fn a_fatal_error_fails_the_job_without_restarts() {
         assert!(wait_for(30, || h.is_finished()));
         assert_eq!(h.metrics().restarts, 0, "wrapped: {wrapped}");
         let err = h.wait().unwrap_err();
+        use std::error::Error as _;
         // the chain: job error → task error → what the operator returned
         let mut chain = Vec::new();
         let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&err);
@@ -962,6 +963,17 @@ fn a_fatal_error_fails_the_job_without_restarts() {
         }
         assert_eq!(chain.last().unwrap(), "line 7: not a number", "{chain:?}");
         assert_eq!(chain.len(), if wrapped { 4 } else { 3 }, "{chain:?}");
+        // the links are the operator's own errors, so they downcast
+        assert!(is_fatal_error(&err), "{chain:?}");
+        let third = err
+            .source()
+            .and_then(|t| t.source())
+            .expect("the operator's error");
+        if wrapped {
+            assert!(third.downcast_ref::<WithContext>().is_some(), "{chain:?}");
+        } else {
+            assert!(third.downcast_ref::<FatalError>().is_some(), "{chain:?}");
+        }
         match err {
             JobError::TaskFailed { task, cause } => {
                 assert_eq!(task, lockgate::TaskId::new("doomed", 0));
@@ -1055,4 +1067,139 @@ fn a_split_without_both_branches_finished_is_refused() {
         Err(e) => panic!("wrong error {e}"),
         Ok(_) => panic!("an unfinished branch must be refused"),
     }
+}
+
+#[test]
+fn a_stream_of_another_builder_is_a_config_error_not_a_panic() {
+    let a = JobBuilder::new("a", JobConfig::default());
+    let b = JobBuilder::new("b", JobConfig::default());
+    let (ia, _pa) = a.ingest::<u64>("ina", 16);
+    // more nodes in b than in a, so b's node numbers point past a's graph
+    for k in 0..4 {
+        let (s, _) = b.ingest::<u64>(&format!("b{k}"), 16);
+        s.for_each(|_| {});
+    }
+    let (ib, _pb) = b.ingest::<u64>("inb", 16);
+    let _out = ia.rebalance().union(ib.rebalance()).task("x", 2).collect();
+    match a.start() {
+        Err(JobError::Config(msg)) => assert!(msg.contains("another JobBuilder"), "{msg}"),
+        other => panic!("expected a config error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_failure_plan_naming_a_missing_task_is_refused() {
+    let (job, _) = sum_job(JobConfig::default(), 10, 2);
+    let job = job.with_failures(FailurePlan::none().with(99, FailurePoint::AfterRecords(1)));
+    match job.start() {
+        Err(JobError::Config(msg)) => assert!(msg.contains("task 99"), "{msg}"),
+        other => panic!("expected a config error, got {other:?}"),
+    }
+    assert!(FailurePlan::seeded(1, 3, 0, 10).failures.is_empty());
+}
+
+#[test]
+fn times_that_do_not_fit_in_u64_ns_are_refused() {
+    let mut config = JobConfig::default();
+    config.checkpoint = CheckpointConfig::exactly_once(Duration::from_millis(10), None);
+    config.checkpoint.timeout = Duration::MAX;
+    let err = config.validate().unwrap_err();
+    assert!(err.contains("checkpoint.timeout"), "{err}");
+    config.checkpoint.timeout = Duration::from_secs(1);
+    config.checkpoint.retained = 0;
+    assert!(config.validate().unwrap_err().contains("retained"));
+}
+
+#[test]
+fn stop_cuts_the_restart_delay_short() {
+    let mut config = JobConfig::default();
+    config.restart = RestartStrategy {
+        max_attempts: 3,
+        delay: Duration::from_secs(600),
+    };
+    let (job, _) = sum_job(config, u64::MAX, 10);
+    let ks = job
+        .task_names()
+        .iter()
+        .position(|t| t == "keyed_sum[0]")
+        .unwrap();
+    let job = job.with_failures(FailurePlan::none().with(ks, FailurePoint::AfterRecords(100)));
+    let h = job.start().unwrap();
+    assert!(wait_for(30, || !h.metrics().failures.is_empty()));
+    h.stop();
+    // without the cut this would wait 600 s
+    assert!(
+        wait_for(30, || h.is_finished()),
+        "stop ends the restart delay"
+    );
+    match h.wait() {
+        Err(JobError::TaskFailed { .. }) => {}
+        other => panic!("the failure ends the stopped job, got {other:?}"),
+    }
+}
+
+/// ingest → key_by → `task` keyed sum with operator `op` → sink.
+fn pushed_into(config: JobConfig, op: &str) -> (JobBuilder, Ingest<u64>, Finals) {
+    let job = JobBuilder::new("pushed-folder", config);
+    let finals: Finals = Arc::default();
+    let f2 = finals.clone();
+    let (input, ingest) = job.ingest::<u64>("in", 256);
+    input
+        .key_by(|x| x % 10)
+        .task("keyed_sum", 2)
+        .process(op, |_| KeyedSum::new(10))
+        .rebalance()
+        .task("sink", 1)
+        .sink("sink", move |_| MaxSink(f2.clone()));
+    (job, ingest, finals)
+}
+
+#[test]
+fn a_new_process_knows_where_to_push_again_as_soon_as_the_job_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let (job, ingest, _) = pushed_into(dir_config(dir.path(), false), "keyed_sum");
+    let h = job.start().unwrap();
+    for x in 0..5_000 {
+        ingest.push(x).unwrap();
+    }
+    ingest.close(); // the final checkpoint (FLIP-147) covers all 5,000
+    h.wait().unwrap();
+    // a new process: the position is there when start returns, no waiting
+    let (job, ingest, finals) = pushed_into(dir_config(dir.path(), true), "keyed_sum");
+    let h = job.start().unwrap();
+    let from = ingest.restored_position();
+    assert_eq!(from, 5_000);
+    for x in from..10_000 {
+        ingest.push(x).unwrap();
+    }
+    ingest.close();
+    h.wait().unwrap();
+    assert_eq!(*finals.lock().unwrap(), expected_sums(10_000, 10));
+}
+
+#[test]
+fn restored_state_that_no_operator_claims_is_refused_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (job, ingest, _) = pushed_into(dir_config(dir.path(), false), "keyed_sum");
+    let h = job.start().unwrap();
+    for x in 0..1_000 {
+        ingest.push(x).unwrap();
+    }
+    ingest.close();
+    h.wait().unwrap();
+    // the keyed sum renamed: its state would be dropped in silence
+    let (job, _ingest, _) = pushed_into(dir_config(dir.path(), true), "renamed_sum");
+    match job.start() {
+        Err(JobError::Restore(msg)) => {
+            assert!(msg.contains("keyed_sum (task keyed_sum[0])"), "{msg}");
+            assert!(msg.contains("allow_non_restored_state"), "{msg}");
+        }
+        other => panic!("expected a restore error, got {other:?}"),
+    }
+    let mut config = dir_config(dir.path(), true);
+    config.checkpoint.allow_non_restored_state = true;
+    let (job, ingest, _) = pushed_into(config, "renamed_sum");
+    let h = job.start().expect("allowed to drop the old state");
+    ingest.close();
+    h.wait().unwrap();
 }

@@ -302,8 +302,15 @@ impl Driver {
                             self.fired.push(i);
                         }
                     }
+                    // The restart delay, cut short by a stop: the job then
+                    // ends with the failure instead of restarting.
+                    if self.wait_restart_delay() {
+                        return Err(JobError::TaskFailed {
+                            task: task_name,
+                            cause: error,
+                        });
+                    }
                     self.shared.restarts.lock().expect("not poisoned").0 += 1;
-                    std::thread::sleep(self.config.restart.delay);
                     restored = self.coordinator.latest_restore_point();
                     if matches!(error, TaskError::Injected(_)) {
                         tracing::info!(
@@ -524,6 +531,33 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// Waits out the restart delay, answering commands meanwhile; true
+    /// when a stop came (no restart then).
+    fn wait_restart_delay(&mut self) -> bool {
+        let deadline = std::time::Instant::now() + self.config.restart.delay;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            match self.commands.recv_timeout(left) {
+                Ok(Command::Stop { .. }) => return true,
+                // No checkpoint while the job restarts.
+                Ok(Command::Trigger(reply)) => {
+                    let _ = reply.send(Err(AbortReason::Declined));
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => return false,
+                // The handle is gone: nobody can stop the job any more.
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    std::thread::sleep(left);
+                    return false;
+                }
+            }
+        }
+    }
+}
+
 /// Persists completed checkpoints to a [`CheckpointStorage`] and applies
 /// retention.
 struct StorageSink {
@@ -590,6 +624,18 @@ pub(crate) fn prepare_and_start(
     mut restored: Option<RestoredState>,
     storage: Option<Box<dyn CheckpointStorage>>,
 ) -> Result<JobHandle, JobError> {
+    if let Some(f) = failures
+        .failures
+        .iter()
+        .find(|f| f.task >= graph.num_tasks())
+    {
+        return Err(JobError::Config(format!(
+            "the failure plan names task {}, but the job has {} tasks (0..{}; see JobBuilder::task_names)",
+            f.task,
+            graph.num_tasks(),
+            graph.num_tasks()
+        )));
+    }
     let job = JobFingerprint {
         job_name: name,
         config: app_config,
@@ -636,7 +682,21 @@ pub(crate) fn prepare_and_start(
                 )));
             };
             check_compatible(&loaded.metadata.job, &job, &loaded.handle.path)?;
-            restored = Some(restored_from(loaded)?);
+            let path = loaded.handle.path.clone();
+            let r = restored_from(loaded)?;
+            // Every task acknowledged every checkpoint, so each has an entry
+            // (possibly empty): a missing one is a damaged checkpoint.
+            if let Some(t) = graph
+                .task_ids()
+                .into_iter()
+                .find(|t| !r.states.contains_key(t))
+            {
+                return Err(JobError::Restore(format!(
+                    "checkpoint {} has no state for task {t}",
+                    path.display()
+                )));
+            }
+            restored = Some(r);
         } else if !existing.is_empty() {
             return Err(JobError::FolderInUse(where_));
         }
@@ -656,6 +716,10 @@ pub(crate) fn prepare_and_start(
             }
         }
     }
+    if let Some(r) = &restored {
+        check_all_state_claimed(r, &graph, config.checkpoint.allow_non_restored_state)?;
+        publish_ingest_positions(r, &graph)?;
+    }
     let mut coordinator = Coordinator::new(
         config.checkpoint.clone(),
         graph.task_ids(),
@@ -666,6 +730,64 @@ pub(crate) fn prepare_and_start(
         coordinator.set_next_id(id);
     }
     Ok(start(graph, config, failures, restored, coordinator))
+}
+
+/// Refuses restored operator state that no operator of the job claims (an
+/// operator renamed or removed), which would otherwise be dropped in
+/// silence, unless `allow` (Flink's `allowNonRestoredState`).
+fn check_all_state_claimed(
+    r: &RestoredState,
+    graph: &JobGraph,
+    allow: bool,
+) -> Result<(), JobError> {
+    let mut unclaimed: Vec<String> = r
+        .states
+        .iter()
+        .flat_map(|(task, snaps)| {
+            snaps
+                .iter()
+                .filter(|s| !graph.operator_names.contains(&s.operator))
+                .map(move |s| format!("{} (task {task})", s.operator))
+        })
+        .collect();
+    if unclaimed.is_empty() {
+        return Ok(());
+    }
+    unclaimed.sort();
+    unclaimed.dedup();
+    if allow {
+        tracing::warn!(operators = ?unclaimed, "restored state that no operator claims is dropped (allow_non_restored_state)");
+        return Ok(());
+    }
+    Err(JobError::Restore(format!(
+        "checkpoint {} holds state of operators this job does not have: {}; rename them back, or set checkpoint.allow_non_restored_state to drop that state",
+        r.checkpoint,
+        unclaimed.join(", ")
+    )))
+}
+
+/// Tells each ingest handle the position its source restores, before the
+/// job starts, so that an application reading
+/// [`crate::Ingest::restored_position`] right after `start` pushes from
+/// the right record.
+fn publish_ingest_positions(r: &RestoredState, graph: &JobGraph) -> Result<(), JobError> {
+    for (name, cell) in &graph.ingest_positions {
+        let snaps = r.states_of(&TaskId::new(name.clone(), 0));
+        let Some(s) = snaps.iter().find(|s| &s.operator == name) else {
+            continue;
+        };
+        let bytes: [u8; 8] = s.bytes.as_slice().try_into().map_err(|_| {
+            JobError::Restore(format!(
+                "the position of ingest source '{name}' is {} bytes, not 8",
+                s.bytes.len()
+            ))
+        })?;
+        cell.store(
+            u64::from_le_bytes(bytes),
+            std::sync::atomic::Ordering::Release,
+        );
+    }
+    Ok(())
 }
 
 /// Refuses a checkpoint taken by a job with another name, configuration or

@@ -118,6 +118,12 @@ pub(crate) fn wire_edge<T: Send + 'static>(
 pub(crate) struct JobGraph {
     nodes: Vec<PlanNode>,
     edges: Vec<PlanEdge>,
+    /// Every operator name of the job (sources included): a restored
+    /// operator state must belong to one of them.
+    pub(crate) operator_names: std::collections::HashSet<String>,
+    /// Ingest sources (their name, on subtask 0) and where they publish the
+    /// restored position, set before the job starts.
+    pub(crate) ingest_positions: Vec<(String, Arc<std::sync::atomic::AtomicU64>)>,
     /// Every task in start order.
     tasks: Vec<PlanTask>,
 }
@@ -161,6 +167,8 @@ impl JobGraph {
         JobGraph {
             nodes,
             edges,
+            operator_names: Default::default(),
+            ingest_positions: Vec::new(),
             tasks,
         }
     }

@@ -71,6 +71,14 @@ impl LocalDirStorage {
     /// [`StorageError::Io`] if `root` cannot be created or is not a directory.
     pub fn open(root: impl Into<PathBuf>) -> Result<Self> {
         let root = root.into();
+        // A file in the way would make create_dir_all say "File exists".
+        if root.exists() && !root.is_dir() {
+            return Err(StorageError::io(
+                "opening",
+                &root,
+                io::Error::other("it is a file, not a folder"),
+            ));
+        }
         fs::create_dir_all(&root).map_err(|e| StorageError::io("creating", &root, e))?;
         let meta = fs::metadata(&root).map_err(|e| StorageError::io("inspecting", &root, e))?;
         if !meta.is_dir() {

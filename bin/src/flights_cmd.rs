@@ -77,9 +77,9 @@ pub(crate) struct Args {
     /// Checkpointing mode.
     #[arg(long, value_enum, default_value_t = CheckpointArg::ExactlyOnce)]
     pub checkpoint: CheckpointArg,
-    /// Time between checkpoints, ms.
-    #[arg(long, default_value_t = 100, value_name = "MS")]
-    pub checkpoint_interval_ms: u64,
+    /// Time between checkpoints, ms (default 100; only with checkpoints).
+    #[arg(long, value_name = "MS")]
+    pub checkpoint_interval_ms: Option<u64>,
     /// Where checkpoints are written (default: kept in memory).
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
@@ -144,7 +144,13 @@ pub(crate) fn run(args: Args) -> ExitCode {
     if args.max_out_of_orderness_min < 0 {
         return usage_error("--max-out-of-orderness-min must not be negative");
     }
-    if args.checkpoint_interval_ms == 0 {
+    if args.checkpoint_interval_ms.is_some() && args.checkpoint == CheckpointArg::None {
+        return usage_error(
+            "--checkpoint-interval-ms needs checkpoints (--checkpoint exactly-once or at-least-once)",
+        );
+    }
+    let interval_ms = args.checkpoint_interval_ms.unwrap_or(100);
+    if interval_ms == 0 {
         return usage_error("--checkpoint-interval-ms must be positive");
     }
     if args.restore && args.checkpoint_dir.is_none() {
@@ -176,7 +182,7 @@ pub(crate) fn run(args: Args) -> ExitCode {
         CheckpointArg::AtLeastOnce => CheckpointMode::AtLeastOnce,
     };
     if config.checkpoint.mode != CheckpointMode::None {
-        config.checkpoint.interval = Some(Duration::from_millis(args.checkpoint_interval_ms));
+        config.checkpoint.interval = Some(Duration::from_millis(interval_ms));
     }
     config.checkpoint.dir = args.checkpoint_dir.clone();
     config.checkpoint.restore = args.restore;

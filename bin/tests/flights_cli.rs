@@ -166,3 +166,21 @@ fn the_bundled_data_with_injected_failures_gives_the_golden_files() {
         assert!(got == want, "{name} differs from the golden file");
     }
 }
+
+#[test]
+fn a_checkpoint_interval_without_checkpoints_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let (f, w) = files(dir.path(), FLIGHTS, WEATHER);
+    let o = run_on(
+        &f,
+        &w,
+        &dir.path().join("out"),
+        &["--checkpoint", "none", "--checkpoint-interval-ms", "5"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stdout));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("--checkpoint-interval-ms needs checkpoints"),
+        "{err}"
+    );
+}

@@ -520,7 +520,11 @@ fn storage_errors_abort_checkpoints_and_too_many_fail_the_job() {
     let job = job.with_storage(Box::new(storage.clone()));
     let handle = job.start().unwrap();
     match handle.wait() {
-        Err(JobError::Checkpoint(msg)) => assert!(msg.contains("storage_error"), "{msg}"),
+        Err(JobError::Checkpoint(msg)) => {
+            assert!(msg.contains("storage_error"), "{msg}");
+            // what the storage said is in the message, not only in the log
+            assert!(msg.contains("set_fail_writes"), "{msg}");
+        }
         other => panic!("expected the job to fail on storage errors, got {other:?}"),
     }
 }

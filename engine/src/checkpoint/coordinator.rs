@@ -74,6 +74,8 @@ pub(crate) struct Coordinator {
     last_end_ns: u64,
     consecutive_failures: u32,
     last_failure: Option<AbortReason>,
+    /// What the storage said when it last failed a write.
+    last_storage_error: Option<String>,
     final_kind: SnapshotKind,
     final_done: bool,
 }
@@ -103,6 +105,7 @@ impl Coordinator {
             last_end_ns: 0,
             consecutive_failures: 0,
             last_failure: None,
+            last_storage_error: None,
             final_kind: SnapshotKind::Checkpoint,
             final_done: false,
         }
@@ -134,12 +137,18 @@ impl Coordinator {
     /// `Some(why)` once more checkpoints failed in a row than tolerated.
     pub(crate) fn too_many_failures(&self) -> Option<String> {
         (self.consecutive_failures > self.config.tolerable_failures).then(|| {
-            format!(
+            let mut why = format!(
                 "{} checkpoints failed in a row (tolerated: {}), the last with reason {}",
                 self.consecutive_failures,
                 self.config.tolerable_failures,
                 self.last_failure.map_or("unknown", |r| r.as_str())
-            )
+            );
+            if self.last_failure == Some(AbortReason::StorageError) {
+                if let Some(e) = &self.last_storage_error {
+                    why.push_str(&format!(" ({e})"));
+                }
+            }
+            why
         })
     }
 
@@ -363,6 +372,7 @@ impl Coordinator {
         if let Some(sink) = self.sink.as_mut() {
             if let Err(e) = sink.persist(id, p.kind, p.trigger_ns, &p.states) {
                 tracing::warn!(checkpoint = %id, error = %e, "writing the checkpoint failed");
+                self.last_storage_error = Some(e.clone());
                 self.pending.insert(id, p);
                 return self.abort(id, AbortReason::StorageError);
             }

@@ -530,20 +530,15 @@ fn rule7_one_byte_over_the_limit_aborts_and_ignores_the_rest_of_it() {
 }
 
 #[test]
-fn rule7_the_limit_counts_earlier_releases_not_yet_replayed() {
+fn rule7_the_release_being_replayed_does_not_count() {
     // Checkpoint 1 holds [B2@0, y(50)@0, x(60)@1] = 110 bytes. When its
     // alignment ends, B2@0 starts aligning 2 during the replay and y is held
-    // again while x's 60 bytes still wait for replay: 50 + 60 = 110.
+    // again while x's 60 bytes still wait in the release being replayed:
+    // that release does not count (Flink 1.8 counts only numQueuedBytes
+    // plus the blocked bytes), so 50 bytes never abort checkpoint 2.
     for (limit, want) in [
-        // 110 > 100 aborts 1 when x is held, and 2 when y is held again
-        // (y alone, 50 bytes, is within the limit).
-        (
-            100,
-            vec![
-                Abort(1, AbortReason::AlignmentLimit, 0),
-                Abort(2, AbortReason::AlignmentLimit, 0),
-            ],
-        ),
+        // 110 > 100 aborts 1 when x is held; 2 goes on.
+        (100, vec![Abort(1, AbortReason::AlignmentLimit, 0)]),
         // 110 is not strictly greater than 110: no abort.
         (110, vec![Trigger(1, 0)]),
     ] {
@@ -555,12 +550,52 @@ fn rule7_the_limit_counts_earlier_releases_not_yet_replayed() {
         g.feed(1, r(0xf, 60));
         g.feed(2, b(1));
         assert_eq!(g.notes, want, "limit {limit}");
-        if limit == 100 {
-            assert_eq!(g.ids(), vec![0xe, 0xf]);
+        assert_eq!(g.ids(), vec![0xf], "y is held for checkpoint 2");
+        assert_eq!(g.h.held_bytes(), 50);
+        assert_eq!(g.h.aligning(), Some(CheckpointId(2)));
+    }
+}
+
+#[test]
+fn rule7_an_earlier_release_queued_behind_a_newer_one_counts_its_full_size() {
+    // Release R1 = [r0(25), B2, r1(40), r2(30)] (95 bytes) is replayed up
+    // to B2, which starts checkpoint 2; checkpoint 2 triggers while R1 is
+    // still open, so its release R2 = [r3(20)] goes in front and R1 is
+    // queued with its full 95 bytes (not the 70 left). While R2 replays,
+    // checkpoint 3 holds r4: 95 + 5 = 100 is within a limit of 100, 95 + 6
+    // is over it.
+    for (r4, want_abort) in [(5, false), (6, true)] {
+        let mut g = aligner_with_limit(3, 100);
+        g.feed_only(0, b(1));
+        g.feed_only(0, r(0, 25));
+        g.feed_only(0, b(2));
+        g.feed_only(0, r(1, 40));
+        g.feed_only(0, r(2, 30));
+        g.feed_only(1, b(1));
+        g.feed_only(2, b(1)); // triggers 1: R1 opens
+        assert!(g.replay_one()); // r0 passes
+        assert!(g.replay_one()); // B2 starts aligning 2, blocking channel 0
+        assert_eq!(g.h.aligning(), Some(CheckpointId(2)));
+        assert_eq!(g.h.queued_bytes(), 0, "the open release does not count");
+        g.feed_only(1, b(2));
+        g.feed_only(1, r(3, 20));
+        g.feed_only(2, b(2)); // triggers 2: R2 in front of R1
+        assert_eq!(g.h.queued_bytes(), 95, "R1 counts as released");
+        assert!(g.replay_one()); // r3 passes (R2 empty, still open)
+        g.feed_only(2, b(3)); // aligns 3, blocking channel 2
+        g.feed_only(2, r(4, r4));
+        let aborted = g.notes.contains(&Abort(3, AbortReason::AlignmentLimit, 2));
+        assert_eq!(aborted, want_abort, "r4 of {r4} bytes: {:?}", g.notes);
+        g.drain();
+        // R2 finishes, R1 resumes (no longer counted), then finishes too;
+        // an abort of 3 first replays its own release, [r4]
+        assert_eq!(g.h.queued_bytes(), 0);
+        let want: &[u64] = if want_abort {
+            &[0, 3, 4, 1, 2]
         } else {
-            assert_eq!(g.ids(), vec![0xf], "y is held for checkpoint 2");
-            assert_eq!(g.h.held_bytes(), 50);
-        }
+            &[0, 3, 1, 2]
+        };
+        assert_eq!(g.ids(), want);
     }
 }
 

@@ -14,7 +14,9 @@
 //!    abort) the held elements are replayed in arrival order before any new
 //!    input; if an earlier replay is still running, the newly released
 //!    elements come first, then the rest of the earlier one (Flink 1.8's
-//!    stack of `BufferOrEventSequence`s).
+//!    stack of `BufferOrEventSequence`s: `currentBuffered` and
+//!    `queuedBuffered`). A release is finished only when the read after its
+//!    last element finds it empty (`completeBufferedSequence`).
 //! 3. **Trigger** ([`Aligner::check_aligned`]): checkpoint N triggers once
 //!    every channel is blocked for N or ended, before any held element is
 //!    handed on. With a single channel a newer barrier triggers at once
@@ -33,11 +35,15 @@
 //!    checkpoints. It never aborts; if it was the last channel missing, the
 //!    pending checkpoint triggers.
 //! 7. **Alignment limit** ([`Aligner::hold`]): after an element is held, if
-//!    the held bytes plus the bytes of earlier releases not yet replayed are
-//!    strictly greater than `max_alignment_bytes`, release and abort
-//!    (`alignment_limit`) and ignore the rest of that checkpoint (Flink
-//!    1.8's `task.checkpoint.alignment.max-size`). Records count their
-//!    [`RecordSize`] bytes, events 0.
+//!    the bytes held by the running alignment plus the full size (as
+//!    released) of every earlier release that a newer release was put in
+//!    front of and whose replay has not resumed are strictly greater than
+//!    `max_alignment_bytes`, release and abort (`alignment_limit`) and
+//!    ignore the rest of that checkpoint. The release being replayed now
+//!    does not count (Flink 1.8's `numQueuedBytes` plus
+//!    `getBytesBlocked()`, `task.checkpoint.alignment.max-size`): counting
+//!    it would make one over-limit alignment abort the next ones too.
+//!    Records count their [`RecordSize`] bytes, events 0.
 //!
 //! **End of input** ([`BarrierHandler::end_of_input`], the README's
 //! "end of `input`"): a running alignment ends without a signal and
@@ -56,6 +62,14 @@ use super::{
 };
 use crate::element::{CheckpointBarrier, CheckpointId, RecordSize, StreamElement};
 use std::collections::VecDeque;
+
+/// One release of the blocker (rule 2): its elements in replay order and
+/// its full size as released (what rule 7 counts while it is queued).
+#[derive(Debug)]
+struct Release<T> {
+    items: VecDeque<(usize, StreamElement<T>)>,
+    bytes: u64,
+}
 
 /// Exactly-once barrier handler (Flink 1.8 `BarrierBuffer` semantics, see the
 /// module docs for the rules).
@@ -87,9 +101,21 @@ pub struct Aligner<T> {
     /// The blocker: elements of blocked channels, in arrival order.
     held: VecDeque<(usize, StreamElement<T>)>,
     held_bytes: u64,
-    /// Released elements waiting to be replayed, in replay order.
-    replay: VecDeque<(usize, StreamElement<T>)>,
+    /// The release being replayed (Flink's `currentBuffered`); `None` when
+    /// none is open. It stays open, even empty, until a read finds it
+    /// empty (rule 2).
+    replay: Option<Release<T>>,
+    /// Earlier releases a newer one was put in front of, newest last
+    /// (Flink's `queuedBuffered`); their replay resumes in that order.
+    queued: Vec<Release<T>>,
+    /// The full size of the queued releases (Flink's `numQueuedBytes`,
+    /// rule 7).
+    queued_bytes: u64,
+    /// The bytes of released elements not yet handed on, all releases.
     replay_bytes: u64,
+    /// The buffer of the last finished release, kept warm for the next
+    /// one (a warm aligner allocates nothing per alignment).
+    spare: VecDeque<(usize, StreamElement<T>)>,
     /// Set by `end_of_input`: no more alignments, nothing is held.
     input_ended: bool,
 }
@@ -114,8 +140,11 @@ impl<T: RecordSize> Aligner<T> {
             max_held_bytes: 0,
             held: VecDeque::new(),
             held_bytes: 0,
-            replay: VecDeque::new(),
+            replay: None,
+            queued: Vec::new(),
+            queued_bytes: 0,
             replay_bytes: 0,
+            spare: VecDeque::new(),
             input_ended: false,
         }
     }
@@ -135,6 +164,12 @@ impl<T: RecordSize> Aligner<T> {
         self.replay_bytes
     }
 
+    /// The full size of the earlier releases queued behind a newer one:
+    /// what rule 7 counts beside the held bytes.
+    pub fn queued_bytes(&self) -> u64 {
+        self.queued_bytes
+    }
+
     /// Rule 1 and rule 7: hold an element of a blocked channel, then check
     /// the alignment limit.
     fn hold(
@@ -147,7 +182,7 @@ impl<T: RecordSize> Aligner<T> {
         self.max_held_bytes = self.max_held_bytes.max(self.held_bytes);
         self.held.push_back((channel, element));
         if let Some(limit) = self.config.max_alignment_bytes {
-            if self.held_bytes.saturating_add(self.replay_bytes) > limit {
+            if self.held_bytes.saturating_add(self.queued_bytes) > limit {
                 // `current` stays the aborted id, so its late barriers are
                 // ignored by rule 4 ("the rest of that checkpoint").
                 let id = self.current;
@@ -166,17 +201,32 @@ impl<T: RecordSize> Aligner<T> {
         self.aligning = None;
         self.blocked.clear();
         self.num_blocked = 0;
-        if self.replay.is_empty() {
-            // O(1): the blocker's buffer becomes the replay queue and the
-            // replay queue's (empty, warm) buffer becomes the blocker.
-            std::mem::swap(&mut self.held, &mut self.replay);
-        } else {
-            while let Some(e) = self.held.pop_back() {
-                self.replay.push_front(e);
+        if self.held.is_empty() {
+            return; // nothing to replay: no new release (Flink: rollOver is null)
+        }
+        let bytes = self.held_bytes;
+        self.replay_bytes = self.replay_bytes.saturating_add(bytes);
+        self.held_bytes = 0;
+        match self.replay.as_mut() {
+            // Common case: nothing replays now. O(1): the blocker's buffer
+            // becomes the replay and the last replay's (empty, warm)
+            // buffer becomes the blocker.
+            None => {
+                let mut items = std::mem::take(&mut self.spare);
+                std::mem::swap(&mut items, &mut self.held);
+                self.replay = Some(Release { items, bytes });
+            }
+            // An earlier release is open (even if its last element was
+            // just handed on): it is queued, with its full size, behind
+            // the new one.
+            Some(_) => {
+                let earlier = self.replay.take().expect("matched Some");
+                self.queued_bytes = self.queued_bytes.saturating_add(earlier.bytes);
+                self.queued.push(earlier);
+                let items = std::mem::take(&mut self.held);
+                self.replay = Some(Release { items, bytes });
             }
         }
-        self.replay_bytes = self.replay_bytes.saturating_add(self.held_bytes);
-        self.held_bytes = 0;
     }
 
     /// Starts aligning `barrier`, which arrived on `channel`.
@@ -304,14 +354,27 @@ impl<T: RecordSize> BarrierHandler<T> for Aligner<T> {
 
     #[inline]
     fn next_replay(&mut self) -> Option<(usize, StreamElement<T>)> {
-        let next = self.replay.pop_front()?;
-        self.replay_bytes = self.replay_bytes.saturating_sub(next.1.size_bytes() as u64);
-        Some(next)
+        loop {
+            let open = self.replay.as_mut()?;
+            if let Some(next) = open.items.pop_front() {
+                self.replay_bytes = self.replay_bytes.saturating_sub(next.1.size_bytes() as u64);
+                return Some(next);
+            }
+            // The read finds the open release empty: it is finished, and the
+            // newest queued one resumes (no longer counted by rule 7).
+            let done = self.replay.take().expect("open");
+            self.spare = done.items;
+            if let Some(resumed) = self.queued.pop() {
+                self.queued_bytes = self.queued_bytes.saturating_sub(resumed.bytes);
+                self.replay = Some(resumed);
+            }
+        }
     }
 
     #[inline]
     fn has_replay(&self) -> bool {
-        !self.replay.is_empty()
+        self.replay.as_ref().is_some_and(|r| !r.items.is_empty())
+            || self.queued.iter().any(|r| !r.items.is_empty())
     }
 
     #[inline]

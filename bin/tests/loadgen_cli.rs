@@ -300,6 +300,47 @@ fn restore_after_a_killed_run_finishes_exactly() {
 }
 
 #[test]
+fn an_at_least_once_restore_after_a_kill_may_duplicate_but_not_lose() {
+    // At-least-once: what the killed run delivered after its last checkpoint
+    // is delivered again after the restore. Duplicates are allowed, as after
+    // an in-process restart; a loss would fail the run.
+    let _g = heavy();
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    let chk_s = chk.to_str().unwrap();
+    let run_args = [
+        "--duration",
+        "3",
+        "--warmup",
+        "0",
+        "--rate",
+        "20000",
+        "--checkpoint",
+        "at-least-once",
+        "--checkpoint-interval-ms",
+        "200",
+    ];
+    let mut child = bin()
+        .arg("loadgen")
+        .args(run_args)
+        .args(["--checkpoint-dir", chk_s])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_checkpoint(&chk, &mut child);
+    child.kill().unwrap(); // SIGKILL
+    let _ = child.wait();
+    let json = dir.path().join("r.json");
+    let mut args = run_args.to_vec();
+    args.extend(["--restore", chk_s, "--json", json.to_str().unwrap()]);
+    let o = loadgen(&args);
+    assert_ok(&o);
+    let report = read_json(&json);
+    assert_eq!(report["lost"], 0, "{report}");
+}
+
+#[test]
 fn ctrl_c_stops_cleanly_with_a_report() {
     let _g = heavy();
     let dir = tempfile::tempdir().unwrap();

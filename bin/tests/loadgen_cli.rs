@@ -252,6 +252,23 @@ fn wait_for_checkpoint(dir: &Path, child: &mut std::process::Child) {
     }
 }
 
+/// Runs `loadgen RUN_ARGS --checkpoint-dir CHK` and kills it (SIGKILL)
+/// once a checkpoint is in `chk`.
+fn kill_after_a_checkpoint(run_args: &[&str], chk: &Path) {
+    let mut child = bin()
+        .arg("loadgen")
+        .args(run_args)
+        .arg("--checkpoint-dir")
+        .arg(chk)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_checkpoint(chk, &mut child);
+    child.kill().unwrap(); // SIGKILL
+    let _ = child.wait();
+}
+
 #[test]
 fn restore_after_a_killed_run_finishes_exactly() {
     let _g = heavy();
@@ -268,17 +285,7 @@ fn restore_after_a_killed_run_finishes_exactly() {
         "--checkpoint-interval-ms",
         "50",
     ];
-    let mut child = bin()
-        .arg("loadgen")
-        .args(run_args)
-        .args(["--checkpoint-dir", chk_s])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_checkpoint(&chk, &mut child);
-    child.kill().unwrap(); // SIGKILL
-    let _ = child.wait();
+    kill_after_a_checkpoint(&run_args, &chk);
     let mut args = run_args.to_vec();
     args.extend(["--restore", chk_s]);
     let o = loadgen(&args);
@@ -320,17 +327,7 @@ fn an_at_least_once_restore_after_a_kill_may_duplicate_but_not_lose() {
         "--checkpoint-interval-ms",
         "200",
     ];
-    let mut child = bin()
-        .arg("loadgen")
-        .args(run_args)
-        .args(["--checkpoint-dir", chk_s])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_checkpoint(&chk, &mut child);
-    child.kill().unwrap(); // SIGKILL
-    let _ = child.wait();
+    kill_after_a_checkpoint(&run_args, &chk);
     let json = dir.path().join("r.json");
     let mut args = run_args.to_vec();
     args.extend(["--restore", chk_s, "--json", json.to_str().unwrap()]);

@@ -99,10 +99,7 @@ impl<T> IngestReceiver<T> {
     /// [`TryRecvError::Empty`] when none is queued, [`TryRecvError::Ended`]
     /// when none is queued and every [`Ingest`] was closed or dropped.
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
-        self.rx.try_recv().map_err(|e| match e {
-            crossbeam_channel::TryRecvError::Empty => TryRecvError::Empty,
-            crossbeam_channel::TryRecvError::Disconnected => TryRecvError::Ended,
-        })
+        self.rx.try_recv().map_err(TryRecvError::from)
     }
 
     /// Records queued now.
@@ -129,6 +126,15 @@ pub enum TryRecvError {
     Empty,
     /// Nothing is queued and nothing will come: the other end is gone.
     Ended,
+}
+
+impl From<crossbeam_channel::TryRecvError> for TryRecvError {
+    fn from(e: crossbeam_channel::TryRecvError) -> Self {
+        match e {
+            crossbeam_channel::TryRecvError::Empty => TryRecvError::Empty,
+            crossbeam_channel::TryRecvError::Disconnected => TryRecvError::Ended,
+        }
+    }
 }
 
 /// Why [`Output::recv_timeout`] returned no record.
@@ -179,10 +185,7 @@ impl<T> Output<T> {
     /// [`TryRecvError::Empty`] when none is queued, [`TryRecvError::Ended`]
     /// when none is queued and the job ended.
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
-        self.rx.try_recv().map_err(|e| match e {
-            crossbeam_channel::TryRecvError::Empty => TryRecvError::Empty,
-            crossbeam_channel::TryRecvError::Disconnected => TryRecvError::Ended,
-        })
+        self.rx.try_recv().map_err(TryRecvError::from)
     }
 
     /// The next record, waiting for it; `None` once the job ended and

@@ -95,48 +95,31 @@ impl<T> std::fmt::Debug for IngestSource<T> {
     }
 }
 
-impl<T: Clone + Send> IngestSource<T> {
-    /// Polls without a replay log.
-    fn poll_plain(&mut self, out: &mut Vec<T>, max: usize) -> SourcePoll {
-        while out.len() < max {
-            match self.rx.try_recv() {
-                Ok(r) => {
-                    out.push(r);
-                    self.position += 1;
-                }
-                Err(TryRecvError::Empty) => return SourcePoll::Idle { wake_at_ns: None },
-                Err(TryRecvError::Ended) => return SourcePoll::Finished,
-            }
-        }
-        SourcePoll::Ready
-    }
-}
-
 impl<T: Clone + Send> Source<T> for IngestSource<T> {
     fn poll(&mut self, out: &mut Vec<T>, max: usize) -> Result<SourcePoll, BoxError> {
-        let Some(log) = &self.log else {
-            return Ok(self.poll_plain(out, max));
+        let mut log = match &self.log {
+            Some(l) => Some(l.lock().map_err(|_| "the ingest replay log is poisoned")?),
+            None => None,
         };
-        let mut log = log
-            .lock()
-            .map_err(|_| "the ingest replay log is poisoned")?;
-        if self.position < log.base {
-            return Err(format!(
-                "the ingest source is at position {} but its replay log starts at {}: \
-                 the records between were cut by a completed checkpoint",
-                self.position, log.base
-            )
-            .into());
+        if let Some(log) = log.as_deref() {
+            if self.position < log.base {
+                return Err(format!(
+                    "the ingest source is at position {} but its replay log starts at {}: \
+                     the records between were cut by a completed checkpoint",
+                    self.position, log.base
+                )
+                .into());
+            }
+            // 1. replay what the log holds past our position (after a restart)
+            while out.len() < max && self.position < log.end() {
+                let i = (self.position - log.base) as usize;
+                out.push(log.records[i].clone());
+                self.position += 1;
+            }
         }
-        // 1. replay what the log holds past our position (after a restart)
-        while out.len() < max && self.position < log.end() {
-            let i = (self.position - log.base) as usize;
-            out.push(log.records[i].clone());
-            self.position += 1;
-        }
-        // 2. then take new records, keeping each in the log
+        // 2. then take new records, keeping each in the log (if any)
         while out.len() < max {
-            if log.is_full() {
+            if log.as_deref().is_some_and(ReplayLog::is_full) {
                 // Backpressure on the application until a checkpoint
                 // completes and cuts the log; `wake_on` is off meanwhile,
                 // so the task waits for the checkpoint's notification.
@@ -148,7 +131,9 @@ impl<T: Clone + Send> Source<T> for IngestSource<T> {
             }
             match self.rx.try_recv() {
                 Ok(r) => {
-                    log.records.push_back(r.clone());
+                    if let Some(log) = log.as_deref_mut() {
+                        log.records.push_back(r.clone());
+                    }
                     out.push(r);
                     self.position += 1;
                 }

@@ -111,8 +111,6 @@ pub struct Aligner<T> {
     /// The full size of the queued releases (Flink's `numQueuedBytes`,
     /// rule 7).
     queued_bytes: u64,
-    /// The bytes of released elements not yet handed on, all releases.
-    replay_bytes: u64,
     /// The buffer of the last finished release, kept warm for the next
     /// one (a warm aligner allocates nothing per alignment).
     spare: VecDeque<(usize, StreamElement<T>)>,
@@ -143,7 +141,6 @@ impl<T: RecordSize> Aligner<T> {
             replay: None,
             queued: Vec::new(),
             queued_bytes: 0,
-            replay_bytes: 0,
             spare: VecDeque::new(),
             input_ended: false,
         }
@@ -157,11 +154,6 @@ impl<T: RecordSize> Aligner<T> {
     /// The checkpoint being aligned, if an alignment runs.
     pub fn aligning(&self) -> Option<CheckpointId> {
         self.aligning.map(|b| b.id)
-    }
-
-    /// The bytes of released elements not yet replayed.
-    pub fn replay_bytes(&self) -> u64 {
-        self.replay_bytes
     }
 
     /// The full size of the earlier releases queued behind a newer one:
@@ -205,7 +197,6 @@ impl<T: RecordSize> Aligner<T> {
             return; // nothing to replay: no new release (Flink: rollOver is null)
         }
         let bytes = self.held_bytes;
-        self.replay_bytes = self.replay_bytes.saturating_add(bytes);
         self.held_bytes = 0;
         match self.replay.as_mut() {
             // Common case: nothing replays now. O(1): the blocker's buffer
@@ -357,7 +348,6 @@ impl<T: RecordSize> BarrierHandler<T> for Aligner<T> {
         loop {
             let open = self.replay.as_mut()?;
             if let Some(next) = open.items.pop_front() {
-                self.replay_bytes = self.replay_bytes.saturating_sub(next.1.size_bytes() as u64);
                 return Some(next);
             }
             // The read finds the open release empty: it is finished, and the

@@ -40,12 +40,12 @@ fn load(path: &Path) -> Result<RunReport, String> {
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let r: RunReport = serde_json::from_str(&text)
         .map_err(|e| format!("{} is not a saved loadgen run: {e}", path.display()))?;
-    if r.schema_version != crate::loadgen::report::SCHEMA_VERSION {
+    use crate::loadgen::report::{OLDEST_SCHEMA_VERSION, SCHEMA_VERSION};
+    if !(OLDEST_SCHEMA_VERSION..=SCHEMA_VERSION).contains(&r.schema_version) {
         return Err(format!(
-            "{} has schema version {}, this binary reads {}",
+            "{} has schema version {}, this binary reads {OLDEST_SCHEMA_VERSION} to {SCHEMA_VERSION}",
             path.display(),
             r.schema_version,
-            crate::loadgen::report::SCHEMA_VERSION
         ));
     }
     Ok(r)

@@ -107,7 +107,7 @@ fn w2_exactly_once_writes_json_hgrm_hlog_and_svg() {
     let o = loadgen(&args);
     assert_ok(&o);
     let j = read_json(Path::new(&json));
-    assert_eq!(j["schema_version"], 1);
+    assert_eq!(j["schema_version"], 2);
     assert_eq!(j["mode"], "exactly-once");
     assert_eq!(j["workload"], "W2");
     assert_eq!(j["ok"], true);
@@ -118,7 +118,57 @@ fn w2_exactly_once_writes_json_hgrm_hlog_and_svg() {
     assert!(j["checkpoints"]["completed"].as_u64().unwrap() >= 1);
     let list = j["checkpoints"]["list"].as_array().unwrap();
     assert!(!list.is_empty());
-    assert!(list[0]["alignments"].as_array().is_some());
+    // Schema 2: every completed checkpoint lists each subtask's part, and
+    // its sizes add up (the metadata file is on top of the parts).
+    let completed: Vec<_> = list.iter().filter(|c| c["status"] == "completed").collect();
+    assert!(!completed.is_empty());
+    for c in completed {
+        let subtasks = c["subtasks"].as_array().unwrap();
+        let mut names: Vec<&str> = subtasks
+            .iter()
+            .map(|t| t["task"].as_str().unwrap())
+            .collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "keyed_sum[0]",
+                "keyed_sum[1]",
+                "sink[0]",
+                "source[0]",
+                "source[1]"
+            ],
+            "{c}"
+        );
+        let sum = |k: &str| subtasks.iter().map(|t| t[k].as_u64().unwrap()).sum::<u64>();
+        assert_eq!(
+            c["state_bytes"].as_u64().unwrap(),
+            sum("state_bytes"),
+            "{c}"
+        );
+        assert!(
+            c["checkpointed_bytes"].as_u64().unwrap() > sum("checkpointed_bytes"),
+            "{c}"
+        );
+        for t in subtasks {
+            assert!(
+                t["checkpointed_bytes"].as_u64().unwrap() > t["state_bytes"].as_u64().unwrap(),
+                "{t}"
+            );
+            assert_eq!(t["incremental"], false);
+            assert_eq!(t["unaligned"], false);
+            assert_eq!(t["persisted_bytes"], 0);
+        }
+        let start_delay = subtasks
+            .iter()
+            .map(|t| t["start_delay_ns"].as_u64().unwrap())
+            .max();
+        assert_eq!(c["start_delay_ns"].as_u64(), start_delay, "{c}");
+    }
+    assert!(
+        list[0].get("alignments").is_none(),
+        "schema 1's field is gone"
+    );
     for key in ["cores", "cpu_model", "rustc", "git_commit"] {
         assert!(!j["environment"][key].is_null(), "{key}");
     }

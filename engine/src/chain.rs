@@ -11,6 +11,7 @@ use crate::element::{CheckpointBarrier, CheckpointId, Watermark};
 use crate::error::TaskError;
 use crate::operator::Operator;
 use crate::protocol::OperatorSnapshot;
+use crate::protocol::PendingSnapshot;
 
 /// One link of an operator chain, fed with records of type `I`.
 pub(crate) trait Link<I>: Send {
@@ -25,7 +26,7 @@ pub(crate) trait Link<I>: Send {
     fn snapshot(
         &mut self,
         id: CheckpointId,
-        out: &mut Vec<OperatorSnapshot>,
+        out: &mut Vec<PendingSnapshot>,
     ) -> Result<(), TaskError>;
     /// Restores the operators found in `states` (by operator name).
     fn restore(&mut self, states: &[OperatorSnapshot]) -> Result<(), TaskError>;
@@ -138,12 +139,12 @@ impl<I, O: Send, Op: Operator<I, O>> Link<I> for Stage<I, O, Op> {
     fn snapshot(
         &mut self,
         id: CheckpointId,
-        out: &mut Vec<OperatorSnapshot>,
+        out: &mut Vec<PendingSnapshot>,
     ) -> Result<(), TaskError> {
-        match self.op.snapshot_state(id) {
-            Ok(Some(bytes)) => out.push(OperatorSnapshot {
+        match self.op.snapshot_state_async(id) {
+            Ok(Some(snapshot)) => out.push(PendingSnapshot {
                 operator: self.name.clone(),
-                bytes,
+                snapshot,
             }),
             Ok(None) => {}
             Err(e) => return Err(self.op_err("snapshot_state", e)),
@@ -227,7 +228,7 @@ impl<T: Clone + Send> Link<T> for ChannelWriter<T> {
     fn snapshot(
         &mut self,
         _id: CheckpointId,
-        _out: &mut Vec<OperatorSnapshot>,
+        _out: &mut Vec<PendingSnapshot>,
     ) -> Result<(), TaskError> {
         Ok(())
     }
@@ -268,7 +269,7 @@ impl Link<()> for NoOutput {
     fn snapshot(
         &mut self,
         _id: CheckpointId,
-        _out: &mut Vec<OperatorSnapshot>,
+        _out: &mut Vec<PendingSnapshot>,
     ) -> Result<(), TaskError> {
         Ok(())
     }
@@ -316,7 +317,7 @@ impl<T: Clone + Send> Link<T> for Tee<T> {
     fn snapshot(
         &mut self,
         id: CheckpointId,
-        out: &mut Vec<OperatorSnapshot>,
+        out: &mut Vec<PendingSnapshot>,
     ) -> Result<(), TaskError> {
         self.a.snapshot(id, out)?;
         self.b.snapshot(id, out)

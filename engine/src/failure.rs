@@ -96,6 +96,10 @@ pub enum FailurePoint {
     /// While the task takes its snapshot: after its state was copied and
     /// before it acknowledged the checkpoint.
     DuringSnapshot,
+    /// In the asynchronous part of the task's snapshot (on its snapshot
+    /// thread, while the task processes records again), before its part
+    /// is written.
+    DuringAsyncSnapshot,
 }
 
 /// One armed failure in one task attempt.

@@ -60,8 +60,8 @@ pub use channel::{hash_key, key_hash, key_to_subtask, KEY_HASH_MULTIPLIER};
 pub use checkpoint::{
     unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStats, CheckpointStatus,
     CheckpointStorage, JobFingerprint, LatestValid, LoadedCheckpoint, LocalDirStorage,
-    MemoryStorage, RestoredState, StorageError, TaskAlignment, TaskStateKey, FORMAT_VERSION, MAGIC,
-    MAX_CHECKPOINT_ID,
+    MemoryStorage, PartHandle, RestoredState, StorageError, SubtaskCheckpointStats, TaskStateKey,
+    FORMAT_VERSION, MAGIC, MAX_CHECKPOINT_ID,
 };
 pub use clock::now_ns;
 pub use config::{
@@ -82,7 +82,9 @@ pub use handoff::{
 };
 pub use input_gate::{WaitStrategy, DEFAULT_SPINS, SPIN_YIELD_EVERY};
 pub use metrics::{peak_rss_bytes, Pinning, TaskMetrics, TaskMetricsSnapshot};
-pub use operator::{Checkpointed, Context, Either, Operator, Sink, Source, SourcePoll};
+pub use operator::{
+    Checkpointed, Context, Either, Operator, Sink, Source, SourcePoll, StateSnapshot,
+};
 pub use protocol::OperatorSnapshot;
 pub use runtime::{JobHandle, JobMetrics};
 pub use state::{KeyedState, StateError, ValueState};

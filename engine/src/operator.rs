@@ -37,6 +37,24 @@ pub trait Checkpointed {
         Ok(None)
     }
 
+    /// The snapshot for checkpoint `id` in two parts, as Flink's snapshot
+    /// strategies split it: what this call does is the synchronous part
+    /// (records wait meanwhile: copy, do not encode), the returned
+    /// [`StateSnapshot`]'s work is the asynchronous part, run on the task's
+    /// snapshot thread while the task processes records again. Default: the
+    /// bytes of [`Checkpointed::snapshot_state`], taken synchronously.
+    /// Override it when encoding the state costs more than copying it.
+    ///
+    /// # Errors
+    /// Any error declines the checkpoint and fails the task (an error of
+    /// the asynchronous part does the same, on the snapshot thread).
+    fn snapshot_state_async(
+        &mut self,
+        id: CheckpointId,
+    ) -> Result<Option<StateSnapshot>, BoxError> {
+        Ok(self.snapshot_state(id)?.map(StateSnapshot::ready))
+    }
+
     /// Restores the state returned by an earlier
     /// [`Checkpointed::snapshot_state`], before any record is processed
     /// after a restart or a restore.
@@ -58,6 +76,62 @@ pub trait Checkpointed {
     /// pending transaction here).
     fn notify_checkpoint_aborted(&mut self, _id: CheckpointId) -> Result<(), BoxError> {
         Ok(())
+    }
+}
+
+/// The snapshot of one operator for one checkpoint, as returned by
+/// [`Checkpointed::snapshot_state_async`]: bytes taken already, or the
+/// asynchronous part still to run (a closure over a copy of the state,
+/// run once on the task's snapshot thread, never on the task thread).
+///
+/// # Examples
+/// ```
+/// use lockgate::StateSnapshot;
+/// let state = vec![1u64, 2, 3];
+/// let copy = state.clone(); // the synchronous part: a copy
+/// let snap = StateSnapshot::deferred(move || Ok(postcard::to_allocvec(&copy)?));
+/// let bytes = snap.run().unwrap(); // the asynchronous part: the encoding
+/// assert_eq!(postcard::from_bytes::<Vec<u64>>(&bytes).unwrap(), state);
+/// assert_eq!(StateSnapshot::ready(vec![7]).run().unwrap(), [7]);
+/// ```
+pub struct StateSnapshot(SnapshotWork);
+
+enum SnapshotWork {
+    Ready(Vec<u8>),
+    Deferred(Box<dyn FnOnce() -> Result<Vec<u8>, BoxError> + Send>),
+}
+
+impl StateSnapshot {
+    /// Bytes taken synchronously.
+    pub fn ready(bytes: Vec<u8>) -> Self {
+        StateSnapshot(SnapshotWork::Ready(bytes))
+    }
+
+    /// Bytes that `encode` makes later, on the snapshot thread. `encode`
+    /// must own what it encodes (a copy taken now): the operator goes on
+    /// changing its state meanwhile.
+    pub fn deferred(encode: impl FnOnce() -> Result<Vec<u8>, BoxError> + Send + 'static) -> Self {
+        StateSnapshot(SnapshotWork::Deferred(Box::new(encode)))
+    }
+
+    /// Runs the asynchronous part (nothing for [`StateSnapshot::ready`]).
+    ///
+    /// # Errors
+    /// The error of the deferred encoding.
+    pub fn run(self) -> Result<Vec<u8>, BoxError> {
+        match self.0 {
+            SnapshotWork::Ready(b) => Ok(b),
+            SnapshotWork::Deferred(f) => f(),
+        }
+    }
+}
+
+impl std::fmt::Debug for StateSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            SnapshotWork::Ready(b) => write!(f, "StateSnapshot::ready({} bytes)", b.len()),
+            SnapshotWork::Deferred(_) => f.write_str("StateSnapshot::deferred(..)"),
+        }
     }
 }
 
@@ -433,6 +507,12 @@ impl<T, S: Sink<T>> Operator<T, ()> for SinkOperator<S> {
 impl<S: Checkpointed> Checkpointed for SinkOperator<S> {
     fn snapshot_state(&mut self, id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         self.0.snapshot_state(id)
+    }
+    fn snapshot_state_async(
+        &mut self,
+        id: CheckpointId,
+    ) -> Result<Option<StateSnapshot>, BoxError> {
+        self.0.snapshot_state_async(id)
     }
     fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
         self.0.restore_state(state)

@@ -3,9 +3,11 @@
 //! state a task hands over for a checkpoint ([`OperatorSnapshot`]). Tasks
 //! are named by [`TaskId`](crate::TaskId).
 
-use crate::barrier::{AbortReason, AlignmentStats};
+use crate::barrier::AbortReason;
+use crate::checkpoint::{PartHandle, SubtaskCheckpointStats};
 use crate::element::{CheckpointBarrier, CheckpointId};
 use crate::error::TaskError;
+use crate::operator::StateSnapshot;
 
 /// The state of one operator of a chain for one checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -14,6 +16,16 @@ pub struct OperatorSnapshot {
     pub operator: String,
     /// The operator's serialized state.
     pub bytes: Vec<u8>,
+}
+
+/// The synchronous part of one operator's snapshot, handed to the task's
+/// snapshot thread, which runs the rest.
+#[derive(Debug)]
+pub(crate) struct PendingSnapshot {
+    /// The operator's name (its state key).
+    pub(crate) operator: String,
+    /// Its snapshot, the asynchronous part still to run.
+    pub(crate) snapshot: StateSnapshot,
 }
 
 /// A message from the job thread to a task.
@@ -30,18 +42,22 @@ pub(crate) enum Control {
 /// A message from a task to the job thread.
 #[derive(Debug)]
 pub(crate) enum TaskEvent {
-    /// The task took its snapshot for checkpoint `id`.
+    /// The task's snapshot for checkpoint `id` is complete (durable, in
+    /// `part`, when the job has storage); sent by its snapshot thread.
     Ack {
         task: usize,
         id: CheckpointId,
         states: Vec<OperatorSnapshot>,
-        alignment: AlignmentStats,
+        part: Option<PartHandle>,
+        stats: SubtaskCheckpointStats,
     },
-    /// The task gave up checkpoint `id`.
+    /// The task gave up checkpoint `id` (`detail`: what the storage said,
+    /// for [`AbortReason::StorageError`]).
     Decline {
         task: usize,
         id: CheckpointId,
         reason: AbortReason,
+        detail: Option<String>,
     },
     /// A source reached its end and waits for the final checkpoint
     /// (FLIP-147) before ending its output.

@@ -5,7 +5,9 @@
 //! [`crate::Checkpointed::restore_state`]. The snapshot is taken on the task
 //! thread between two batches (after every record before the barrier, before
 //! any record after it), so it must be a cheap synchronous copy; the bytes
-//! are written to storage by the job thread, off the record path.
+//! are written to storage by the task's snapshot thread, off the record
+//! path (and [`crate::Checkpointed::snapshot_state_async`] moves the
+//! encoding there too).
 //!
 //! [`KeyedState`] (a value per key, e.g. a running sum) and [`ValueState`]
 //! (one value per subtask, e.g. a source's read offset, Flink's operator

@@ -1207,3 +1207,156 @@ fn restored_state_that_no_operator_claims_is_refused_unless_allowed() {
     ingest.close();
     h.wait().unwrap();
 }
+
+#[test]
+fn a_failure_in_the_asynchronous_part_of_a_snapshot_recovers_exactly_once() {
+    let mut config = JobConfig::default();
+    config.batch_size = 64;
+    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+    config.checkpoint.interval = Some(Duration::from_millis(5));
+    config.restart = RestartStrategy {
+        max_attempts: 5,
+        delay: Duration::ZERO,
+    };
+    let n = 200_000;
+    let (job, finals) = sum_job(config, n, 10);
+    let names = job.task_names();
+    let ks = names.iter().position(|t| t == "keyed_sum[0]").unwrap();
+    let src = names.iter().position(|t| t == "numbers[1]").unwrap();
+    let job = job.with_failures(
+        FailurePlan::none()
+            .with(ks, FailurePoint::DuringAsyncSnapshot)
+            .with(src, FailurePoint::DuringAsyncSnapshot),
+    );
+    let m = job.start().unwrap().wait().unwrap();
+    assert_eq!(m.restarts, 2, "{:?}", m.failures);
+    assert!(
+        m.failures.iter().all(|f| f.contains("DuringAsyncSnapshot")),
+        "{:?}",
+        m.failures
+    );
+    assert_eq!(*finals.lock().unwrap(), expected_sums(n, 10));
+}
+
+/// A store whose first [`CheckpointStorage::publish`] takes `delay` (a
+/// disk that stalls once; `stalled` records which checkpoint it was);
+/// everything else goes straight to memory.
+struct SlowFirstPublish {
+    inner: MemoryStorage,
+    delay: Duration,
+    stalled: Mutex<Option<CheckpointId>>,
+}
+
+impl CheckpointStorage for SlowFirstPublish {
+    fn write_part(
+        &self,
+        id: CheckpointId,
+        key: &TaskStateKey,
+        bytes: &[u8],
+    ) -> Result<PartHandle, StorageError> {
+        self.inner.write_part(id, key, bytes)
+    }
+    fn publish(
+        &self,
+        meta: &CheckpointMetadata,
+        parts: &[PartHandle],
+    ) -> Result<CheckpointHandle, StorageError> {
+        let first = {
+            let mut s = self.stalled.lock().unwrap();
+            s.is_none().then(|| *s = Some(meta.id)).is_some()
+        };
+        if first {
+            std::thread::sleep(self.delay);
+        }
+        self.inner.publish(meta, parts)
+    }
+    fn discard(&self, id: CheckpointId) -> Result<(), StorageError> {
+        self.inner.discard(id)
+    }
+    fn list(&self) -> Result<Vec<CheckpointId>, StorageError> {
+        self.inner.list()
+    }
+    fn load(&self, id: CheckpointId) -> Result<LoadedCheckpoint, StorageError> {
+        self.inner.load(id)
+    }
+    fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata, StorageError> {
+        self.inner.load_metadata(id)
+    }
+    fn remove(&self, id: CheckpointId) -> Result<(), StorageError> {
+        self.inner.remove(id)
+    }
+}
+
+#[test]
+fn the_timeout_covers_the_metadata_write_and_a_late_publish_is_deleted() {
+    let storage = Arc::new(SlowFirstPublish {
+        inner: MemoryStorage::new(),
+        delay: Duration::from_millis(400),
+        stalled: Mutex::new(None),
+    });
+    let mut config = JobConfig::default();
+    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+    config.checkpoint.interval = Some(Duration::from_millis(5));
+    config.checkpoint.timeout = Duration::from_millis(50);
+    config.checkpoint.tolerable_failures = u32::MAX;
+    // A slow source: barriers reach the sink at once (no backlog), so only
+    // the stalled write can make a checkpoint late.
+    let job = JobBuilder::new("stall", config);
+    job.source("trickle", 1, |_| Trickle {
+        next: 0,
+        step: 1,
+        pause: Duration::from_millis(1),
+    })
+    .rebalance()
+    .task("sink", 1)
+    .sink("sink", |_| U64Sink);
+    let handle = job.with_storage(Box::new(storage.clone())).start().unwrap();
+    let stalled = || *storage.stalled.lock().unwrap();
+    let stalled_timed_out =
+        || {
+            stalled().is_some_and(|id| {
+                handle.metrics().checkpoints.iter().any(|c| {
+                    c.id == id && c.status == CheckpointStatus::Aborted(AbortReason::Timeout)
+                })
+            })
+        };
+    // The coordinator is not held up by the stalled write: the checkpoint
+    // times out while its metadata is still being written.
+    assert!(
+        wait_for(20, stalled_timed_out),
+        "stalled {:?}: {:?}",
+        stalled(),
+        handle
+            .metrics()
+            .checkpoints
+            .iter()
+            .map(|c| (c.id, c.status))
+            .collect::<Vec<_>>()
+    );
+    let id = stalled().unwrap();
+    // Once the disk is back, checkpoints complete again.
+    assert!(wait_for(20, || handle
+        .metrics()
+        .checkpoints
+        .iter()
+        .any(|c| c.id > id && c.is_completed())));
+    handle.stop();
+    let m = handle.wait().unwrap();
+    let c = m.checkpoints.iter().find(|c| c.id == id).unwrap();
+    assert!(c.duration_ns >= 50_000_000, "{c:?}");
+    // Its late publication was discarded: no checkpoint 1 in the store,
+    // while the newest completed checkpoint is there.
+    let stored = storage.list().unwrap();
+    assert!(!stored.contains(&id), "{stored:?} has {id}");
+    let newest = m
+        .checkpoints
+        .iter()
+        .rev()
+        .find(|c| c.is_completed())
+        .unwrap();
+    assert!(
+        stored.contains(&newest.id),
+        "{stored:?} lacks {}",
+        newest.id
+    );
+}

@@ -61,7 +61,7 @@ use lockgate::Checkpointed;
 use lockgate::Context;
 use lockgate::{
     BoxError, CheckpointId, CheckpointMode, FailurePlan, JobBuilder, JobConfig, JobError,
-    JobHandle, JobMetrics, Operator, RecordSize, Sink, Source, SourcePoll,
+    JobHandle, JobMetrics, Operator, RecordSize, Sink, Source, SourcePoll, StateSnapshot,
 };
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -939,6 +939,18 @@ impl Checkpointed for RefKeyedSum {
         Ok(Some(postcard::to_allocvec(&self.sums)?))
     }
 
+    /// A copy now (a memory copy of the table), the encoding on the
+    /// snapshot thread.
+    fn snapshot_state_async(
+        &mut self,
+        _id: CheckpointId,
+    ) -> Result<Option<StateSnapshot>, BoxError> {
+        let copy = self.sums.clone();
+        Ok(Some(StateSnapshot::deferred(move || {
+            Ok(postcard::to_allocvec(&copy)?)
+        })))
+    }
+
     fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
         self.sums = postcard::from_bytes(state)?;
         Ok(())
@@ -1005,6 +1017,17 @@ impl Checkpointed for RefSink {
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         let s = lock(&self.shared.slots[self.slot]);
         Ok(Some(postcard::to_allocvec(&s.check)?))
+    }
+
+    /// A copy now, the encoding on the snapshot thread.
+    fn snapshot_state_async(
+        &mut self,
+        _id: CheckpointId,
+    ) -> Result<Option<StateSnapshot>, BoxError> {
+        let copy = lock(&self.shared.slots[self.slot]).check.clone();
+        Ok(Some(StateSnapshot::deferred(move || {
+            Ok(postcard::to_allocvec(&copy)?)
+        })))
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {

@@ -10,7 +10,12 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// The version of the JSON layout below; bumped on incompatible changes.
-pub(crate) const SCHEMA_VERSION: u32 = 1;
+/// Version 2: each checkpoint has `subtasks` (sync/async parts, sizes)
+/// instead of `alignments`, and byte counts; `lockgate report` reads 1 and 2.
+pub(crate) const SCHEMA_VERSION: u32 = 2;
+
+/// The oldest version `lockgate report` reads.
+pub(crate) const OLDEST_SCHEMA_VERSION: u32 = 1;
 
 /// Where the run ran.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -78,7 +83,7 @@ impl Spread {
     }
 }
 
-/// One task's alignment for one checkpoint.
+/// One task's alignment for one checkpoint (schema version 1 only).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct TaskAlignmentJson {
     /// The task, e.g. `keyed_sum[1]`.
@@ -87,6 +92,36 @@ pub(crate) struct TaskAlignmentJson {
     pub alignment_ns: u64,
     /// Most bytes buffered during the alignment.
     pub buffered_bytes: u64,
+}
+
+/// One subtask's part of one checkpoint (schema version 2), as
+/// [`lockgate::SubtaskCheckpointStats`]: times in ns, sizes in bytes.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct SubtaskJson {
+    /// The subtask, e.g. `keyed_sum[1]`.
+    pub task: String,
+    /// Trigger or last barrier until records flow again, ns.
+    pub sync_ns: u64,
+    /// Encoding, write and `fsync` of its part, ns.
+    pub async_ns: u64,
+    /// Channels blocked for the alignment, ns (exactly-once only).
+    pub alignment_ns: u64,
+    /// First to last barrier, ns.
+    pub barrier_spread_ns: u64,
+    /// Most bytes buffered during the alignment.
+    pub buffered_bytes: u64,
+    /// Trigger to its first barrier, ns.
+    pub start_delay_ns: u64,
+    /// Bytes written for its part.
+    pub checkpointed_bytes: u64,
+    /// In-flight records persisted (unaligned checkpoints), bytes.
+    pub persisted_bytes: u64,
+    /// Size of a full encoding of its state, bytes.
+    pub state_bytes: u64,
+    /// Its part holds only changes.
+    pub incremental: bool,
+    /// Unaligned.
+    pub unaligned: bool,
 }
 
 /// One checkpoint.
@@ -103,14 +138,32 @@ pub(crate) struct CheckpointJson {
     pub kind: String,
     /// Trigger time, ns on the engine's monotonic clock.
     pub trigger_ns: u64,
-    /// Trigger to last acknowledgement, ns.
+    /// End to end: trigger until every part and the metadata are durable
+    /// (or the abort), ns. (Version 1: trigger to the last acknowledgement.)
     pub duration_ns: u64,
-    /// Trigger to the barrier leaving the last source, ns.
+    /// The largest start delay of its subtasks, ns. (Version 1: trigger to
+    /// the barrier leaving the last source.)
     pub start_delay_ns: u64,
-    /// Per task with inputs.
+    /// Version 1 only: per task with inputs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alignments: Vec<TaskAlignmentJson>,
-    /// Serialized state, bytes.
+    /// Version 2: every subtask that acknowledged.
+    #[serde(default)]
+    pub subtasks: Vec<SubtaskJson>,
+    /// Size of a full encoding of the state, all subtasks, bytes.
     pub state_bytes: u64,
+    /// Bytes written for it, all parts and the metadata.
+    #[serde(default)]
+    pub checkpointed_bytes: u64,
+    /// In-flight records persisted (unaligned checkpoints), bytes.
+    #[serde(default)]
+    pub persisted_bytes: u64,
+    /// Some part holds only changes.
+    #[serde(default)]
+    pub incremental: bool,
+    /// Unaligned.
+    #[serde(default)]
+    pub unaligned: bool,
 }
 
 /// The checkpoint table.
@@ -130,6 +183,15 @@ pub(crate) struct CheckpointsJson {
     pub buffered_bytes_max: u64,
     /// State size of the last completed checkpoint, bytes.
     pub state_bytes_last: u64,
+    /// Over the subtasks of completed checkpoints: the synchronous part, ns.
+    #[serde(default)]
+    pub sync_ns: Spread,
+    /// Over the subtasks of completed checkpoints: the asynchronous part, ns.
+    #[serde(default)]
+    pub async_ns: Spread,
+    /// Over completed checkpoints: bytes written per checkpoint.
+    #[serde(default)]
+    pub checkpointed_bytes: Spread,
     /// Every checkpoint.
     pub list: Vec<CheckpointJson>,
 }
@@ -139,6 +201,7 @@ impl CheckpointsJson {
         let mut c = CheckpointsJson::default();
         let mut align = Vec::new();
         let mut dur = Vec::new();
+        let (mut sync, mut asyn, mut written) = (Vec::new(), Vec::new(), Vec::new());
         for s in stats {
             let (status, reason) = match s.status {
                 CheckpointStatus::Completed => {
@@ -146,6 +209,9 @@ impl CheckpointsJson {
                     align.push(s.max_alignment_ns());
                     dur.push(s.duration_ns);
                     c.state_bytes_last = s.state_bytes;
+                    written.push(s.checkpointed_bytes);
+                    sync.extend(s.subtasks.iter().map(|t| t.sync_ns));
+                    asyn.extend(s.subtasks.iter().map(|t| t.async_ns));
                     ("completed", None)
                 }
                 CheckpointStatus::Aborted(r) => {
@@ -174,20 +240,37 @@ impl CheckpointsJson {
                 trigger_ns: s.trigger_ns,
                 duration_ns: s.duration_ns,
                 start_delay_ns: s.start_delay_ns,
-                alignments: s
-                    .alignments
+                alignments: Vec::new(),
+                subtasks: s
+                    .subtasks
                     .iter()
-                    .map(|a| TaskAlignmentJson {
-                        task: a.task.to_string(),
-                        alignment_ns: a.duration_ns,
-                        buffered_bytes: a.buffered_bytes,
+                    .map(|t| SubtaskJson {
+                        task: t.task.to_string(),
+                        sync_ns: t.sync_ns,
+                        async_ns: t.async_ns,
+                        alignment_ns: t.alignment_ns,
+                        barrier_spread_ns: t.barrier_spread_ns,
+                        buffered_bytes: t.buffered_bytes,
+                        start_delay_ns: t.start_delay_ns,
+                        checkpointed_bytes: t.checkpointed_bytes,
+                        persisted_bytes: t.persisted_bytes,
+                        state_bytes: t.state_bytes,
+                        incremental: t.incremental,
+                        unaligned: t.unaligned,
                     })
                     .collect(),
                 state_bytes: s.state_bytes,
+                checkpointed_bytes: s.checkpointed_bytes,
+                persisted_bytes: s.persisted_bytes,
+                incremental: s.incremental,
+                unaligned: s.unaligned,
             });
         }
         c.alignment_ns = Spread::of(align);
         c.duration_ns = Spread::of(dur);
+        c.sync_ns = Spread::of(sync);
+        c.async_ns = Spread::of(asyn);
+        c.checkpointed_bytes = Spread::of(written);
         c
     }
 }
@@ -514,6 +597,21 @@ impl RunReport {
                 fmt_ns(cp.duration_ns.p99),
                 fmt_ns(cp.duration_ns.max)
             );
+            if cp.sync_ns != Spread::default() || cp.async_ns != Spread::default() {
+                let _ = writeln!(
+                    s,
+                    "    sync part   p50 {:>10}  p99 {:>10}  async part p50 {:>10}  p99 {:>10} (per subtask)",
+                    fmt_ns(cp.sync_ns.p50),
+                    fmt_ns(cp.sync_ns.p99),
+                    fmt_ns(cp.async_ns.p50),
+                    fmt_ns(cp.async_ns.p99)
+                );
+                let _ = writeln!(
+                    s,
+                    "    written per checkpoint p50 {} B (p99 {} B), full state {} B",
+                    cp.checkpointed_bytes.p50, cp.checkpointed_bytes.p99, cp.state_bytes_last
+                );
+            }
             let _ = writeln!(
                 s,
                 "    max buffered in alignment {} B, last state size {} B",

@@ -236,6 +236,8 @@ impl<T: RecordSize> Aligner<T> {
             if self.num_blocked + self.num_closed == self.num_channels {
                 let alignment = AlignmentStats {
                     duration_ns: now_ns.saturating_sub(self.align_start_ns),
+                    first_barrier_ns: self.align_start_ns,
+                    blocking: true,
                     buffered_bytes: self.max_held_bytes,
                 };
                 self.release();

@@ -68,8 +68,14 @@ impl fmt::Display for AbortReason {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AlignmentStats {
     /// From the first barrier of the checkpoint to the last one, in ns on the
-    /// clock the input gate passes in (0 for a single channel or a tracker).
+    /// clock the input gate passes in (0 for a single channel): the barrier
+    /// spread, in both modes.
     pub duration_ns: u64,
+    /// When the first barrier of the checkpoint arrived, ns on that clock.
+    pub first_barrier_ns: u64,
+    /// True when channels were blocked meanwhile (the aligner), false for
+    /// the tracker, which never blocks.
+    pub blocking: bool,
     /// The most bytes held in the blocker during the alignment (records'
     /// [`RecordSize`](crate::RecordSize) bytes; events count 0).
     pub buffered_bytes: u64,

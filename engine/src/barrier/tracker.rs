@@ -109,6 +109,8 @@ impl Tracker {
                 barrier: done.barrier,
                 alignment: AlignmentStats {
                     duration_ns: now_ns.saturating_sub(done.first_ns),
+                    first_barrier_ns: done.first_ns,
+                    blocking: false,
                     buffered_bytes: 0,
                 },
             });

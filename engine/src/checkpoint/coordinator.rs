@@ -5,19 +5,23 @@
 //! - trigger checkpoint n at every running source every `interval`, with at
 //!   most `max_concurrent` in flight and at least `min_pause` after the
 //!   previous one ended;
-//! - n completes when every task that was running at its trigger
-//!   acknowledged it (a task that finished meanwhile counts as acknowledged);
-//!   it is then written to storage and every task is notified;
-//! - a decline, a timeout, or a failed storage write aborts n; completing n
-//!   aborts every older pending checkpoint as `subsumed`;
+//! - a task acknowledges n when its part is durable (its snapshot thread
+//!   wrote it); once every task that was running at n's trigger
+//!   acknowledged (a task that finished meanwhile counts as acknowledged),
+//!   the metadata is written and published off the job thread, and n
+//!   completes when that is durable too: then every task is notified;
+//! - a decline, a timeout (which covers the whole checkpoint, writes
+//!   included), or a failed storage write aborts n; a late result of an
+//!   aborted checkpoint is discarded; completing n aborts every older
+//!   pending checkpoint as `subsumed`;
 //! - timeouts, storage errors and declines by failing snapshots count
 //!   against `tolerable_failures` (Flink's `CheckpointFailureManager`);
 //!   subsumption, cancellation and the alignment limit do not;
 //! - when every source has ended, a final checkpoint is taken (FLIP-147) so
 //!   that two-phase-commit sinks commit the tail of the output.
 
-use super::{CheckpointStats, CheckpointStatus, RestoredState, TaskAlignment};
-use crate::barrier::{AbortReason, AlignmentStats};
+use super::{CheckpointStats, CheckpointStatus, PartHandle, RestoredState, SubtaskCheckpointStats};
+use crate::barrier::AbortReason;
 use crate::config::CheckpointConfig;
 use crate::element::{CheckpointBarrier, CheckpointId, CheckpointOptions, SnapshotKind};
 use crate::protocol::{Control, OperatorSnapshot};
@@ -25,21 +29,25 @@ use crate::task_id::TaskId;
 use crossbeam_channel::Sender;
 use std::collections::{BTreeMap, HashMap};
 
-/// Where completed checkpoints go (the storage adapter of the job).
-pub(crate) trait CompletedSink: Send {
-    /// Persists a completed checkpoint; returns the bytes written.
-    fn persist(
-        &mut self,
+/// What the coordinator asks the job thread to do.
+#[derive(Debug)]
+pub(crate) enum CoordinatorOutput {
+    /// Send `msg` to task `task`.
+    Control { task: usize, msg: Control },
+    /// Every part of `id` is durable: write its metadata and publish it
+    /// (off the job thread), then answer with [`Coordinator::published`].
+    Publish {
         id: CheckpointId,
         kind: SnapshotKind,
         trigger_ns: u64,
-        states: &HashMap<TaskId, Vec<OperatorSnapshot>>,
-    ) -> Result<u64, String>;
-}
-
-/// What the coordinator asks the job thread to send.
-pub(crate) enum CoordinatorOutput {
-    Control { task: usize, msg: Control },
+        parts: Vec<PartHandle>,
+    },
+    /// `id` was aborted: drop its unpublished parts.
+    Discard { id: CheckpointId },
+    /// `id` was published after it was aborted (a late result): delete it.
+    Remove { id: CheckpointId },
+    /// A checkpoint completed: apply the retention of completed ones.
+    Retain,
 }
 
 struct Pending {
@@ -50,10 +58,10 @@ struct Pending {
     waiting: Vec<bool>,
     num_waiting: usize,
     states: HashMap<TaskId, Vec<OperatorSnapshot>>,
-    alignments: Vec<TaskAlignment>,
-    sources_acked: usize,
-    last_source_ack_ns: u64,
-    state_bytes: u64,
+    parts: Vec<PartHandle>,
+    subtasks: Vec<SubtaskCheckpointStats>,
+    /// Every task acknowledged; the metadata is being written.
+    publishing: bool,
     reply: Option<Sender<Result<CheckpointId, AbortReason>>>,
 }
 
@@ -69,7 +77,9 @@ pub(crate) struct Coordinator {
     pending: BTreeMap<CheckpointId, Pending>,
     stats: Vec<CheckpointStats>,
     latest: Option<RestoredState>,
-    sink: Option<Box<dyn CompletedSink>>,
+    /// True when completed checkpoints go to storage (parts written by the
+    /// tasks' snapshot threads, published by the job's publisher).
+    storage: bool,
     last_trigger_ns: u64,
     last_end_ns: u64,
     consecutive_failures: u32,
@@ -84,7 +94,7 @@ impl Coordinator {
     pub(crate) fn new(
         config: CheckpointConfig,
         task_names: Vec<TaskId>,
-        sink: Option<Box<dyn CompletedSink>>,
+        storage: bool,
         restored: Option<RestoredState>,
     ) -> Self {
         let n = task_names.len();
@@ -100,7 +110,7 @@ impl Coordinator {
             pending: BTreeMap::new(),
             stats: Vec::new(),
             latest: restored,
-            sink,
+            storage,
             last_trigger_ns: 0,
             last_end_ns: 0,
             consecutive_failures: 0,
@@ -204,10 +214,9 @@ impl Coordinator {
                 waiting,
                 num_waiting,
                 states: HashMap::new(),
-                alignments: Vec::new(),
-                sources_acked: 0,
-                last_source_ack_ns: now,
-                state_bytes: 0,
+                parts: Vec::new(),
+                subtasks: Vec::new(),
+                publishing: false,
                 reply,
             },
         );
@@ -219,8 +228,12 @@ impl Coordinator {
             trigger_ns: now,
             duration_ns: 0,
             start_delay_ns: 0,
-            alignments: Vec::new(),
+            subtasks: Vec::new(),
             state_bytes: 0,
+            checkpointed_bytes: 0,
+            persisted_bytes: 0,
+            incremental: false,
+            unaligned: false,
         });
         let barrier = CheckpointBarrier {
             id,
@@ -236,7 +249,7 @@ impl Coordinator {
             }
         }
         if num_waiting == 0 {
-            out.extend(self.complete(id));
+            out.extend(self.all_acknowledged(id));
         }
         out
     }
@@ -329,14 +342,16 @@ impl Coordinator {
         out
     }
 
+    /// Task `task`'s part of `id` is complete (durable in `part` when the
+    /// job has storage).
     pub(crate) fn ack(
         &mut self,
         task: usize,
         id: CheckpointId,
         states: Vec<OperatorSnapshot>,
-        alignment: AlignmentStats,
+        part: Option<PartHandle>,
+        stats: SubtaskCheckpointStats,
     ) -> Vec<CoordinatorOutput> {
-        let is_source = self.sources.contains(&task);
         let Some(p) = self.pending.get_mut(&id) else {
             return Vec::new(); // already aborted
         };
@@ -345,38 +360,60 @@ impl Coordinator {
         }
         p.waiting[task] = false;
         p.num_waiting -= 1;
-        p.state_bytes += states.iter().map(|s| s.bytes.len() as u64).sum::<u64>();
         p.states.insert(self.task_names[task].clone(), states);
-        if is_source {
-            p.sources_acked += 1;
-            p.last_source_ack_ns = crate::clock::now_ns();
-        } else {
-            p.alignments.push(TaskAlignment {
-                task: self.task_names[task].clone(),
-                duration_ns: alignment.duration_ns,
-                buffered_bytes: alignment.buffered_bytes,
-            });
-        }
+        p.parts.extend(part);
+        p.subtasks.push(stats);
         if p.num_waiting == 0 {
-            self.complete(id)
+            self.all_acknowledged(id)
         } else {
             Vec::new()
         }
     }
 
-    fn complete(&mut self, id: CheckpointId) -> Vec<CoordinatorOutput> {
+    /// Every task acknowledged `id`: publish it, or complete it at once
+    /// without storage.
+    fn all_acknowledged(&mut self, id: CheckpointId) -> Vec<CoordinatorOutput> {
+        if !self.storage {
+            return self.complete(id, 0);
+        }
+        let Some(p) = self.pending.get_mut(&id) else {
+            return Vec::new();
+        };
+        p.publishing = true;
+        vec![CoordinatorOutput::Publish {
+            id,
+            kind: p.kind,
+            trigger_ns: p.trigger_ns,
+            parts: p.parts.clone(),
+        }]
+    }
+
+    /// The publisher's answer for `id`: its bytes written, or what the
+    /// storage said. A late answer (the checkpoint was aborted meanwhile,
+    /// e.g. it timed out) is discarded: a published one is deleted.
+    pub(crate) fn published(
+        &mut self,
+        id: CheckpointId,
+        result: Result<u64, String>,
+    ) -> Vec<CoordinatorOutput> {
+        let publishing = self.pending.get(&id).is_some_and(|p| p.publishing);
+        match result {
+            Ok(_) if !publishing => vec![CoordinatorOutput::Remove { id }],
+            Err(_) if !publishing => Vec::new(),
+            Ok(bytes) => self.complete(id, bytes),
+            Err(e) => {
+                tracing::warn!(checkpoint = %id, error = %e, "writing the checkpoint failed");
+                self.last_storage_error = Some(e);
+                self.abort(id, AbortReason::StorageError)
+            }
+        }
+    }
+
+    fn complete(&mut self, id: CheckpointId, written_bytes: u64) -> Vec<CoordinatorOutput> {
         let mut out = Vec::new();
         let Some(p) = self.pending.remove(&id) else {
             return out;
         };
-        if let Some(sink) = self.sink.as_mut() {
-            if let Err(e) = sink.persist(id, p.kind, p.trigger_ns, &p.states) {
-                tracing::warn!(checkpoint = %id, error = %e, "writing the checkpoint failed");
-                self.last_storage_error = Some(e.clone());
-                self.pending.insert(id, p);
-                return self.abort(id, AbortReason::StorageError);
-            }
-        }
         let now = crate::clock::now_ns();
         self.last_end_ns = now;
         self.consecutive_failures = 0;
@@ -386,9 +423,8 @@ impl Coordinator {
         if let Some(s) = self.stats.iter_mut().find(|s| s.id == id) {
             s.status = CheckpointStatus::Completed;
             s.duration_ns = now.saturating_sub(p.trigger_ns);
-            s.start_delay_ns = p.last_source_ack_ns.saturating_sub(p.trigger_ns);
-            s.alignments = p.alignments.clone();
-            s.state_bytes = p.state_bytes;
+            fill_from_subtasks(s, p.subtasks);
+            s.checkpointed_bytes = written_bytes;
         }
         self.latest = Some(RestoredState {
             checkpoint: id,
@@ -396,6 +432,9 @@ impl Coordinator {
         });
         if let Some(r) = p.reply {
             let _ = r.send(Ok(id));
+        }
+        if self.storage {
+            out.push(CoordinatorOutput::Retain);
         }
         // Completing n subsumes every older pending checkpoint.
         let older: Vec<CheckpointId> = self.pending.range(..id).map(|(k, _)| *k).collect();
@@ -420,22 +459,35 @@ impl Coordinator {
         if let Some(s) = self.stats.iter_mut().find(|s| s.id == id) {
             s.status = CheckpointStatus::Aborted(reason);
             s.duration_ns = now.saturating_sub(p.trigger_ns);
-            s.alignments = p.alignments;
+            fill_from_subtasks(s, p.subtasks);
         }
         if let Some(r) = p.reply {
             let _ = r.send(Err(reason));
         }
         tracing::debug!(checkpoint = %id, %reason, "checkpoint aborted");
+        if self.storage {
+            out.push(CoordinatorOutput::Discard { id });
+        }
         self.notify_all(id, false, &mut out);
         out
     }
 
+    /// Task `task` declined `id`; `detail`: what the storage said, for a
+    /// failed write of its part.
     pub(crate) fn decline(
         &mut self,
         _task: usize,
         id: CheckpointId,
         reason: AbortReason,
+        detail: Option<String>,
     ) -> Vec<CoordinatorOutput> {
+        if !self.pending.contains_key(&id) {
+            return Vec::new();
+        }
+        if let Some(d) = detail {
+            tracing::warn!(checkpoint = %id, error = %d, "writing a task's part failed");
+            self.last_storage_error = Some(d);
+        }
         self.abort(id, reason)
     }
 
@@ -449,7 +501,7 @@ impl Coordinator {
                 p.waiting[task] = false;
                 p.num_waiting -= 1;
                 if p.num_waiting == 0 {
-                    out.extend(self.complete(id));
+                    out.extend(self.all_acknowledged(id));
                 }
             }
         }
@@ -466,10 +518,27 @@ impl Coordinator {
     }
 
     /// A failure ended the attempt: every pending checkpoint is aborted.
-    pub(crate) fn abort_all(&mut self, reason: AbortReason) {
+    /// Returns what is left to do for storage (no task is notified: the
+    /// attempt's tasks are gone).
+    pub(crate) fn abort_all(&mut self, reason: AbortReason) -> Vec<CoordinatorOutput> {
         let ids: Vec<CheckpointId> = self.pending.keys().copied().collect();
+        let mut out = Vec::new();
         for id in ids {
-            let _ = self.abort(id, reason);
+            out.extend(self.abort(id, reason));
         }
+        out.retain(|o| !matches!(o, CoordinatorOutput::Control { .. }));
+        out
     }
+}
+
+/// The checkpoint-level figures from its subtasks' (Flink's rules: the
+/// start delay is the largest subtask's; sizes add up).
+fn fill_from_subtasks(s: &mut CheckpointStats, subtasks: Vec<SubtaskCheckpointStats>) {
+    s.start_delay_ns = subtasks.iter().map(|t| t.start_delay_ns).max().unwrap_or(0);
+    s.state_bytes = subtasks.iter().map(|t| t.state_bytes).sum();
+    s.persisted_bytes = subtasks.iter().map(|t| t.persisted_bytes).sum();
+    s.checkpointed_bytes = subtasks.iter().map(|t| t.checkpointed_bytes).sum();
+    s.incremental = subtasks.iter().any(|t| t.incremental);
+    s.unaligned = subtasks.iter().any(|t| t.unaligned);
+    s.subtasks = subtasks;
 }

@@ -3,13 +3,18 @@
 //!
 //! The job thread is the checkpoint coordinator of the design (its own
 //! thread, off the record path): it injects barrier n at every source at
-//! the checkpoint interval, collects the tasks' acknowledgements with their
-//! state, declares checkpoint n complete when every running task
-//! acknowledged it, writes it to storage, then notifies the tasks.
+//! the checkpoint interval, collects the tasks' acknowledgements (sent by
+//! their snapshot threads once their parts are durable), has the metadata
+//! of checkpoint n written by the publisher thread once every running task
+//! acknowledged it, declares it complete when that is durable, then
+//! notifies the tasks. Neither thread waits on a write: the job thread
+//! goes on triggering, timing out and collecting while the publisher
+//! writes.
 
 use super::plan::{JobGraph, PlanTask, SubtaskCtx, TaskBody, TaskRt, Wiring};
+use super::snapshot::{SnapshotWorker, WorkerSetup};
 use crate::barrier::{AbortReason, CheckpointMode};
-use crate::checkpoint::coordinator::{CompletedSink, Coordinator, CoordinatorOutput};
+use crate::checkpoint::coordinator::{Coordinator, CoordinatorOutput};
 use crate::checkpoint::{
     CheckpointMetadata, CheckpointStorage, JobFingerprint, LoadedCheckpoint, LocalDirStorage,
     TaskStateKey,
@@ -19,6 +24,7 @@ use crate::config::JobConfig;
 use crate::element::{CheckpointId, SnapshotKind};
 use crate::error::{JobError, TaskError};
 use crate::failure::FailurePlan;
+use crate::failure::FailurePoint;
 use crate::failure::InjectedFailure;
 use crate::metrics::{TaskMetrics, TaskMetricsSnapshot};
 use crate::protocol::{Control, OperatorSnapshot, TaskEvent};
@@ -191,6 +197,7 @@ pub(crate) fn start(
     failures: FailurePlan,
     restored: Option<RestoredState>,
     coordinator: Coordinator,
+    publisher: Option<Publisher>,
 ) -> JobHandle {
     let shared = Arc::new(Shared {
         metrics: graph
@@ -214,8 +221,13 @@ pub(crate) fn start(
                 shared: s2,
                 commands: cmd_rx,
                 coordinator,
+                publisher,
             };
-            driver.run(restored)
+            let result = driver.run(restored);
+            if let Some(p) = driver.publisher.take() {
+                p.finish();
+            }
+            result
         })
         .expect("spawning the job thread");
     JobHandle {
@@ -247,6 +259,8 @@ struct Driver {
     shared: Arc<Shared>,
     commands: Receiver<Command>,
     coordinator: Coordinator,
+    /// Where checkpoints go, with the thread that publishes them.
+    publisher: Option<Publisher>,
 }
 
 impl Driver {
@@ -274,7 +288,8 @@ impl Driver {
             match end {
                 AttemptEnd::Finished => break,
                 AttemptEnd::TooManyCheckpointFailures(why) => {
-                    self.coordinator.abort_all(AbortReason::TaskFailure);
+                    let out = self.coordinator.abort_all(AbortReason::TaskFailure);
+                    self.storage_outputs(out);
                     self.publish_stats();
                     return Err(JobError::Checkpoint(why));
                 }
@@ -284,7 +299,8 @@ impl Driver {
                         let mut r = self.shared.restarts.lock().expect("not poisoned");
                         r.1.push(format!("{task_name}: {error}"));
                     }
-                    self.coordinator.abort_all(AbortReason::TaskFailure);
+                    let out = self.coordinator.abort_all(AbortReason::TaskFailure);
+                    self.storage_outputs(out);
                     self.publish_stats();
                     let used = self.shared.restarts.lock().expect("not poisoned").0;
                     if used >= self.config.restart.max_attempts
@@ -366,18 +382,36 @@ impl Driver {
                 control: ctl_rx,
             };
             let mut body: Box<dyn TaskBody> = self.graph.make(node, &mut ctx);
+            let failure = self
+                .failures
+                .next_for(task, &self.fired)
+                .map(|index| InjectedFailure {
+                    index,
+                    at: self.failures.point(index),
+                });
+            let snapshots = if checkpointing {
+                Some(
+                    SnapshotWorker::spawn(WorkerSetup {
+                        task,
+                        // A subtask index is below MAX_PARALLELISM, so it fits a u32.
+                        key: TaskStateKey::new(name.operator.clone(), name.subtask as u32),
+                        storage: self.publisher.as_ref().map(|p| p.storage.clone()),
+                        events: ev_tx.clone(),
+                        failure: failure.filter(|f| f.at == FailurePoint::DuringAsyncSnapshot),
+                    })
+                    .map_err(|e| JobError::Internal(format!("starting task {name}: {e}")))?,
+                )
+            } else {
+                None
+            };
             let mut rt = TaskRt {
                 task,
+                task_id: name.clone(),
+                snapshots,
                 events: ev_tx.clone(),
                 restored: restored.as_ref().map(|r| r.states_of(&name)),
                 checkpointing,
-                failure: self
-                    .failures
-                    .next_for(task, &self.fired)
-                    .map(|index| InjectedFailure {
-                        index,
-                        at: self.failures.point(index),
-                    }),
+                failure,
             };
             let core = cores.as_ref().map(|c| c[task % c.len()]);
             let slack = self.config.timer_slack_ns;
@@ -404,7 +438,13 @@ impl Driver {
                     }));
                     metrics.end();
                     let ev = match res {
-                        Ok(Ok(())) => TaskEvent::Finished { task },
+                        Ok(Ok(())) => {
+                            // Its last acknowledgements go before its end.
+                            if let Some(mut w) = rt.snapshots.take() {
+                                w.drain();
+                            }
+                            TaskEvent::Finished { task }
+                        }
                         Ok(Err(error)) => TaskEvent::Failed { task, error },
                         Err(p) => TaskEvent::Failed {
                             task,
@@ -434,9 +474,36 @@ impl Driver {
                 CoordinatorOutput::Control { task, msg } => {
                     let _ = attempt.controls[task].send(msg);
                 }
+                other => self.storage_outputs(vec![other]),
             }
         }
         self.publish_stats();
+    }
+
+    /// Hands the storage work of `out` to the publisher (tasks' controls
+    /// are dropped: no attempt runs).
+    fn storage_outputs(&mut self, out: Vec<CoordinatorOutput>) {
+        let Some(p) = &self.publisher else { return };
+        for o in out {
+            let req = match o {
+                CoordinatorOutput::Control { .. } => continue,
+                CoordinatorOutput::Publish {
+                    id,
+                    kind,
+                    trigger_ns,
+                    parts,
+                } => PublishRequest::Publish {
+                    id,
+                    kind,
+                    trigger_ns,
+                    parts,
+                },
+                CoordinatorOutput::Discard { id } => PublishRequest::Discard(id),
+                CoordinatorOutput::Remove { id } => PublishRequest::Remove(id),
+                CoordinatorOutput::Retain => PublishRequest::Retain,
+            };
+            p.send(req);
+        }
     }
 
     /// Runs one attempt until every task finished or one failed.
@@ -455,7 +522,20 @@ impl Driver {
                 Some(t) => crossbeam_channel::at(crate::clock::instant_of(t)),
                 None => crossbeam_channel::never(),
             };
+            let published = match &self.publisher {
+                Some(p) => p.results.clone(),
+                None => crossbeam_channel::never(),
+            };
             select! {
+                recv(published) -> r => {
+                    if let Ok((id, result)) = r {
+                        let out = self.coordinator.published(id, result);
+                        if let Some(why) = self.coordinator.too_many_failures() {
+                            return AttemptEnd::TooManyCheckpointFailures(why);
+                        }
+                        self.send_outputs(attempt, out);
+                    }
+                }
                 recv(attempt.events) -> ev => {
                     let Ok(ev) = ev else { unreachable!("the driver holds a sender") };
                     match ev {
@@ -471,12 +551,15 @@ impl Driver {
                         TaskEvent::Failed { task, error } => {
                             return AttemptEnd::Failed { task, error };
                         }
-                        TaskEvent::Ack { task, id, states, alignment } => {
-                            let out = self.coordinator.ack(task, id, states, alignment);
+                        TaskEvent::Ack { task, id, states, part, stats } => {
+                            let out = self.coordinator.ack(task, id, states, part, stats);
                             self.send_outputs(attempt, out);
                         }
-                        TaskEvent::Decline { task, id, reason } => {
-                            let out = self.coordinator.decline(task, id, reason);
+                        TaskEvent::Decline { task, id, reason, detail } => {
+                            let out = self.coordinator.decline(task, id, reason, detail);
+                            if let Some(why) = self.coordinator.too_many_failures() {
+                                return AttemptEnd::TooManyCheckpointFailures(why);
+                            }
                             self.send_outputs(attempt, out);
                         }
                         TaskEvent::SourceDrained { task } => {
@@ -558,39 +641,106 @@ impl Driver {
     }
 }
 
-/// Persists completed checkpoints to a [`CheckpointStorage`] and applies
-/// retention.
-struct StorageSink {
-    storage: Box<dyn CheckpointStorage>,
-    job: JobFingerprint,
-    retained: usize,
-}
-
-impl CompletedSink for StorageSink {
-    fn persist(
-        &mut self,
+/// Work for the publisher thread.
+enum PublishRequest {
+    /// Write the metadata of `id` and publish it; answer on `results`.
+    Publish {
         id: CheckpointId,
         kind: SnapshotKind,
         trigger_ns: u64,
-        states: &HashMap<TaskId, Vec<OperatorSnapshot>>,
-    ) -> Result<u64, String> {
-        let mut blobs = Vec::with_capacity(states.len());
-        for (task, snaps) in states {
-            let bytes =
-                postcard::to_allocvec(snaps).map_err(|e| format!("encoding {task}: {e}"))?;
-            // A subtask index is below MAX_PARALLELISM, so it fits a u32.
-            let subtask = task.subtask as u32;
-            blobs.push((TaskStateKey::new(task.operator.clone(), subtask), bytes));
+        parts: Vec<crate::checkpoint::PartHandle>,
+    },
+    /// Drop the unpublished parts of an aborted checkpoint.
+    Discard(CheckpointId),
+    /// Delete a checkpoint published after it was aborted.
+    Remove(CheckpointId),
+    /// Apply retention (a checkpoint completed).
+    Retain,
+}
+
+/// The job's storage and its publisher thread (`lg-publish`), which writes
+/// every checkpoint's metadata, publishes it and applies retention, in the
+/// order asked, so the job thread never waits on a write. Requests are
+/// handled one at a time: a checkpoint's metadata write is short (one
+/// file), and its parts were written side by side by the tasks' snapshot
+/// threads before.
+pub(crate) struct Publisher {
+    storage: Arc<dyn CheckpointStorage>,
+    requests: Option<Sender<PublishRequest>>,
+    results: Receiver<(CheckpointId, Result<u64, String>)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Publisher {
+    fn start(
+        storage: Arc<dyn CheckpointStorage>,
+        job: JobFingerprint,
+        retained: usize,
+    ) -> Result<Self, JobError> {
+        let (tx, rx) = unbounded::<PublishRequest>();
+        let (res_tx, res_rx) = unbounded();
+        let st = storage.clone();
+        let thread = std::thread::Builder::new()
+            .name("lg-publish".into())
+            .spawn(move || {
+                for req in rx {
+                    match req {
+                        PublishRequest::Publish {
+                            id,
+                            kind,
+                            trigger_ns,
+                            parts,
+                        } => {
+                            let meta = CheckpointMetadata::new(id, kind, trigger_ns, job.clone());
+                            let r = st
+                                .publish(&meta, &parts)
+                                .map(|h| h.total_bytes)
+                                .map_err(|e| e.to_string());
+                            if r.is_err() {
+                                let _ = st.discard(id);
+                            }
+                            let _ = res_tx.send((id, r));
+                        }
+                        PublishRequest::Discard(id) => {
+                            if let Err(e) = st.discard(id) {
+                                tracing::warn!(checkpoint = %id, error = %e, "dropping the parts of an aborted checkpoint failed");
+                            }
+                        }
+                        PublishRequest::Remove(id) => {
+                            if let Err(e) = st.remove(id) {
+                                tracing::warn!(checkpoint = %id, error = %e, "deleting a checkpoint published too late failed");
+                            }
+                        }
+                        PublishRequest::Retain => {
+                            if let Err(e) = st.retain(retained.max(1)) {
+                                tracing::warn!(error = %e, "removing old checkpoints failed");
+                            }
+                        }
+                    }
+                }
+            })
+            .map_err(|e| JobError::Internal(format!("spawning the publisher thread: {e}")))?;
+        Ok(Publisher {
+            storage,
+            requests: Some(tx),
+            results: res_rx,
+            thread: Some(thread),
+        })
+    }
+
+    fn send(&self, req: PublishRequest) {
+        if let Some(tx) = &self.requests {
+            let _ = tx.send(req);
         }
-        let meta = CheckpointMetadata::new(id, kind, trigger_ns, self.job.clone());
-        let handle = self
-            .storage
-            .write_checkpoint(&meta, &blobs)
-            .map_err(|e| e.to_string())?;
-        if let Err(e) = self.storage.retain(self.retained.max(1)) {
-            tracing::warn!(error = %e, "removing old checkpoints failed");
+    }
+
+    /// Lets the thread finish what was asked (retention, discards), then
+    /// joins it.
+    fn finish(mut self) {
+        self.requests = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
-        Ok(handle.total_bytes)
     }
 }
 
@@ -645,7 +795,7 @@ pub(crate) fn prepare_and_start(
             .map(|(n, p)| (n, p as u32))
             .collect(),
     };
-    let mut sink: Option<Box<dyn CompletedSink>> = None;
+    let mut publisher: Option<Publisher> = None;
     let mut next_id = None;
     if config.checkpoint.restore && storage.is_none() && config.checkpoint.dir.is_none() {
         return Err(JobError::Config(
@@ -701,11 +851,13 @@ pub(crate) fn prepare_and_start(
             return Err(JobError::FolderInUse(where_));
         }
         next_id = existing.last().map(|id| id.next());
-        sink = Some(Box::new(StorageSink {
-            storage,
-            job,
-            retained: config.checkpoint.retained,
-        }));
+        if config.checkpoint.mode != CheckpointMode::None {
+            publisher = Some(Publisher::start(
+                Arc::from(storage),
+                job,
+                config.checkpoint.retained,
+            )?);
+        }
     } else if let Some(r) = &restored {
         // An in-memory restore: the parallelism must match too.
         for task in r.states.keys() {
@@ -723,13 +875,20 @@ pub(crate) fn prepare_and_start(
     let mut coordinator = Coordinator::new(
         config.checkpoint.clone(),
         graph.task_ids(),
-        sink,
+        publisher.is_some(),
         restored.clone(),
     );
     if let Some(id) = next_id {
         coordinator.set_next_id(id);
     }
-    Ok(start(graph, config, failures, restored, coordinator))
+    Ok(start(
+        graph,
+        config,
+        failures,
+        restored,
+        coordinator,
+        publisher,
+    ))
 }
 
 /// Refuses restored operator state that no operator of the job claims (an

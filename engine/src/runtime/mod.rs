@@ -3,6 +3,8 @@
 //!
 //! Layers, bottom to top (each uses only those above it in this list and
 //! the crate's leaf modules):
+//! - `snapshot`: a task's snapshot thread, the asynchronous phase of its
+//!   checkpoints.
 //! - `plan`: the physical plan ([`JobGraph`](plan::JobGraph)), the channels
 //!   of one run attempt, what a task is given.
 //! - `task`: the loops of a source task and of an input-gate task.
@@ -11,6 +13,7 @@
 
 pub(crate) mod job;
 pub(crate) mod plan;
+pub(crate) mod snapshot;
 pub(crate) mod task;
 
 pub use job::{JobHandle, JobMetrics};

@@ -3,6 +3,7 @@
 //! ([`Wiring`]), and what a task is given ([`SubtaskCtx`], [`TaskRt`]).
 //! [`crate::graph`] builds a plan; nothing here points back to it.
 
+use super::snapshot::{SnapshotJob, SnapshotWorker};
 use crate::channel::ChannelSender;
 use crate::config::{JobConfig, PinPolicy};
 use crate::element::StreamElement;
@@ -69,10 +70,25 @@ impl SubtaskCtx<'_> {
 /// What a running task can reach.
 pub(crate) struct TaskRt {
     pub(crate) task: usize,
+    /// The task's name, as in statistics (`keyed_sum[1]`).
+    pub(crate) task_id: crate::task_id::TaskId,
     pub(crate) events: Sender<TaskEvent>,
     pub(crate) restored: Option<Vec<OperatorSnapshot>>,
     pub(crate) checkpointing: bool,
     pub(crate) failure: Option<InjectedFailure>,
+    /// The task's snapshot thread (when checkpointing).
+    pub(crate) snapshots: Option<SnapshotWorker>,
+}
+
+impl TaskRt {
+    /// Hands a checkpoint's synchronous part to the snapshot thread.
+    pub(crate) fn submit_snapshot(&self, job: SnapshotJob) {
+        match &self.snapshots {
+            Some(w) => w.submit(job),
+            // Without checkpointing no barrier reaches a task.
+            None => debug_assert!(false, "a checkpoint without a snapshot thread"),
+        }
+    }
 }
 
 /// A runnable task (a source loop or an input-gate loop with its chain).

@@ -2,41 +2,73 @@
 //! (input gate → barrier handler → chain).
 
 use super::plan::{TaskBody, TaskRt};
+use super::snapshot::SnapshotJob;
 use crate::barrier::{BarrierHandler, BarrierSignal};
 use crate::chain::Link;
+use crate::checkpoint::SubtaskCheckpointStats;
 use crate::element::{CheckpointBarrier, CheckpointId, RecordSize, StreamElement, Watermark};
 use crate::error::TaskError;
 use crate::failure::{injected, FailurePoint};
 use crate::input_gate::{GateEvent, InputGate};
 use crate::metrics::TaskMetrics;
 use crate::operator::{Source, SourcePoll};
-use crate::protocol::{Control, OperatorSnapshot, TaskEvent};
+use crate::protocol::{Control, PendingSnapshot, TaskEvent};
 use crate::watermark::WatermarkMerger;
 use crossbeam_channel::{Receiver, Select};
 use std::sync::Arc;
 
-/// Snapshots the head's state (if any) and the chain, then acknowledges.
-fn snapshot_and_ack<I>(
+/// A task's part of checkpoint `barrier`, after the caller forwarded the
+/// barrier downstream, in Flink's order
+/// (`SubtaskCheckpointCoordinatorImpl.checkpointState`: barrier broadcast
+/// before `snapshotState`): the synchronous part of every operator's
+/// snapshot (the head's, if any, then the chain's) is taken, and the rest
+/// goes to the task's snapshot thread, which acknowledges. No record is
+/// processed since the barrier, so the snapshot holds exactly the effects
+/// of the records before it. `started_ns`: when the trigger (a source) or
+/// the last barrier (a task with inputs) was taken in.
+fn checkpoint<I>(
     rt: &mut TaskRt,
-    head: Option<OperatorSnapshot>,
+    head: Option<PendingSnapshot>,
     chain: &mut dyn Link<I>,
     barrier: CheckpointBarrier,
     alignment: crate::AlignmentStats,
+    started_ns: u64,
 ) -> Result<(), TaskError> {
-    let mut states: Vec<OperatorSnapshot> = head.into_iter().collect();
-    chain.snapshot(barrier.id, &mut states)?;
+    let mut parts: Vec<PendingSnapshot> = head.into_iter().collect();
+    chain.snapshot(barrier.id, &mut parts)?;
     if let Some(f) = rt.failure {
         if f.at == FailurePoint::DuringSnapshot {
             return Err(injected(&f));
         }
     }
-    // The job thread may be gone when the job is being torn down; then the
-    // ack no longer matters.
-    let _ = rt.events.send(TaskEvent::Ack {
-        task: rt.task,
+    let first_ns = if alignment.first_barrier_ns > 0 {
+        alignment.first_barrier_ns
+    } else {
+        started_ns
+    };
+    let stats = SubtaskCheckpointStats {
+        task: rt.task_id.clone(),
+        sync_ns: crate::clock::now_ns().saturating_sub(started_ns),
+        alignment_ns: if alignment.blocking {
+            alignment.duration_ns
+        } else {
+            0
+        },
+        barrier_spread_ns: alignment.duration_ns,
+        buffered_bytes: alignment.buffered_bytes,
+        start_delay_ns: first_ns.saturating_sub(barrier.timestamp_ns),
+        // The snapshot thread fills in the rest.
+        async_ns: 0,
+        checkpointed_bytes: 0,
+        persisted_bytes: 0,
+        state_bytes: 0,
+        incremental: false,
+        unaligned: false,
+    };
+    rt.submit_snapshot(SnapshotJob {
         id: barrier.id,
-        states,
-        alignment,
+        parts,
+        stats,
     });
     Ok(())
 }
@@ -58,15 +90,25 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
     }
 
     fn trigger(&mut self, rt: &mut TaskRt, barrier: CheckpointBarrier) -> Result<(), TaskError> {
-        let head = match self.source.snapshot_state(barrier.id) {
-            Ok(s) => s.map(|bytes| OperatorSnapshot {
+        let started_ns = crate::clock::now_ns();
+        // The barrier leaves first (see `checkpoint`); the source emits
+        // nothing in between, so its position is the barrier's.
+        self.chain.barrier(barrier)?;
+        let head = match self.source.snapshot_state_async(barrier.id) {
+            Ok(s) => s.map(|snapshot| PendingSnapshot {
                 operator: self.name.clone(),
-                bytes,
+                snapshot,
             }),
             Err(e) => return Err(self.source_err("snapshot_state", e)),
         };
-        snapshot_and_ack(rt, head, &mut *self.chain, barrier, Default::default())?;
-        self.chain.barrier(barrier)
+        checkpoint(
+            rt,
+            head,
+            &mut *self.chain,
+            barrier,
+            Default::default(),
+            started_ns,
+        )
     }
 
     fn done(&mut self, id: CheckpointId, completed: bool) -> Result<(), TaskError> {
@@ -233,8 +275,9 @@ impl<T: RecordSize + Send> GateTask<T> {
     fn on_signal(&mut self, rt: &mut TaskRt, s: BarrierSignal) -> Result<(), TaskError> {
         match s {
             BarrierSignal::Trigger { barrier, alignment } => {
-                snapshot_and_ack(rt, None, &mut *self.chain, barrier, alignment)?;
-                self.chain.barrier(barrier)
+                let started_ns = crate::clock::now_ns();
+                self.chain.barrier(barrier)?;
+                checkpoint(rt, None, &mut *self.chain, barrier, alignment, started_ns)
             }
             BarrierSignal::Abort { id, reason } => {
                 // As Flink's tasks do: tell downstream to stop aligning for
@@ -244,6 +287,7 @@ impl<T: RecordSize + Send> GateTask<T> {
                     task: rt.task,
                     id,
                     reason,
+                    detail: None,
                 });
                 Ok(())
             }

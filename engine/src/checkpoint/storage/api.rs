@@ -243,6 +243,26 @@ pub struct CheckpointHandle {
     pub total_bytes: u64,
 }
 
+/// One task's state written for a checkpoint not yet published, as
+/// returned by [`CheckpointStorage::write_part`] and listed to
+/// [`CheckpointStorage::publish`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartHandle {
+    /// The checkpoint it was written for.
+    pub checkpoint: CheckpointId,
+    /// Whose state it is.
+    pub key: TaskStateKey,
+    /// The file's name inside the checkpoint's folder (for
+    /// [`MemoryStorage`](crate::MemoryStorage): a name for messages only).
+    pub file: String,
+    /// Payload bytes (the state as given).
+    pub size: u64,
+    /// CRC32C of the payload (0 for [`MemoryStorage`](crate::MemoryStorage)).
+    pub crc32c: u32,
+    /// Bytes written, the file's header included.
+    pub written_bytes: u64,
+}
+
 /// A checkpoint read back and fully validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LoadedCheckpoint {
@@ -309,7 +329,61 @@ pub trait CheckpointStorage: Send + Sync {
         &self,
         meta: &CheckpointMetadata,
         states: &[(TaskStateKey, Vec<u8>)],
-    ) -> Result<CheckpointHandle>;
+    ) -> Result<CheckpointHandle> {
+        validate_input(meta, states)?;
+        let mut parts = Vec::with_capacity(states.len());
+        for (key, bytes) in states {
+            match self.write_part(meta.id, key, bytes) {
+                Ok(p) => parts.push(p),
+                Err(e) => {
+                    // Best effort: the write's own error matters more.
+                    let _ = self.discard(meta.id);
+                    return Err(e);
+                }
+            }
+        }
+        self.publish(meta, &parts).inspect_err(|_| {
+            let _ = self.discard(meta.id);
+        })
+    }
+
+    /// Writes the state of one task for checkpoint `id`, not yet published,
+    /// and makes it durable (the asynchronous phase of a checkpoint calls it
+    /// from the task's snapshot thread; parts of one checkpoint may be
+    /// written from several threads at once). Nothing is visible until
+    /// [`publish`](Self::publish) lists the part; [`discard`](Self::discard)
+    /// drops the parts of a checkpoint that will not be published.
+    ///
+    /// Cost for [`LocalDirStorage`](crate::LocalDirStorage): one file write
+    /// and one `fsync` (~0.3 ms on a local SSD), plus CRC32C over the bytes.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidInput`] for id 0 or above [`MAX_CHECKPOINT_ID`],
+    /// [`StorageError::Io`] on any I/O failure.
+    fn write_part(&self, id: CheckpointId, key: &TaskStateKey, bytes: &[u8]) -> Result<PartHandle>;
+
+    /// Publishes checkpoint `meta.id` with the parts written for it,
+    /// atomically: the whole checkpoint becomes visible or nothing does.
+    /// Returns where it lies and the bytes of every file, the parts' and
+    /// `_metadata`'s.
+    ///
+    /// Cost for [`LocalDirStorage`](crate::LocalDirStorage): `_metadata`
+    /// written and `fsync`ed, then two directory `fsync`s and a rename
+    /// (~0.5 ms in series on a local SSD).
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidInput`] for id 0, a key given twice or a part
+    /// of another checkpoint, [`StorageError::AlreadyExists`] if the id is
+    /// published already, [`StorageError::Io`] on any I/O failure (then
+    /// nothing is published).
+    fn publish(&self, meta: &CheckpointMetadata, parts: &[PartHandle]) -> Result<CheckpointHandle>;
+
+    /// Drops every unpublished part of checkpoint `id` (an aborted
+    /// checkpoint); nothing to drop is no error.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if a part cannot be deleted.
+    fn discard(&self, id: CheckpointId) -> Result<()>;
 
     /// The ids of the published checkpoints, ascending (numerically).
     ///
@@ -405,28 +479,54 @@ pub trait CheckpointStorage: Send + Sync {
     }
 }
 
+/// Checks that `id` may be written: not 0, at most [`MAX_CHECKPOINT_ID`].
+pub(super) fn validate_id(id: CheckpointId) -> Result<()> {
+    if id == CheckpointId::NONE {
+        return Err(StorageError::InvalidInput {
+            id,
+            reason: "checkpoint id 0 is reserved for \"no checkpoint\"".into(),
+        });
+    }
+    if id.get() > MAX_CHECKPOINT_ID {
+        return Err(StorageError::InvalidInput {
+            id,
+            reason: format!("checkpoint ids go up to {MAX_CHECKPOINT_ID}"),
+        });
+    }
+    Ok(())
+}
+
+/// Checks what every store requires of a publish: a valid id, parts of
+/// this checkpoint, each key once.
+pub(super) fn validate_parts(meta: &CheckpointMetadata, parts: &[PartHandle]) -> Result<()> {
+    validate_id(meta.id)?;
+    if let Some(p) = parts.iter().find(|p| p.checkpoint != meta.id) {
+        return Err(StorageError::InvalidInput {
+            id: meta.id,
+            reason: format!(
+                "the part of task {:?} subtask {} was written for checkpoint {}",
+                p.key.task, p.key.subtask, p.checkpoint
+            ),
+        });
+    }
+    validate_keys(meta.id, parts.iter().map(|p| &p.key))
+}
+
 /// Checks what every store requires of a write's input.
 pub(super) fn validate_input(
     meta: &CheckpointMetadata,
     states: &[(TaskStateKey, Vec<u8>)],
 ) -> Result<()> {
-    if meta.id == CheckpointId::NONE {
-        return Err(StorageError::InvalidInput {
-            id: meta.id,
-            reason: "checkpoint id 0 is reserved for \"no checkpoint\"".into(),
-        });
-    }
-    if meta.id.get() > MAX_CHECKPOINT_ID {
-        return Err(StorageError::InvalidInput {
-            id: meta.id,
-            reason: format!("checkpoint ids go up to {MAX_CHECKPOINT_ID}"),
-        });
-    }
-    let mut seen = HashSet::with_capacity(states.len());
-    for (key, _) in states {
+    validate_id(meta.id)?;
+    validate_keys(meta.id, states.iter().map(|(k, _)| k))
+}
+
+fn validate_keys<'a>(id: CheckpointId, keys: impl Iterator<Item = &'a TaskStateKey>) -> Result<()> {
+    let mut seen = HashSet::new();
+    for key in keys {
         if !seen.insert(key) {
             return Err(StorageError::InvalidInput {
-                id: meta.id,
+                id,
                 reason: format!(
                     "state of task {:?} subtask {} given twice",
                     key.task, key.subtask
@@ -454,6 +554,15 @@ impl<S: CheckpointStorage + ?Sized> CheckpointStorage for std::sync::Arc<S> {
         states: &[(TaskStateKey, Vec<u8>)],
     ) -> Result<CheckpointHandle> {
         (**self).write_checkpoint(meta, states)
+    }
+    fn write_part(&self, id: CheckpointId, key: &TaskStateKey, bytes: &[u8]) -> Result<PartHandle> {
+        (**self).write_part(id, key, bytes)
+    }
+    fn publish(&self, meta: &CheckpointMetadata, parts: &[PartHandle]) -> Result<CheckpointHandle> {
+        (**self).publish(meta, parts)
+    }
+    fn discard(&self, id: CheckpointId) -> Result<()> {
+        (**self).discard(id)
     }
     fn list(&self) -> Result<Vec<CheckpointId>> {
         (**self).list()

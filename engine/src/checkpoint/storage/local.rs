@@ -3,8 +3,8 @@
 //! [`super`]'s docs).
 
 use super::api::{
-    validate_input, CheckpointHandle, CheckpointMetadata, CheckpointStorage, LoadedCheckpoint,
-    Result, StorageError, TaskStateKey, MAX_CHECKPOINT_ID,
+    validate_id, validate_parts, CheckpointHandle, CheckpointMetadata, CheckpointStorage,
+    LoadedCheckpoint, PartHandle, Result, StorageError, TaskStateKey, MAX_CHECKPOINT_ID,
 };
 use super::framing::{read_framed, sync_dir, write_framed, FORMAT_VERSION, HEADER_LEN};
 use crate::element::CheckpointId;
@@ -111,44 +111,15 @@ impl LocalDirStorage {
         ))
     }
 
-    /// Writes all files of a checkpoint into `dir` (which must not exist),
-    /// each fsynced, then fsyncs `dir`. Returns the bytes written.
-    fn write_files(
-        &self,
-        dir: &Path,
-        meta: &CheckpointMetadata,
-        states: &[(TaskStateKey, Vec<u8>)],
-    ) -> Result<u64> {
-        fs::create_dir(dir).map_err(|e| StorageError::io("creating", dir, e))?;
-        let mut used_names = HashSet::with_capacity(states.len());
-        let mut entries = Vec::with_capacity(states.len());
-        let mut total = 0u64;
-        for (key, bytes) in states {
-            let file = state_file_name(key, &mut used_names);
-            let crc = write_framed(&dir.join(&file), bytes)?;
-            total += (HEADER_LEN + bytes.len()) as u64;
-            entries.push(StateFileEntry {
-                task: key.task.clone(),
-                subtask: key.subtask,
-                file,
-                size: bytes.len() as u64,
-                crc32c: crc,
-            });
-        }
-        let metadata = MetadataFile {
-            format_version: FORMAT_VERSION,
-            checkpoint: meta.clone(),
-            states: entries,
-        };
-        let meta_path = dir.join(METADATA_FILE);
-        let json = serde_json::to_vec_pretty(&metadata).map_err(|e| StorageError::BadMetadata {
-            path: meta_path.clone(),
-            reason: format!("cannot serialize: {e}"),
-        })?;
-        write_framed(&meta_path, &json)?;
-        total += (HEADER_LEN + json.len()) as u64;
-        sync_dir(dir)?;
-        Ok(total)
+    /// The staging folder of checkpoint `id` in this process,
+    /// `.tmp-chk-<n>-<pid>`: every part of `id` is written there, side by
+    /// side, and it is renamed to `chk-<n>` on publish.
+    fn staging_dir(&self, id: CheckpointId) -> PathBuf {
+        self.root.join(format!(
+            "{TMP_PREFIX}chk-{}-{}",
+            id.get(),
+            std::process::id()
+        ))
     }
 
     /// Reads, unframes and parses `_metadata` of the folder `dir` of
@@ -207,29 +178,80 @@ impl LocalDirStorage {
 }
 
 impl CheckpointStorage for LocalDirStorage {
-    fn write_checkpoint(
-        &self,
-        meta: &CheckpointMetadata,
-        states: &[(TaskStateKey, Vec<u8>)],
-    ) -> Result<CheckpointHandle> {
-        validate_input(meta, states)?;
-        let tmp = self.temp_path("chk", meta.id);
+    fn write_part(&self, id: CheckpointId, key: &TaskStateKey, bytes: &[u8]) -> Result<PartHandle> {
+        validate_id(id)?;
+        let dir = self.staging_dir(id);
+        fs::create_dir_all(&dir).map_err(|e| StorageError::io("creating", &dir, e))?;
+        let file = state_file_name(key);
+        let crc32c = write_framed(&dir.join(&file), bytes)?;
+        Ok(PartHandle {
+            checkpoint: id,
+            key: key.clone(),
+            file,
+            size: bytes.len() as u64,
+            crc32c,
+            written_bytes: (HEADER_LEN + bytes.len()) as u64,
+        })
+    }
+
+    fn publish(&self, meta: &CheckpointMetadata, parts: &[PartHandle]) -> Result<CheckpointHandle> {
+        validate_parts(meta, parts)?;
         let target = self.checkpoint_dir(meta.id);
-        let result = self
-            .write_files(&tmp, meta, states)
-            .and_then(|total| publish(&tmp, &target, meta.id, &self.root).map(|()| total));
-        match result {
-            Ok(total_bytes) => Ok(CheckpointHandle {
+        if target.exists() {
+            return Err(StorageError::AlreadyExists {
                 id: meta.id,
                 path: target,
-                total_bytes,
-            }),
-            Err(e) => {
-                // Best effort: a leftover is ignored by list() and removed by
-                // clean_temporaries(); the write's own error matters more.
-                let _ = fs::remove_dir_all(&tmp);
-                Err(e)
+            });
+        }
+        let dir = self.staging_dir(meta.id);
+        fs::create_dir_all(&dir).map_err(|e| StorageError::io("creating", &dir, e))?;
+        let mut names = HashSet::with_capacity(parts.len());
+        for p in parts {
+            if !is_safe_file_name(&p.file) || !names.insert(p.file.to_ascii_lowercase()) {
+                return Err(StorageError::InvalidInput {
+                    id: meta.id,
+                    reason: format!("part file name {:?} is invalid or taken twice", p.file),
+                });
             }
+        }
+        let metadata = MetadataFile {
+            format_version: FORMAT_VERSION,
+            checkpoint: meta.clone(),
+            states: parts
+                .iter()
+                .map(|p| StateFileEntry {
+                    task: p.key.task.clone(),
+                    subtask: p.key.subtask,
+                    file: p.file.clone(),
+                    size: p.size,
+                    crc32c: p.crc32c,
+                })
+                .collect(),
+        };
+        let meta_path = dir.join(METADATA_FILE);
+        let json = serde_json::to_vec_pretty(&metadata).map_err(|e| StorageError::BadMetadata {
+            path: meta_path.clone(),
+            reason: format!("cannot serialize: {e}"),
+        })?;
+        write_framed(&meta_path, &json)?;
+        sync_dir(&dir)?;
+        publish(&dir, &target, meta.id, &self.root)?;
+        let total_bytes =
+            parts.iter().map(|p| p.written_bytes).sum::<u64>() + (HEADER_LEN + json.len()) as u64;
+        Ok(CheckpointHandle {
+            id: meta.id,
+            path: target,
+            total_bytes,
+        })
+    }
+
+    fn discard(&self, id: CheckpointId) -> Result<()> {
+        let dir = self.staging_dir(id);
+        match fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                Err(StorageError::io("deleting", &dir, e))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -392,18 +414,29 @@ fn parse_chk_name(name: &str) -> Option<CheckpointId> {
         .map(CheckpointId)
 }
 
-/// A unique, portable file name for `key`: `<task>-<subtask>.state`, where
-/// the task name keeps `[A-Za-z0-9_.-]`, has other characters replaced by
-/// `_`, no leading `.`, and is cut to [`MAX_NAME_PART`] bytes; a name taken
-/// already (compared case-insensitively, for case-insensitive file systems)
-/// gets a `~<k>` suffix. `_metadata` records the name, so it need not be
-/// reversible.
-fn state_file_name(key: &TaskStateKey, used: &mut HashSet<String>) -> String {
-    let mut base: String = key
-        .task
+/// A portable file name for `key`, unique in a checkpoint without
+/// coordination between the threads writing its parts. A task name made
+/// only of `[a-z0-9_.-]` (not starting with `.`, at most [`MAX_NAME_PART`]
+/// bytes) is kept as it is: `<task>-<subtask>.state`. Any other name is
+/// cleaned (other characters replaced by `_`, uppercase lowered, a leading
+/// `_` before a `.`, cut to [`MAX_NAME_PART`] bytes) and gets the CRC32C of
+/// the exact name in hex, `<clean>-<subtask>-<hash>.state`, so two names
+/// that read the same once cleaned (or differ only in case, for
+/// case-insensitive file systems) get different files; the 8 hex digits
+/// cannot be mistaken for a subtask index (below `MAX_PARALLELISM`).
+/// `_metadata` records the name, so it need not be reversible.
+fn state_file_name(key: &TaskStateKey) -> String {
+    let clean =
+        |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.');
+    let t = &key.task;
+    if !t.is_empty() && !t.starts_with('.') && t.len() <= MAX_NAME_PART && t.chars().all(clean) {
+        return format!("{t}-{}{STATE_SUFFIX}", key.subtask);
+    }
+    let mut base: String = t
         .chars()
         .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
+            let c = c.to_ascii_lowercase();
+            if clean(c) {
                 c
             } else {
                 '_'
@@ -414,13 +447,8 @@ fn state_file_name(key: &TaskStateKey, used: &mut HashSet<String>) -> String {
     if base.is_empty() || base.starts_with('.') {
         base.insert(0, '_');
     }
-    let mut name = format!("{base}-{}{STATE_SUFFIX}", key.subtask);
-    let mut k = 1u32;
-    while !used.insert(name.to_ascii_lowercase()) {
-        k += 1;
-        name = format!("{base}-{}~{k}{STATE_SUFFIX}", key.subtask);
-    }
-    name
+    let hash = crc32c::crc32c(t.as_bytes());
+    format!("{base}-{}-{hash:08x}{STATE_SUFFIX}", key.subtask)
 }
 
 /// True for a plain file name inside a checkpoint folder: not empty, no path
@@ -458,7 +486,6 @@ mod tests {
 
     #[test]
     fn state_file_names_are_safe_and_unique() {
-        let mut used = HashSet::new();
         let keys = [
             TaskStateKey::new("keyed_sum", 1),
             TaskStateKey::new("a/b", 0),
@@ -468,8 +495,9 @@ mod tests {
             TaskStateKey::new("", 2),
             TaskStateKey::new("x".repeat(1000), 0),
         ];
-        let names: Vec<String> = keys.iter().map(|k| state_file_name(k, &mut used)).collect();
+        let names: Vec<String> = keys.iter().map(state_file_name).collect();
         assert_eq!(names[0], "keyed_sum-1.state");
+        assert_eq!(names[1], state_file_name(&keys[1]), "deterministic");
         let lower: HashSet<String> = names.iter().map(|n| n.to_ascii_lowercase()).collect();
         assert_eq!(lower.len(), names.len(), "{names:?}");
         for n in &names {

@@ -1,8 +1,8 @@
 //! [`MemoryStorage`]: checkpoints kept in memory, for tests.
 
 use super::api::{
-    validate_input, CheckpointHandle, CheckpointMetadata, CheckpointStorage, LoadedCheckpoint,
-    Result, StorageError, TaskStateKey,
+    validate_id, validate_parts, CheckpointHandle, CheckpointMetadata, CheckpointStorage,
+    LoadedCheckpoint, PartHandle, Result, StorageError, TaskStateKey,
 };
 use super::local::CHK_PREFIX;
 use crate::element::CheckpointId;
@@ -26,6 +26,8 @@ struct MemoryEntry {
 #[derive(Debug, Default)]
 pub struct MemoryStorage {
     checkpoints: Mutex<BTreeMap<CheckpointId, MemoryEntry>>,
+    /// Parts written, not yet published, by checkpoint.
+    staged: Mutex<BTreeMap<CheckpointId, BTreeMap<TaskStateKey, Vec<u8>>>>,
     fail_writes: AtomicBool,
 }
 
@@ -35,8 +37,10 @@ impl MemoryStorage {
         Self::default()
     }
 
-    /// While `fail` is true, every [`CheckpointStorage::write_checkpoint`]
-    /// fails with a [`StorageError::Io`] and stores nothing.
+    /// While `fail` is true, every [`CheckpointStorage::write_part`],
+    /// [`CheckpointStorage::publish`] and
+    /// [`CheckpointStorage::write_checkpoint`] fails with a
+    /// [`StorageError::Io`] and stores nothing.
     pub fn set_fail_writes(&self, fail: bool) {
         self.fail_writes.store(fail, Ordering::SeqCst);
     }
@@ -49,36 +53,74 @@ impl MemoryStorage {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn staged(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<CheckpointId, BTreeMap<TaskStateKey, Vec<u8>>>> {
+        // As `map`: every update is a single insert/remove.
+        self.staged
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn check_failing(&self, path: &std::path::Path) -> Result<()> {
+        if self.fail_writes.load(Ordering::SeqCst) {
+            return Err(StorageError::io(
+                "writing",
+                path,
+                io::Error::other("injected failure (MemoryStorage::set_fail_writes)"),
+            ));
+        }
+        Ok(())
+    }
+
     fn location(id: CheckpointId) -> PathBuf {
         PathBuf::from(format!("<memory>/{CHK_PREFIX}{}", id.get()))
     }
 }
 
 impl CheckpointStorage for MemoryStorage {
-    fn write_checkpoint(
-        &self,
-        meta: &CheckpointMetadata,
-        states: &[(TaskStateKey, Vec<u8>)],
-    ) -> Result<CheckpointHandle> {
-        validate_input(meta, states)?;
+    fn write_part(&self, id: CheckpointId, key: &TaskStateKey, bytes: &[u8]) -> Result<PartHandle> {
+        validate_id(id)?;
+        let file = format!("{}-{}", key.task, key.subtask);
+        self.check_failing(&Self::location(id).join(&file))?;
+        self.staged()
+            .entry(id)
+            .or_default()
+            .insert(key.clone(), bytes.to_vec());
+        Ok(PartHandle {
+            checkpoint: id,
+            key: key.clone(),
+            file,
+            size: bytes.len() as u64,
+            crc32c: 0,
+            written_bytes: bytes.len() as u64,
+        })
+    }
+
+    fn publish(&self, meta: &CheckpointMetadata, parts: &[PartHandle]) -> Result<CheckpointHandle> {
+        validate_parts(meta, parts)?;
         let path = Self::location(meta.id);
-        if self.fail_writes.load(Ordering::SeqCst) {
-            return Err(StorageError::io(
-                "writing",
-                &path,
-                io::Error::other("injected failure (MemoryStorage::set_fail_writes)"),
-            ));
-        }
+        self.check_failing(&path)?;
         let mut map = self.map();
         if map.contains_key(&meta.id) {
             return Err(StorageError::AlreadyExists { id: meta.id, path });
         }
-        let total_bytes = states.iter().map(|(_, b)| b.len() as u64).sum();
+        let mut staged = self.staged().remove(&meta.id).unwrap_or_default();
+        let mut states = BTreeMap::new();
+        for p in parts {
+            let bytes = staged
+                .remove(&p.key)
+                .ok_or_else(|| StorageError::MissingStateFile {
+                    path: path.join(&p.file),
+                })?;
+            states.insert(p.key.clone(), bytes);
+        }
+        let total_bytes = states.values().map(|b| b.len() as u64).sum();
         map.insert(
             meta.id,
             MemoryEntry {
                 metadata: meta.clone(),
-                states: states.iter().cloned().collect(),
+                states,
                 total_bytes,
             },
         );
@@ -87,6 +129,11 @@ impl CheckpointStorage for MemoryStorage {
             path,
             total_bytes,
         })
+    }
+
+    fn discard(&self, id: CheckpointId) -> Result<()> {
+        self.staged().remove(&id);
+        Ok(())
     }
 
     fn list(&self) -> Result<Vec<CheckpointId>> {

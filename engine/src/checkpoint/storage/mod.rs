@@ -14,9 +14,11 @@
 //!   .tmp-chk-5-812-7/       a write in progress (or abandoned by a crash): ignored
 //! ```
 //!
-//! A checkpoint is written into a `.tmp-chk-<n>-<pid>-<seq>/` folder, file by
-//! file, each file `fsync`ed, then the folder `fsync`ed, renamed to
-//! `chk-<n>/` and the root `fsync`ed. A rename within one file system is
+//! A checkpoint is written into a `.tmp-chk-<n>-<pid>/` folder, file by
+//! file, each file `fsync`ed (the state files by the tasks' snapshot
+//! threads, side by side, as [`CheckpointStorage::write_part`]; `_metadata`
+//! last, by [`CheckpointStorage::publish`]), then the folder `fsync`ed,
+//! renamed to `chk-<n>/` and the root `fsync`ed. A rename within one file system is
 //! atomic, so only complete checkpoints ever appear as `chk-<n>`; a crash
 //! leaves at most a `.tmp-*` entry, which [`CheckpointStorage::list`] ignores
 //! and [`CheckpointStorage::clean_temporaries`] removes.
@@ -52,7 +54,7 @@ mod memory;
 
 pub use api::{
     unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStorage, JobFingerprint,
-    LatestValid, LoadedCheckpoint, StorageError, TaskStateKey, MAX_CHECKPOINT_ID,
+    LatestValid, LoadedCheckpoint, PartHandle, StorageError, TaskStateKey, MAX_CHECKPOINT_ID,
 };
 pub use framing::{FORMAT_VERSION, MAGIC};
 pub use local::LocalDirStorage;

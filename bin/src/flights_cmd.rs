@@ -93,6 +93,8 @@ pub(crate) struct Args {
     /// Seed of the failure plan.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    #[command(flatten)]
+    pub incremental: crate::incremental_args::IncrementalArgs,
 }
 
 fn usage_error(msg: &str) -> ExitCode {
@@ -186,6 +188,9 @@ pub(crate) fn run(args: Args) -> ExitCode {
     }
     config.checkpoint.dir = args.checkpoint_dir.clone();
     config.checkpoint.restore = args.restore;
+    if let Err(e) = args.incremental.apply(&mut config.checkpoint) {
+        return usage_error(&e);
+    }
     // One restart per injected failure (input errors are fatal and never
     // restarted: a restart would read the same input again).
     config.restart = RestartStrategy {

@@ -11,6 +11,7 @@
 //! [`Command`], one arm in `main`.
 
 mod flights_cmd;
+mod incremental_args;
 mod loadgen;
 mod report_cmd;
 mod scenario_cmd;

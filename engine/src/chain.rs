@@ -153,8 +153,9 @@ impl<I, O: Send, Op: Operator<I, O>> Link<I> for Stage<I, O, Op> {
     }
 
     fn restore(&mut self, states: &[OperatorSnapshot]) -> Result<(), TaskError> {
-        if let Some(s) = states.iter().find(|s| s.operator == self.name) {
-            if let Err(e) = self.op.restore_state(&s.bytes) {
+        let chain = crate::protocol::chain_of(states, &self.name);
+        if !chain.is_empty() {
+            if let Err(e) = self.op.restore_state_chain(&chain) {
                 return Err(self.op_err("restore_state", e));
             }
         }

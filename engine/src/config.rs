@@ -90,7 +90,7 @@ impl Default for RestartStrategy {
 }
 
 /// Checkpointing options, with the meaning of Flink's `CheckpointConfig`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointConfig {
     /// Exactly-once (aligned), at-least-once (tracked) or none (the
     /// default).
@@ -125,6 +125,36 @@ pub struct CheckpointConfig {
     /// false; Flink's `allowNonRestoredState`).
     #[serde(default)]
     pub allow_non_restored_state: bool,
+    /// Incremental checkpoints (default true, with storage only): a
+    /// subtask whose state supports it ([`crate::KeyedState`]) writes only
+    /// what changed since the last completed checkpoint, referring to that
+    /// checkpoint's part for the rest (as Flink's incremental RocksDB
+    /// checkpoints); restore rebuilds the state from the chain. Savepoints
+    /// are always full.
+    #[serde(default = "default_true")]
+    pub incremental: bool,
+    /// With `incremental`: a subtask's chain holds at most this many parts
+    /// (its full snapshot and the deltas after it); the next one is full.
+    /// At least 1 (1: every snapshot full). Default 10.
+    #[serde(default = "default_full_every")]
+    pub full_every: u32,
+    /// With `incremental`: a subtask writes a full snapshot once its
+    /// chain's bytes exceed this multiple of its live state's full size
+    /// (positive, finite). Default 2.0.
+    #[serde(default = "default_max_chain_ratio")]
+    pub max_chain_ratio: f64,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_full_every() -> u32 {
+    10
+}
+
+fn default_max_chain_ratio() -> f64 {
+    2.0
 }
 
 impl CheckpointConfig {
@@ -187,13 +217,16 @@ impl Default for CheckpointConfig {
             dir: None,
             restore: false,
             allow_non_restored_state: false,
+            incremental: true,
+            full_every: default_full_every(),
+            max_chain_ratio: default_max_chain_ratio(),
         }
     }
 }
 
 /// Everything a job runs with. Build one with [`JobConfig::default`] and
 /// change fields.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobConfig {
     /// Records per batch at most (default 1024).
     pub batch_size: usize,
@@ -286,6 +319,15 @@ impl JobConfig {
         }
         if self.checkpoint.timeout.is_zero() {
             return Err("checkpoint.timeout must be positive".into());
+        }
+        if self.checkpoint.full_every == 0 {
+            return Err("checkpoint.full_every must be at least 1 (1: every snapshot full)".into());
+        }
+        let r = self.checkpoint.max_chain_ratio;
+        if !(r.is_finite() && r > 0.0) {
+            return Err(format!(
+                "checkpoint.max_chain_ratio must be a positive finite number, got {r}"
+            ));
         }
         if self.checkpoint.retained == 0 {
             return Err(

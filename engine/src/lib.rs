@@ -83,11 +83,12 @@ pub use handoff::{
 pub use input_gate::{WaitStrategy, DEFAULT_SPINS, SPIN_YIELD_EVERY};
 pub use metrics::{peak_rss_bytes, Pinning, TaskMetrics, TaskMetricsSnapshot};
 pub use operator::{
-    Checkpointed, Context, Either, Operator, Sink, Source, SourcePoll, StateSnapshot,
+    Checkpointed, Context, Either, EncodedState, Operator, Sink, SnapshotRequest, Source,
+    SourcePoll, StateSnapshot,
 };
 pub use protocol::OperatorSnapshot;
 pub use runtime::{JobHandle, JobMetrics};
-pub use state::{KeyedState, StateError, ValueState};
+pub use state::{key_group, KeyedState, StateError, ValueState, DEFAULT_MAX_PARALLELISM};
 pub use task_id::{ParseTaskIdError, SubtaskInfo, TaskId};
 pub use two_phase::{TwoPhaseCommit, TwoPhaseCommitSink};
 

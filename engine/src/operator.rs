@@ -65,6 +65,22 @@ pub trait Checkpointed {
         Ok(())
     }
 
+    /// Restores the state of an incremental checkpoint: `chain` holds
+    /// this operator's bytes of every checkpoint from the last full one to
+    /// the restored one, oldest first (one element unless its snapshots
+    /// were deltas, see [`EncodedState::delta`]). Default: restores the
+    /// newest bytes with [`Checkpointed::restore_state`], right for an
+    /// operator whose snapshots are all full.
+    ///
+    /// # Errors
+    /// When the bytes cannot be decoded: the job then fails to restore.
+    fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
+        match chain.last() {
+            Some(last) => self.restore_state(last),
+            None => Ok(()),
+        }
+    }
+
     /// Checkpoint `id` completed on every task (two-phase-commit sinks
     /// commit here, as Flink's `notifyCheckpointComplete`; sources may
     /// drop what that checkpoint no longer needs).
@@ -81,47 +97,108 @@ pub trait Checkpointed {
 
 /// The snapshot of one operator for one checkpoint, as returned by
 /// [`Checkpointed::snapshot_state_async`]: bytes taken already, or the
-/// asynchronous part still to run (a closure over a copy of the state,
-/// run once on the task's snapshot thread, never on the task thread).
+/// asynchronous part still to run (a closure over a copy of the state, or
+/// over the changes since the last snapshot, run once on the task's
+/// snapshot thread, never on the task thread).
 ///
 /// # Examples
 /// ```
-/// use lockgate::StateSnapshot;
+/// use lockgate::{CheckpointId, SnapshotRequest, StateSnapshot};
 /// let state = vec![1u64, 2, 3];
 /// let copy = state.clone(); // the synchronous part: a copy
 /// let snap = StateSnapshot::deferred(move || Ok(postcard::to_allocvec(&copy)?));
-/// let bytes = snap.run().unwrap(); // the asynchronous part: the encoding
-/// assert_eq!(postcard::from_bytes::<Vec<u64>>(&bytes).unwrap(), state);
-/// assert_eq!(StateSnapshot::ready(vec![7]).run().unwrap(), [7]);
+/// let req = SnapshotRequest::full(CheckpointId(1));
+/// let done = snap.run(&req).unwrap(); // the asynchronous part: the encoding
+/// assert!(!done.delta);
+/// assert_eq!(postcard::from_bytes::<Vec<u64>>(&done.bytes).unwrap(), state);
+/// assert_eq!(StateSnapshot::ready(vec![7]).run(&req).unwrap().bytes, [7]);
 /// ```
 pub struct StateSnapshot(SnapshotWork);
+
+type Incremental = Box<dyn FnOnce(&SnapshotRequest) -> Result<EncodedState, BoxError> + Send>;
 
 enum SnapshotWork {
     Ready(Vec<u8>),
     Deferred(Box<dyn FnOnce() -> Result<Vec<u8>, BoxError> + Send>),
+    Incremental(Incremental),
+}
+
+/// What the snapshot thread asks of an incremental snapshot
+/// ([`StateSnapshot::incremental`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotRequest {
+    /// The checkpoint.
+    pub id: CheckpointId,
+    /// `Some(c)`: the bytes may hold only the changes since the state of
+    /// completed checkpoint `c` (this subtask's part of `c` is kept while
+    /// this one may need it); `None`: a full snapshot is required.
+    pub base: Option<CheckpointId>,
+}
+
+impl SnapshotRequest {
+    /// A request for a full snapshot of checkpoint `id`.
+    pub fn full(id: CheckpointId) -> Self {
+        SnapshotRequest { id, base: None }
+    }
+}
+
+/// The result of a snapshot's asynchronous part.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EncodedState {
+    /// The encoded state (or changes).
+    pub bytes: Vec<u8>,
+    /// True when `bytes` hold only changes since the request's base; the
+    /// operator's restore then gets the whole chain
+    /// ([`Checkpointed::restore_state_chain`]).
+    pub delta: bool,
+    /// The exact size of a full encoding of the state, bytes (equal to
+    /// `bytes.len()` when not a delta).
+    pub full_bytes: u64,
+}
+
+impl EncodedState {
+    /// A full snapshot's bytes.
+    pub fn full(bytes: Vec<u8>) -> Self {
+        EncodedState {
+            full_bytes: bytes.len() as u64,
+            bytes,
+            delta: false,
+        }
+    }
 }
 
 impl StateSnapshot {
-    /// Bytes taken synchronously.
+    /// Bytes taken synchronously (a full snapshot).
     pub fn ready(bytes: Vec<u8>) -> Self {
         StateSnapshot(SnapshotWork::Ready(bytes))
     }
 
-    /// Bytes that `encode` makes later, on the snapshot thread. `encode`
-    /// must own what it encodes (a copy taken now): the operator goes on
-    /// changing its state meanwhile.
+    /// A full snapshot whose bytes `encode` makes later, on the snapshot
+    /// thread. `encode` must own what it encodes (a copy taken now): the
+    /// operator goes on changing its state meanwhile.
     pub fn deferred(encode: impl FnOnce() -> Result<Vec<u8>, BoxError> + Send + 'static) -> Self {
         StateSnapshot(SnapshotWork::Deferred(Box::new(encode)))
+    }
+
+    /// A snapshot that may hold only the changes since the request's base
+    /// (an incremental checkpoint); `encode` decides, as
+    /// [`KeyedState::snapshot_async`](crate::KeyedState::snapshot_async)
+    /// does.
+    pub fn incremental(
+        encode: impl FnOnce(&SnapshotRequest) -> Result<EncodedState, BoxError> + Send + 'static,
+    ) -> Self {
+        StateSnapshot(SnapshotWork::Incremental(Box::new(encode)))
     }
 
     /// Runs the asynchronous part (nothing for [`StateSnapshot::ready`]).
     ///
     /// # Errors
     /// The error of the deferred encoding.
-    pub fn run(self) -> Result<Vec<u8>, BoxError> {
+    pub fn run(self, req: &SnapshotRequest) -> Result<EncodedState, BoxError> {
         match self.0 {
-            SnapshotWork::Ready(b) => Ok(b),
-            SnapshotWork::Deferred(f) => f(),
+            SnapshotWork::Ready(b) => Ok(EncodedState::full(b)),
+            SnapshotWork::Deferred(f) => f().map(EncodedState::full),
+            SnapshotWork::Incremental(f) => f(req),
         }
     }
 }
@@ -131,6 +208,7 @@ impl std::fmt::Debug for StateSnapshot {
         match &self.0 {
             SnapshotWork::Ready(b) => write!(f, "StateSnapshot::ready({} bytes)", b.len()),
             SnapshotWork::Deferred(_) => f.write_str("StateSnapshot::deferred(..)"),
+            SnapshotWork::Incremental(_) => f.write_str("StateSnapshot::incremental(..)"),
         }
     }
 }
@@ -516,6 +594,9 @@ impl<S: Checkpointed> Checkpointed for SinkOperator<S> {
     }
     fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
         self.0.restore_state(state)
+    }
+    fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
+        self.0.restore_state_chain(chain)
     }
     fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), BoxError> {
         self.0.notify_checkpoint_complete(id)

@@ -18,6 +18,17 @@ pub struct OperatorSnapshot {
     pub bytes: Vec<u8>,
 }
 
+/// The bytes of operator `operator` in a task's restored snapshots, in
+/// chain order (oldest first: a full snapshot, then deltas; see
+/// [`crate::Checkpointed::restore_state_chain`]).
+pub(crate) fn chain_of<'a>(states: &'a [OperatorSnapshot], operator: &str) -> Vec<&'a [u8]> {
+    states
+        .iter()
+        .filter(|s| s.operator == operator)
+        .map(|s| s.bytes.as_slice())
+        .collect()
+}
+
 /// The synchronous part of one operator's snapshot, handed to the task's
 /// snapshot thread, which runs the rest.
 #[derive(Debug)]

@@ -14,10 +14,14 @@
 //! state) do the encoding with serde (postcard, a compact binary format),
 //! so an operator only forwards their bytes.
 
+use crate::element::CheckpointId;
+use crate::operator::{EncodedState, SnapshotRequest, StateSnapshot};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Why state could not be encoded or decoded.
 #[derive(thiserror::Error, Debug)]
@@ -28,33 +32,92 @@ pub struct StateError {
     source: postcard::Error,
 }
 
+/// The number of key groups keyed state is stored by, Flink's default
+/// `maxParallelism` (128): a key's group is `hash_key(key) % 128`
+/// ([`crate::hash_key`]), so that deltas and restores can be addressed per
+/// key group (and, later, moved between subtasks when rescaling).
+pub const DEFAULT_MAX_PARALLELISM: u32 = 128;
+
+/// The key group of `key`: `hash_key(key) % DEFAULT_MAX_PARALLELISM`.
+pub fn key_group<K: Hash + ?Sized>(key: &K) -> u16 {
+    (crate::channel::hash_key(key) % u64::from(DEFAULT_MAX_PARALLELISM)) as u16
+}
+
 /// Keyed state: one value per key of the operator's subtask (Flink's
-/// `MapState`/`ValueState` under a keyed stream). Memory: a `HashMap` of the
-/// keys this subtask has seen; a snapshot costs O(keys) to encode.
+/// `MapState`/`ValueState` under a keyed stream), snapshotted
+/// incrementally.
+///
+/// Memory: a `HashMap` of the keys this subtask has seen, plus, once a
+/// checkpoint was taken with [`KeyedState::snapshot_async`], a replica of
+/// the state owned by the snapshot thread (so twice the state). Costs: a
+/// change marks its key once per checkpoint interval (a flag test and, the
+/// first time, a push); [`KeyedState::snapshot_async`]'s synchronous part
+/// copies only the keys changed since the last snapshot, O(changes), and
+/// its asynchronous part applies them to the replica and encodes either
+/// the changes since the base checkpoint (a delta, O(changes)) or the
+/// whole replica (a full snapshot, O(state)), grouped by key group
+/// ([`key_group`]). [`KeyedState::snapshot`] encodes everything at once.
 ///
 /// # Examples
 /// ```
-/// use lockgate::KeyedState;
+/// use lockgate::{CheckpointId, KeyedState, SnapshotRequest};
 /// let mut sums: KeyedState<u64, u64> = KeyedState::new();
 /// *sums.get_or_default(7) += 5;
+/// let full = sums.snapshot_async().run(&SnapshotRequest::full(CheckpointId(1))).unwrap();
 /// *sums.get_or_default(7) += 1;
-/// let bytes = sums.snapshot().unwrap();
-/// let back: KeyedState<u64, u64> = KeyedState::restore(&bytes).unwrap();
-/// assert_eq!(back.get(&7), Some(&6));
+/// *sums.get_or_default(8) += 2;
+/// let req = SnapshotRequest { id: CheckpointId(2), base: Some(CheckpointId(1)) };
+/// let delta = sums.snapshot_async().run(&req).unwrap();
+/// assert!(delta.delta && delta.bytes.len() < 20);
+/// let back = KeyedState::<u64, u64>::restore_chain(&[&full.bytes, &delta.bytes]).unwrap();
+/// assert_eq!((back.get(&7), back.get(&8)), (Some(&6), Some(&2)));
 /// assert!(KeyedState::<u64, u64>::restore(b"\xff\xff").is_err());
 /// ```
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(bound(
-    serialize = "K: Serialize + Eq + Hash, V: Serialize",
-    deserialize = "K: DeserializeOwned + Eq + Hash, V: DeserializeOwned"
-))]
 pub struct KeyedState<K, V> {
-    map: HashMap<K, V>,
+    map: HashMap<K, Slot<V>>,
+    /// Keys changed since the last snapshot, each once (see `Slot::dirty`).
+    dirty: Vec<K>,
+    /// Keys removed since the last snapshot.
+    removed: Vec<K>,
+    /// The snapshot thread's copy, created by the first `snapshot_async`.
+    replica: Option<Arc<Mutex<Replica<K, V>>>>,
+}
+
+#[derive(Clone, Debug)]
+struct Slot<V> {
+    value: V,
+    /// True once the key is in `dirty` (until the next snapshot).
+    dirty: bool,
+}
+
+impl<K: Eq + Hash + Clone, V: Clone> Clone for KeyedState<K, V> {
+    /// A copy of the values; the copy has its own (empty) snapshot history.
+    fn clone(&self) -> Self {
+        KeyedState {
+            map: self.map.clone(),
+            dirty: Vec::new(),
+            removed: Vec::new(),
+            replica: None,
+        }
+        .all_dirty()
+    }
+}
+
+impl<K: std::fmt::Debug, V: std::fmt::Debug> std::fmt::Debug for KeyedState<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.map.iter().map(|(k, s)| (k, &s.value)))
+            .finish()
+    }
 }
 
 impl<K: Eq + Hash, V: PartialEq> PartialEq for KeyedState<K, V> {
     fn eq(&self, other: &Self) -> bool {
-        self.map == other.map
+        self.map.len() == other.map.len()
+            && self
+                .map
+                .iter()
+                .all(|(k, s)| other.map.get(k).is_some_and(|o| o.value == s.value))
     }
 }
 
@@ -62,37 +125,83 @@ impl<K, V> Default for KeyedState<K, V> {
     fn default() -> Self {
         KeyedState {
             map: HashMap::new(),
+            dirty: Vec::new(),
+            removed: Vec::new(),
+            replica: None,
         }
     }
 }
 
-impl<K: Eq + Hash, V> KeyedState<K, V> {
+impl<K: Eq + Hash + Clone, V> KeyedState<K, V> {
     /// Empty state.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The value of `key`, if any.
-    pub fn get(&self, key: &K) -> Option<&V> {
-        self.map.get(key)
+    /// Marks every key changed (after a restore or a copy: the next
+    /// snapshot of this value starts a chain of its own).
+    fn all_dirty(mut self) -> Self {
+        self.dirty = self.map.keys().cloned().collect();
+        for s in self.map.values_mut() {
+            s.dirty = true;
+        }
+        self
     }
 
-    /// The value of `key`, inserted with `V::default()` first if missing.
+    /// The value of `key`, if any.
+    pub fn get(&self, key: &K) -> Option<&V> {
+        self.map.get(key).map(|s| &s.value)
+    }
+
+    /// The value of `key`, inserted with `V::default()` first if missing;
+    /// the key counts as changed.
+    #[inline]
     pub fn get_or_default(&mut self, key: K) -> &mut V
     where
         V: Default,
     {
-        self.map.entry(key).or_default()
+        let dirty = &mut self.dirty;
+        let slot = match self.map.entry(key) {
+            Entry::Occupied(o) => {
+                if !o.get().dirty {
+                    dirty.push(o.key().clone());
+                }
+                o.into_mut()
+            }
+            Entry::Vacant(v) => {
+                dirty.push(v.key().clone());
+                v.insert(Slot {
+                    value: V::default(),
+                    dirty: false,
+                })
+            }
+        };
+        slot.dirty = true;
+        &mut slot.value
     }
 
     /// Sets the value of `key`; returns the old one.
     pub fn insert(&mut self, key: K, value: V) -> Option<V> {
-        self.map.insert(key, value)
+        let old = match self.map.get_mut(&key) {
+            Some(s) if s.dirty => return Some(std::mem::replace(&mut s.value, value)),
+            Some(s) => {
+                s.dirty = true;
+                Some(std::mem::replace(&mut s.value, value))
+            }
+            None => {
+                self.map.insert(key.clone(), Slot { value, dirty: true });
+                None
+            }
+        };
+        self.dirty.push(key);
+        old
     }
 
     /// Removes `key` (e.g. when its window fired); returns its value.
     pub fn remove(&mut self, key: &K) -> Option<V> {
-        self.map.remove(key)
+        let s = self.map.remove(key)?;
+        self.removed.push(key.clone());
+        Some(s.value)
     }
 
     /// Keys with a value.
@@ -107,32 +216,316 @@ impl<K: Eq + Hash, V> KeyedState<K, V> {
 
     /// Every key and value, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.map.iter()
+        self.map.iter().map(|(k, s)| (k, &s.value))
     }
 }
 
-impl<K: Serialize + DeserializeOwned + Eq + Hash, V: Serialize + DeserializeOwned>
-    KeyedState<K, V>
+/// One encoded snapshot of keyed state, full or delta: the entries by key
+/// group (ascending, empty groups left out); `None` marks a key removed
+/// since the base (deltas only). `format` is [`KEYED_FORMAT`].
+#[derive(Serialize, Deserialize)]
+struct KeyedPart<K, V> {
+    format: u8,
+    delta: bool,
+    groups: Vec<KeyGroupEntries<K, V>>,
+}
+
+/// The entries of one key group: `(group, [(key, value or removed)])`.
+type KeyGroupEntries<K, V> = (u16, Vec<(K, Option<V>)>);
+
+/// The version of [`KeyedPart`]'s layout.
+const KEYED_FORMAT: u8 = 1;
+
+/// The snapshot thread's copy of a [`KeyedState`], with what it needs to
+/// write deltas: which keys changed in each snapshot since the last
+/// completed one, and the exact size of a full encoding, kept up to date.
+struct Replica<K, V> {
+    map: HashMap<K, V>,
+    /// Entries per key group.
+    counts: Vec<u64>,
+    /// The sum of the encoded sizes of `(key, Some(value))`, bytes.
+    entry_bytes: u64,
+    /// Keys changed by each snapshot taken, by checkpoint.
+    log: BTreeMap<CheckpointId, Vec<K>>,
+    /// The first snapshot this replica applied: no delta for an older base.
+    first: Option<CheckpointId>,
+}
+
+/// The size of a varint (LEB128, postcard's encoding of lengths and
+/// integers): 7 bits a byte, bytes.
+pub(crate) fn varint_len(v: u64) -> u64 {
+    u64::from(64 - v.max(1).leading_zeros()).div_ceil(7)
+}
+
+fn encoded_size<T: Serialize + ?Sized>(v: &T) -> Result<u64, StateError> {
+    postcard::experimental::serialized_size(v)
+        .map(|n| n as u64)
+        .map_err(|source| StateError {
+            what: "does not encode",
+            source,
+        })
+}
+
+impl<K, V> Replica<K, V>
+where
+    K: Serialize + Eq + Hash + Clone,
+    V: Serialize,
 {
-    /// The state as bytes, for [`crate::Checkpointed::snapshot_state`].
-    ///
-    /// # Errors
-    /// When a key or value cannot be encoded.
-    pub fn snapshot(&self) -> Result<Vec<u8>, StateError> {
-        postcard::to_allocvec(self).map_err(|source| StateError {
+    fn new() -> Self {
+        Replica {
+            map: HashMap::new(),
+            counts: vec![0; DEFAULT_MAX_PARALLELISM as usize],
+            entry_bytes: 0,
+            log: BTreeMap::new(),
+            first: None,
+        }
+    }
+
+    /// The exact size of a full encoding ([`KeyedPart`] with `delta`
+    /// false), bytes: format, flag, group count, then per group its id, its
+    /// entry count and its entries.
+    fn full_size(&self) -> u64 {
+        let groups = self.counts.iter().filter(|c| **c > 0).count() as u64;
+        let headers: u64 = self
+            .counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(g, c)| varint_len(g as u64) + varint_len(*c))
+            .sum();
+        2 + varint_len(groups) + headers + self.entry_bytes
+    }
+
+    fn apply(&mut self, id: CheckpointId, changes: Vec<(K, Option<V>)>) -> Result<(), StateError> {
+        let mut keys = Vec::with_capacity(changes.len());
+        for (k, v) in changes {
+            let g = key_group(&k) as usize;
+            if let Some(old) = self.map.get(&k) {
+                self.entry_bytes -= encoded_size(&(&k, Some(old)))?;
+                if v.is_none() {
+                    self.counts[g] -= 1;
+                }
+            } else if v.is_some() {
+                self.counts[g] += 1;
+            }
+            match v {
+                Some(v) => {
+                    self.entry_bytes += encoded_size(&(&k, Some(&v)))?;
+                    self.map.insert(k.clone(), v);
+                }
+                None => {
+                    self.map.remove(&k);
+                }
+            }
+            keys.push(k);
+        }
+        self.first.get_or_insert(id);
+        self.log.insert(id, keys);
+        Ok(())
+    }
+
+    fn encode<'a>(
+        delta: bool,
+        entries: impl Iterator<Item = (&'a K, Option<&'a V>)>,
+    ) -> Result<Vec<u8>, StateError>
+    where
+        K: 'a,
+        V: 'a,
+    {
+        let mut groups: Vec<Vec<(&K, Option<&V>)>> =
+            (0..DEFAULT_MAX_PARALLELISM).map(|_| Vec::new()).collect();
+        for (k, v) in entries {
+            groups[key_group(k) as usize].push((k, v));
+        }
+        let part = KeyedPart {
+            format: KEYED_FORMAT,
+            delta,
+            groups: groups
+                .into_iter()
+                .enumerate()
+                .filter(|(_, e)| !e.is_empty())
+                .map(|(g, e)| (g as u16, e))
+                .collect(),
+        };
+        postcard::to_allocvec(&part).map_err(|source| StateError {
             what: "does not encode",
             source,
         })
     }
 
-    /// The state from bytes of [`KeyedState::snapshot`].
+    /// Applies checkpoint `req.id`'s changes and encodes the snapshot it
+    /// asks for: a delta since `req.base` when this replica has every
+    /// change since then and the delta is smaller than the state, else
+    /// everything.
+    fn snapshot(
+        &mut self,
+        req: &SnapshotRequest,
+        changes: Vec<(K, Option<V>)>,
+    ) -> Result<EncodedState, StateError> {
+        self.apply(req.id, changes)?;
+        let full_bytes = self.full_size();
+        if let Some(base) = req.base.filter(|b| self.first.is_some_and(|f| f <= *b)) {
+            // Changes at or before the base are in the base's chain.
+            self.log = self.log.split_off(&base.next());
+            let mut keys: Vec<&K> = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            for k in self.log.values().flatten() {
+                if seen.insert(k) {
+                    keys.push(k);
+                }
+            }
+            if keys.len() < self.map.len() {
+                let bytes = Self::encode(true, keys.into_iter().map(|k| (k, self.map.get(k))))?;
+                return Ok(EncodedState {
+                    bytes,
+                    delta: true,
+                    full_bytes,
+                });
+            }
+        }
+        let bytes = Self::encode(false, self.map.iter().map(|(k, v)| (k, Some(v))))?;
+        Ok(EncodedState {
+            full_bytes: bytes.len() as u64,
+            bytes,
+            delta: false,
+        })
+    }
+}
+
+impl<K, V> KeyedState<K, V>
+where
+    K: Serialize + DeserializeOwned + Eq + Hash + Clone,
+    V: Serialize + DeserializeOwned,
+{
+    /// The whole state as bytes, for [`crate::Checkpointed::snapshot_state`]
+    /// (O(state) on the calling thread; [`KeyedState::snapshot_async`]
+    /// is the cheap one).
     ///
     /// # Errors
-    /// When the bytes are not such a snapshot (corrupt, or of other types).
+    /// When a key or value cannot be encoded.
+    pub fn snapshot(&self) -> Result<Vec<u8>, StateError> {
+        Replica::<K, V>::encode(false, self.map.iter().map(|(k, s)| (k, Some(&s.value))))
+    }
+
+    /// The state from bytes of [`KeyedState::snapshot`] (or a full
+    /// snapshot of [`KeyedState::snapshot_async`]).
+    ///
+    /// # Errors
+    /// When the bytes are not such a snapshot (corrupt, of other types, or
+    /// a delta).
     pub fn restore(bytes: &[u8]) -> Result<Self, StateError> {
-        postcard::from_bytes(bytes).map_err(|source| StateError {
-            what: "does not decode",
-            source,
+        Self::restore_chain(&[bytes])
+    }
+
+    /// The state from a chain of snapshots of
+    /// [`KeyedState::snapshot_async`], oldest first, as
+    /// [`crate::Checkpointed::restore_state_chain`] gets it: the newest
+    /// full one and the deltas after it are applied (older parts ignored).
+    ///
+    /// # Errors
+    /// When a part does not decode, or no full snapshot starts the chain.
+    pub fn restore_chain(chain: &[&[u8]]) -> Result<Self, StateError> {
+        let mut parts = Vec::with_capacity(chain.len());
+        for bytes in chain {
+            let part: KeyedPart<K, V> =
+                postcard::from_bytes(bytes).map_err(|source| StateError {
+                    what: "does not decode",
+                    source,
+                })?;
+            if part.format != KEYED_FORMAT {
+                return Err(StateError {
+                    what: "has an unknown format version",
+                    source: postcard::Error::DeserializeBadEncoding,
+                });
+            }
+            parts.push(part);
+        }
+        let Some(start) = parts.iter().rposition(|p| !p.delta) else {
+            return Err(StateError {
+                what: "has no full snapshot to start from (only deltas)",
+                source: postcard::Error::DeserializeBadEncoding,
+            });
+        };
+        let mut map = HashMap::new();
+        for part in parts.into_iter().skip(start) {
+            for (_, entries) in part.groups {
+                for (k, v) in entries {
+                    match v {
+                        Some(v) => {
+                            map.insert(
+                                k,
+                                Slot {
+                                    value: v,
+                                    dirty: true,
+                                },
+                            );
+                        }
+                        None => {
+                            map.remove(&k);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(KeyedState {
+            map,
+            dirty: Vec::new(),
+            removed: Vec::new(),
+            replica: None,
+        }
+        .all_dirty())
+    }
+}
+
+impl<K, V> KeyedState<K, V>
+where
+    K: Serialize + DeserializeOwned + Eq + Hash + Clone + Send + 'static,
+    V: Serialize + DeserializeOwned + Clone + Send + 'static,
+{
+    /// An incremental snapshot, for
+    /// [`crate::Checkpointed::snapshot_state_async`]: the synchronous part
+    /// copies the keys changed since the last snapshot (O(changes)); the
+    /// asynchronous part, on the snapshot thread, applies them to the
+    /// replica and encodes a delta since the request's base, or a full
+    /// snapshot when none is possible (no base, or a base older than this
+    /// state's first snapshot).
+    pub fn snapshot_async(&mut self) -> StateSnapshot {
+        let mut changes: Vec<(K, Option<V>)> =
+            Vec::with_capacity(self.dirty.len() + self.removed.len());
+        for k in self.removed.drain(..) {
+            if !self.map.contains_key(&k) {
+                changes.push((k, None));
+            }
+        }
+        if self.dirty.len() * 4 > self.map.len() {
+            // Most keys changed: one pass over the table beats a hash
+            // lookup per changed key (W2 with 10,000 keys changes 86 % of
+            // them every 100 ms: 3-4x faster on the reference machine).
+            self.dirty.clear();
+            for (k, s) in self.map.iter_mut().filter(|(_, s)| s.dirty) {
+                s.dirty = false;
+                changes.push((k.clone(), Some(s.value.clone())));
+            }
+        } else {
+            for k in self.dirty.drain(..) {
+                if let Some(s) = self.map.get_mut(&k) {
+                    if s.dirty {
+                        s.dirty = false;
+                        changes.push((k, Some(s.value.clone())));
+                    }
+                }
+            }
+        }
+        let replica = self
+            .replica
+            .get_or_insert_with(|| Arc::new(Mutex::new(Replica::new())))
+            .clone();
+        StateSnapshot::incremental(move |req| {
+            // Only this state's snapshots, one at a time in checkpoint
+            // order on one snapshot thread, take the lock; a panic in one
+            // leaves the replica as good as the state it failed on.
+            let mut r = replica.lock().unwrap_or_else(PoisonError::into_inner);
+            Ok(r.snapshot(req, changes)?)
         })
     }
 }

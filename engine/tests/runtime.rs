@@ -28,6 +28,24 @@ fn sum_job(config: JobConfig, n: u64, keys: u64) -> (JobBuilder, Finals) {
     (job, finals)
 }
 
+/// As [`sum_job`], with sources emitting `per_poll` numbers a millisecond
+/// (few keys change between two checkpoints: incremental ones are deltas).
+fn paced_sum_job(config: JobConfig, n: u64, keys: u64, per_poll: usize) -> (JobBuilder, Finals) {
+    let job = JobBuilder::new("sums", config);
+    let finals: Finals = Arc::default();
+    let f2 = finals.clone();
+    job.source("numbers", 2, move |i| {
+        Counter::paced(i.index, i.parallelism, n, per_poll, 1_000_000)
+    })
+    .key_by(move |x| x % keys)
+    .task("keyed_sum", 2)
+    .process("keyed_sum", move |_| KeyedSum::new(keys))
+    .rebalance()
+    .task("sink", 1)
+    .sink("sink", move |_| MaxSink(f2.clone()));
+    (job, finals)
+}
+
 struct MaxSink(Finals);
 impl Sink<(u64, u64)> for MaxSink {
     fn write(&mut self, input: &mut Vec<(u64, u64)>) -> Result<(), BoxError> {
@@ -635,6 +653,7 @@ fn alignment_over_the_limit_aborts_the_checkpoint_and_the_job_goes_on() {
         end: u64::MAX,
         step: 2,
         per_poll: 64,
+        pause_ns: 0,
     });
     let slow = job.source("slow", 1, |_| Trickle {
         next: 1,
@@ -1282,6 +1301,9 @@ impl CheckpointStorage for SlowFirstPublish {
     fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata, StorageError> {
         self.inner.load_metadata(id)
     }
+    fn bases(&self, id: CheckpointId) -> Result<Vec<CheckpointId>, StorageError> {
+        self.inner.bases(id)
+    }
     fn remove(&self, id: CheckpointId) -> Result<(), StorageError> {
         self.inner.remove(id)
     }
@@ -1359,4 +1381,120 @@ fn the_timeout_covers_the_metadata_write_and_a_late_publish_is_deleted() {
         "{stored:?} lacks {}",
         newest.id
     );
+}
+
+#[test]
+fn incremental_checkpoints_chain_deltas_and_a_corrupt_base_falls_back() {
+    use lockgate::{CheckpointStorage, LocalDirStorage};
+    let dir = tempfile::tempdir().unwrap();
+    // 100,000 keys, few of them changed per checkpoint: deltas.
+    let keys = 100_000;
+    let mut config = dir_config(dir.path(), false);
+    config.checkpoint.full_every = 1000;
+    config.checkpoint.max_chain_ratio = 1000.0;
+    config.checkpoint.retained = 2;
+    {
+        let (job, _) = paced_sum_job(config.clone(), u64::MAX, keys, 50);
+        let h = job.start().unwrap();
+        assert!(wait_for(30, || h
+            .metrics()
+            .checkpoints
+            .iter()
+            .filter(|c| c.is_completed() && c.incremental)
+            .count()
+            >= 3));
+        h.stop();
+        let m = h.wait().unwrap();
+        let inc: Vec<_> = m
+            .checkpoints
+            .iter()
+            .filter(|c| c.is_completed() && c.incremental)
+            .collect();
+        for c in &inc {
+            // A delta writes less than the state it stands for.
+            let ks: Vec<_> = c
+                .subtasks
+                .iter()
+                .filter(|t| t.task.operator == "keyed_sum")
+                .collect();
+            assert!(ks.iter().all(|t| t.incremental), "{c:?}");
+            assert!(
+                ks.iter().all(|t| t.checkpointed_bytes < t.state_bytes),
+                "{c:?}"
+            );
+        }
+    }
+    let storage = LocalDirStorage::open(dir.path()).unwrap();
+    let ids = storage.list().unwrap();
+    let newest = *ids.last().unwrap();
+    let bases = storage.bases(newest).unwrap();
+    assert!(
+        !bases.is_empty(),
+        "the newest checkpoint is a delta: {ids:?}"
+    );
+    // Retention keeps 2 checkpoints and every checkpoint their chains need.
+    let chain_start = {
+        let mut b = bases[0];
+        while let Some(&older) = storage.bases(b).unwrap().first() {
+            b = older;
+        }
+        b
+    };
+    assert!(
+        ids.contains(&chain_start),
+        "{ids:?} lacks the chain's start {chain_start}"
+    );
+    let loaded = storage.load(newest).unwrap();
+    assert!(loaded.bases.values().all(|chain| !chain.is_empty()));
+
+    // Flip a byte of the chain's full part of keyed_sum[0]: every checkpoint
+    // building on it is unusable, and the message names that file.
+    let victim = storage
+        .checkpoint_dir(chain_start)
+        .join("keyed_sum-0.state");
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x55;
+    std::fs::write(&victim, bytes).unwrap();
+    let err = storage.load(newest).unwrap_err();
+    assert!(
+        err.to_string().contains(&victim.display().to_string()),
+        "{err}"
+    );
+    let latest = storage.load_latest_valid().unwrap();
+    assert!(latest.corrupt.iter().any(|(id, _)| *id == newest));
+    if let Some(ok) = &latest.checkpoint {
+        // What still loads does not build on the corrupt part.
+        assert!(ok.metadata.id < chain_start || storage.bases(ok.metadata.id).unwrap().is_empty());
+    }
+}
+
+#[test]
+fn an_incremental_job_restores_exactly_after_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = dir_config(dir.path(), false);
+    config.checkpoint.full_every = 4;
+    config.restart = RestartStrategy {
+        max_attempts: 5,
+        delay: Duration::ZERO,
+    };
+    let n = 300_000;
+    let (job, finals) = paced_sum_job(config, n, 50_000, 500);
+    let names = job.task_names();
+    let ks = names.iter().position(|t| t == "keyed_sum[1]").unwrap();
+    let job = job.with_failures(
+        FailurePlan::none()
+            .with(ks, FailurePoint::AfterRecords(40_000))
+            .with(ks, FailurePoint::DuringAsyncSnapshot)
+            .with(ks, FailurePoint::AfterRecords(30_000)),
+    );
+    let m = job.start().unwrap().wait().unwrap();
+    assert_eq!(m.restarts, 3, "{:?}", m.failures);
+    assert!(
+        m.checkpoints
+            .iter()
+            .any(|c| c.is_completed() && c.incremental),
+        "no incremental checkpoint completed"
+    );
+    assert_eq!(*finals.lock().unwrap(), expected_sums(n, 50_000));
 }

@@ -52,16 +52,18 @@
 
 use crate::latency::{merge, new_histogram, LatencyError, LatencyRecorder, Percentiles};
 use crate::workload::{
-    due_until, scheduled_offset_ns, CheckReport, Event, ExpectedResult, Generator, KeyDist,
-    KeySpace, KeyedSum, SinkCheck, SumRecord, Workload, WorkloadError, MAX_CHECKED_RECORDS,
+    due_until, scheduled_offset_ns, seq_of_mapped_value, CheckReport, ExpectedResult, Generator,
+    KeyDist, KeySpace, SinkChanges, SinkCheck, SumRecord, Workload, WorkloadError,
+    MAX_CHECKED_RECORDS,
 };
 use hdrhistogram::Histogram;
 use lockgate::now_ns;
 use lockgate::Checkpointed;
 use lockgate::Context;
 use lockgate::{
-    BoxError, CheckpointId, CheckpointMode, FailurePlan, JobBuilder, JobConfig, JobError,
-    JobHandle, JobMetrics, Operator, RecordSize, Sink, Source, SourcePoll, StateSnapshot,
+    BoxError, CheckpointId, CheckpointMode, EncodedState, FailurePlan, JobBuilder, JobConfig,
+    JobError, JobHandle, JobMetrics, KeyedState, Operator, RecordSize, Sink, SnapshotRequest,
+    Source, SourcePoll, StateSnapshot,
 };
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -903,9 +905,11 @@ impl<P: Payload> Checkpointed for RefSource<P> {
     }
 }
 
-/// `keyed_sum`: workloads.md's running sum per key, checkpointed.
+/// `keyed_sum`: workloads.md's running sum per key, in managed keyed state
+/// ([`KeyedState`]), checkpointed incrementally (a snapshot copies only
+/// the keys changed since the last one).
 struct RefKeyedSum {
-    sums: KeyedSum,
+    sums: KeyedState<u64, u64>,
 }
 
 impl<P: Payload> Operator<RefEvent<P>, RefSum<P>> for RefKeyedSum {
@@ -916,16 +920,14 @@ impl<P: Payload> Operator<RefEvent<P>, RefSum<P>> for RefKeyedSum {
         ctx: &mut Context<'_, RefSum<P>>,
     ) -> Result<(), BoxError> {
         for e in input.drain(..) {
-            let s = self.sums.apply(&Event {
-                key: e.key,
-                value: e.value,
-                ts_ns: e.ts_ns,
-            });
+            // As workload::KeyedSum::apply: a wrapping sum per key.
+            let sum = self.sums.get_or_default(e.key);
+            *sum = sum.wrapping_add(e.value);
             ctx.emit(RefSum {
-                key: s.key,
-                sum: s.sum,
-                n: s.n,
-                ts_ns: s.ts_ns,
+                key: e.key,
+                sum: *sum,
+                n: seq_of_mapped_value(e.value),
+                ts_ns: e.ts_ns,
                 sent_ns: e.sent_ns,
                 payload: e.payload,
             });
@@ -936,23 +938,18 @@ impl<P: Payload> Operator<RefEvent<P>, RefSum<P>> for RefKeyedSum {
 
 impl Checkpointed for RefKeyedSum {
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
-        Ok(Some(postcard::to_allocvec(&self.sums)?))
+        Ok(Some(self.sums.snapshot()?))
     }
 
-    /// A copy now (a memory copy of the table), the encoding on the
-    /// snapshot thread.
     fn snapshot_state_async(
         &mut self,
         _id: CheckpointId,
     ) -> Result<Option<StateSnapshot>, BoxError> {
-        let copy = self.sums.clone();
-        Ok(Some(StateSnapshot::deferred(move || {
-            Ok(postcard::to_allocvec(&copy)?)
-        })))
+        Ok(Some(self.sums.snapshot_async()))
     }
 
-    fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
-        self.sums = postcard::from_bytes(state)?;
+    fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
+        self.sums = KeyedState::restore_chain(chain)?;
         Ok(())
     }
 }
@@ -961,6 +958,9 @@ impl Checkpointed for RefKeyedSum {
 struct RefSink {
     slot: usize,
     shared: Arc<Shared>,
+    /// The snapshot thread's copy of the check, from the first snapshot of
+    /// the run attempt on.
+    replica: Option<Arc<Mutex<SinkReplica>>>,
 }
 
 impl<P: Payload> Sink<RefSum<P>> for RefSink {
@@ -1016,24 +1016,135 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
 impl Checkpointed for RefSink {
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         let s = lock(&self.shared.slots[self.slot]);
-        Ok(Some(postcard::to_allocvec(&s.check)?))
+        Ok(Some(postcard::to_allocvec(&SinkPart::Full(
+            s.check.clone(),
+        ))?))
     }
 
-    /// A copy now, the encoding on the snapshot thread.
+    /// The check is state like any other, checkpointed incrementally: the
+    /// synchronous part takes the words and keys changed since the last
+    /// snapshot (O(changes); the first snapshot of a run attempt copies
+    /// the whole check once, to seed the snapshot thread's replica).
     fn snapshot_state_async(
         &mut self,
         _id: CheckpointId,
     ) -> Result<Option<StateSnapshot>, BoxError> {
-        let copy = lock(&self.shared.slots[self.slot]).check.clone();
-        Ok(Some(StateSnapshot::deferred(move || {
-            Ok(postcard::to_allocvec(&copy)?)
+        let mut slot = lock(&self.shared.slots[self.slot]);
+        let (replica, changes) = match &self.replica {
+            Some(r) => (r.clone(), Some(slot.check.take_changes())),
+            None => {
+                slot.check.track_changes();
+                let r = Arc::new(Mutex::new(SinkReplica::new(slot.check.clone())));
+                self.replica = Some(r.clone());
+                (r, None)
+            }
+        };
+        drop(slot);
+        Ok(Some(StateSnapshot::incremental(move |req| {
+            // One snapshot at a time takes the lock (the task's snapshot
+            // thread runs them in order); a panic in one leaves the
+            // replica as good as the changes it had applied.
+            replica
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .snapshot(req, changes)
         })))
     }
 
-    fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
-        let check: SinkCheck = postcard::from_bytes(state)?;
+    fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
+        let mut parts = Vec::with_capacity(chain.len());
+        for bytes in chain {
+            parts.push(postcard::from_bytes::<SinkPart>(bytes)?);
+        }
+        let start = parts
+            .iter()
+            .rposition(|p| matches!(p, SinkPart::Full(_)))
+            .ok_or("the sink's checkpointed chain has no full snapshot")?;
+        let mut parts = parts.into_iter().skip(start);
+        let Some(SinkPart::Full(mut check)) = parts.next() else {
+            unreachable!("the chain starts at a full part");
+        };
+        for p in parts {
+            if let SinkPart::Delta(changes) = p {
+                check.apply_changes(&changes)?;
+            }
+        }
         lock(&self.shared.slots[self.slot]).check = check;
+        // The next snapshot seeds a new replica from the restored check.
+        self.replica = None;
         Ok(())
+    }
+}
+
+/// One checkpointed part of the sink's check: all of it, or what changed
+/// since the base checkpoint.
+#[derive(Serialize, serde::Deserialize)]
+enum SinkPart {
+    Full(SinkCheck),
+    Delta(SinkChanges),
+}
+
+/// The snapshot thread's copy of the sink's check, and the words and keys
+/// each snapshot since the last completed checkpoint changed.
+struct SinkReplica {
+    check: SinkCheck,
+    log: std::collections::BTreeMap<CheckpointId, (Vec<u64>, Vec<u64>)>,
+    first: Option<CheckpointId>,
+}
+
+impl SinkReplica {
+    fn new(check: SinkCheck) -> Self {
+        SinkReplica {
+            check,
+            log: Default::default(),
+            first: None,
+        }
+    }
+
+    fn snapshot(
+        &mut self,
+        req: &SnapshotRequest,
+        changes: Option<SinkChanges>,
+    ) -> Result<EncodedState, BoxError> {
+        let idx = match &changes {
+            Some(c) => {
+                self.check.apply_changes(c)?;
+                SinkCheck::indices(c)
+            }
+            None => Default::default(),
+        };
+        self.first.get_or_insert(req.id);
+        self.log.insert(req.id, idx);
+        // A full part: the enum's tag, then the check.
+        let full_bytes = 1 + self.check.encoded_size();
+        if let Some(base) = req.base.filter(|b| self.first.is_some_and(|f| f <= *b)) {
+            self.log = self.log.split_off(&base.next());
+            let mut words: Vec<u64> = self
+                .log
+                .values()
+                .flat_map(|(w, _)| w.iter().copied())
+                .collect();
+            let mut keys: Vec<u64> = self
+                .log
+                .values()
+                .flat_map(|(_, k)| k.iter().copied())
+                .collect();
+            words.sort_unstable();
+            words.dedup();
+            keys.sort_unstable();
+            keys.dedup();
+            let bytes =
+                postcard::to_allocvec(&SinkPart::Delta(self.check.changes_of(&words, &keys)))?;
+            if (bytes.len() as u64) < full_bytes {
+                return Ok(EncodedState {
+                    bytes,
+                    delta: true,
+                    full_bytes,
+                });
+            }
+        }
+        let bytes = postcard::to_allocvec(&SinkPart::Full(self.check.clone()))?;
+        Ok(EncodedState::full(bytes))
     }
 }
 
@@ -1078,7 +1189,7 @@ fn build_typed<P: Payload>(results: &RefJobResults, job: &JobBuilder) -> Result<
     .key_by(|e: &RefEvent<P>| e.key)
     .task("keyed_sum", p)
     .process("keyed_sum", move |_| RefKeyedSum {
-        sums: KeyedSum::new(),
+        sums: KeyedState::new(),
     })
     .rebalance()
     .task("sink", 1)
@@ -1090,6 +1201,7 @@ fn build_typed<P: Payload>(results: &RefJobResults, job: &JobBuilder) -> Result<
         RefSink {
             slot: i.index,
             shared: s_sink.clone(),
+            replica: None,
         }
     });
     Ok(())

@@ -94,6 +94,9 @@ pub enum WorkloadError {
         /// The parallelism given.
         parallelism: usize,
     },
+    /// Checkpointed state that does not fit this check (another job's).
+    #[error("bad checkpointed state: {0}")]
+    BadState(String),
     /// More records than [`MAX_CHECKED_RECORDS`] for a [`SinkCheck`].
     #[error("too many records to check: {0} (at most {MAX_CHECKED_RECORDS})")]
     TooManyRecords(u64),
@@ -786,6 +789,48 @@ pub struct SinkCheck {
     last_sum: Vec<u64>,
     #[serde(with = "words_as_bytes")]
     key_seen: Vec<u64>,
+    /// What changed since the changes were last taken, once
+    /// [`SinkCheck::track_changes`] was called (not serialized, not
+    /// compared).
+    #[serde(skip)]
+    marks: Marks,
+}
+
+/// The words of `seen` and the keys of `last_sum` changed since the last
+/// [`SinkCheck::take_changes`], each listed once (a mark bit per word and
+/// per key).
+#[derive(Clone, Debug, Default)]
+struct Marks(Option<Box<ChangeMarks>>);
+
+#[derive(Clone, Debug)]
+struct ChangeMarks {
+    words: Vec<u64>,
+    word_marks: Vec<u64>,
+    keys: Vec<u64>,
+    key_marks: Vec<u64>,
+}
+
+impl PartialEq for Marks {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Marks {}
+
+/// What changed in a [`SinkCheck`] over some time: the new values of the
+/// changed words of the sequence bitset and the new last sums of the
+/// changed keys, with the counters (O(changes) to take and to encode).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SinkChanges {
+    received: u64,
+    distinct: u64,
+    duplicates: u64,
+    out_of_range: u64,
+    /// (word index, word) of the sequence bitset.
+    words: Vec<(u64, u64)>,
+    /// (key, last sum); the key has been seen.
+    sums: Vec<(u64, u64)>,
 }
 
 /// Serializes a word vector as one byte string (little-endian words):
@@ -889,7 +934,105 @@ impl SinkCheck {
             out_of_range: 0,
             last_sum: vec![0; keys as usize],
             key_seen: vec![0; keys.div_ceil(64) as usize],
+            marks: Marks::default(),
         })
+    }
+
+    /// From now on, record which words and keys change, for
+    /// [`SinkCheck::take_changes`] (costs two bit tests per record, and
+    /// 1 bit per word and per key of memory).
+    pub fn track_changes(&mut self) {
+        self.marks = Marks(Some(Box::new(ChangeMarks {
+            words: Vec::new(),
+            word_marks: vec![0; self.seen.len().div_ceil(64)],
+            keys: Vec::new(),
+            key_marks: vec![0; self.last_sum.len().div_ceil(64)],
+        })));
+    }
+
+    /// What changed since changes were tracked or last taken (O(changes)).
+    /// Without [`SinkCheck::track_changes`]: everything.
+    pub fn take_changes(&mut self) -> SinkChanges {
+        let (words, keys) = match self.marks.0.as_deref_mut() {
+            Some(m) => {
+                for &w in &m.words {
+                    m.word_marks[(w / 64) as usize] &= !(1u64 << (w % 64));
+                }
+                for &k in &m.keys {
+                    m.key_marks[(k / 64) as usize] &= !(1u64 << (k % 64));
+                }
+                (std::mem::take(&mut m.words), std::mem::take(&mut m.keys))
+            }
+            None => (
+                (0..self.seen.len() as u64).collect(),
+                (0..self.keys)
+                    .filter(|k| bit_test(&self.key_seen, *k))
+                    .collect(),
+            ),
+        };
+        self.changes_of(&words, &keys)
+    }
+
+    /// The current values of words `words` and keys `keys`, with the
+    /// counters.
+    pub fn changes_of(&self, words: &[u64], keys: &[u64]) -> SinkChanges {
+        SinkChanges {
+            received: self.received,
+            distinct: self.distinct,
+            duplicates: self.duplicates,
+            out_of_range: self.out_of_range,
+            words: words.iter().map(|&w| (w, self.seen[w as usize])).collect(),
+            sums: keys
+                .iter()
+                .map(|&k| (k, self.last_sum[k as usize]))
+                .collect(),
+        }
+    }
+
+    /// Applies `changes` taken from a check of the same size.
+    ///
+    /// # Errors
+    /// A word or key out of range (changes of another check).
+    pub fn apply_changes(&mut self, changes: &SinkChanges) -> Result<(), WorkloadError> {
+        let bad = || WorkloadError::BadState("sink check changes out of range".into());
+        for &(w, bits) in &changes.words {
+            *self.seen.get_mut(w as usize).ok_or_else(bad)? = bits;
+        }
+        for &(k, sum) in &changes.sums {
+            *self.last_sum.get_mut(k as usize).ok_or_else(bad)? = sum;
+            bit_test_and_set(&mut self.key_seen, k);
+        }
+        self.received = changes.received;
+        self.distinct = changes.distinct;
+        self.duplicates = changes.duplicates;
+        self.out_of_range = changes.out_of_range;
+        Ok(())
+    }
+
+    /// The words and keys changed by `changes`.
+    pub fn indices(changes: &SinkChanges) -> (Vec<u64>, Vec<u64>) {
+        (
+            changes.words.iter().map(|(w, _)| *w).collect(),
+            changes.sums.iter().map(|(k, _)| *k).collect(),
+        )
+    }
+
+    /// The exact size of this check's postcard encoding, bytes, computed
+    /// in O(1) (the encoding itself copies every word).
+    pub fn encoded_size(&self) -> u64 {
+        fn varint(v: u64) -> u64 {
+            u64::from(64 - v.max(1).leading_zeros()).div_ceil(7)
+        }
+        let words = |n: usize| varint(8 * n as u64) + 8 * n as u64;
+        varint(self.total_records)
+            + varint(self.keys)
+            + words(self.seen.len())
+            + varint(self.received)
+            + varint(self.distinct)
+            + varint(self.duplicates)
+            + varint(self.out_of_range)
+            + words(self.last_sum.len())
+            + words(self.key_seen.len())
     }
 
     /// Takes one record the sink received. A record whose `n` or key is out
@@ -909,6 +1052,15 @@ impl SinkCheck {
         }
         bit_test_and_set(&mut self.key_seen, record.key);
         self.last_sum[record.key as usize] = record.sum;
+        if let Some(m) = self.marks.0.as_deref_mut() {
+            let w = record.n / 64;
+            if !bit_test_and_set(&mut m.word_marks, w) {
+                m.words.push(w);
+            }
+            if !bit_test_and_set(&mut m.key_marks, record.key) {
+                m.keys.push(record.key);
+            }
+        }
     }
 
     /// Records received (all of them).
@@ -1430,6 +1582,47 @@ mod tests {
         let other = SinkCheck::new(total + 1, 11).unwrap();
         assert!(other.verify(&expected).setup_mismatch.is_some());
         assert!(SinkCheck::new(MAX_CHECKED_RECORDS + 1, 11).is_err());
+    }
+
+    #[test]
+    fn sink_check_changes_rebuild_the_check_and_its_size_is_exact() {
+        let rec = |n: u64, key: u64, sum: u64| SumRecord {
+            key,
+            sum,
+            n,
+            ts_ns: 0,
+        };
+        let mut check = SinkCheck::new(10_000, 1_000).unwrap();
+        assert_eq!(
+            check.encoded_size(),
+            postcard::to_allocvec(&check).unwrap().len() as u64
+        );
+        check.track_changes();
+        let mut replica = check.clone();
+        for n in 0..300 {
+            check.observe(&rec(n, n % 7, n));
+        }
+        let c1 = check.take_changes();
+        assert_eq!(c1.sums.len(), 7, "each key once");
+        assert_eq!(c1.words.len(), 5, "300 records span 5 words");
+        replica.apply_changes(&c1).unwrap();
+        assert_eq!(replica, check);
+        check.observe(&rec(5, 5, 99)); // a duplicate
+        check.observe(&rec(9_999, 999, 1));
+        let c2 = check.take_changes();
+        assert_eq!((c2.words.len(), c2.sums.len()), (2, 2));
+        replica.apply_changes(&c2).unwrap();
+        assert_eq!(replica, check);
+        assert_eq!(replica.duplicates(), 1);
+        assert_eq!(
+            check.encoded_size(),
+            postcard::to_allocvec(&check).unwrap().len() as u64
+        );
+        // Changes of a bigger check do not fit.
+        let mut big = SinkCheck::new(1 << 20, 1 << 20).unwrap();
+        big.track_changes();
+        big.observe(&rec(1 << 19, 1 << 19, 1));
+        assert!(replica.apply_changes(&big.take_changes()).is_err());
     }
 
     #[test]

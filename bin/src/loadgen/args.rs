@@ -157,6 +157,8 @@ pub(crate) struct Args {
     /// 60000].
     #[arg(long)]
     pub checkpoint_timeout_ms: Option<u64>,
+    #[command(flatten)]
+    pub incremental: crate::incremental_args::IncrementalArgs,
     /// Task failures injected at seeded random points; the job recovers
     /// from its checkpoints.
     #[arg(long, default_value_t = 0)]
@@ -451,6 +453,7 @@ impl Args {
             if let Some(m) = self.max_alignment_bytes {
                 job.handler.max_alignment_bytes = Some(m);
             }
+            self.incremental.apply(&mut job.checkpoint)?;
             match (&self.restore, &self.checkpoint_dir) {
                 (Some(r), Some(d)) if r != d => {
                     return Err(format!(
@@ -556,6 +559,7 @@ impl Args {
             },
             "max_alignment_bytes": self.max_alignment_bytes,
             "checkpoint_timeout_ms": checkpointing.then_some(job.checkpoint.timeout.as_millis() as u64),
+            "incremental": checkpointing.then(|| self.incremental.json()),
             "inject_failures": self.inject_failures,
             "restore": path(&self.restore),
             "json": path(&self.json),

@@ -360,7 +360,10 @@ impl Coordinator {
         }
         p.waiting[task] = false;
         p.num_waiting -= 1;
-        p.states.insert(self.task_names[task].clone(), states);
+        if !self.storage {
+            // Kept for a restart; with storage the restart reads it back.
+            p.states.insert(self.task_names[task].clone(), states);
+        }
         p.parts.extend(part);
         p.subtasks.push(stats);
         if p.num_waiting == 0 {
@@ -426,9 +429,15 @@ impl Coordinator {
             fill_from_subtasks(s, p.subtasks);
             s.checkpointed_bytes = written_bytes;
         }
+        // With storage a restart reads the checkpoint back (its chains of
+        // incremental parts are there): only the id is kept.
         self.latest = Some(RestoredState {
             checkpoint: id,
-            states: p.states,
+            states: if self.storage {
+                HashMap::new()
+            } else {
+                p.states
+            },
         });
         if let Some(r) = p.reply {
             let _ = r.send(Ok(id));

@@ -12,7 +12,7 @@
 //! writes.
 
 use super::plan::{JobGraph, PlanTask, SubtaskCtx, TaskBody, TaskRt, Wiring};
-use super::snapshot::{SnapshotWorker, WorkerSetup};
+use super::snapshot::{ChainPolicy, SnapshotWorker, WorkerSetup};
 use crate::barrier::{AbortReason, CheckpointMode};
 use crate::checkpoint::coordinator::{Coordinator, CoordinatorOutput};
 use crate::checkpoint::{
@@ -327,7 +327,7 @@ impl Driver {
                         });
                     }
                     self.shared.restarts.lock().expect("not poisoned").0 += 1;
-                    restored = self.coordinator.latest_restore_point();
+                    restored = self.restore_point()?;
                     if matches!(error, TaskError::Injected(_)) {
                         tracing::info!(
                             task = %task_name, %error,
@@ -346,6 +346,29 @@ impl Driver {
         }
         self.publish_stats();
         Ok(self.shared.snapshot())
+    }
+
+    /// The state to restart from: the latest completed checkpoint, read
+    /// back from storage when the job has one (its chains of incremental
+    /// parts are there), else the acknowledgements kept in memory.
+    fn restore_point(&self) -> Result<Option<RestoredState>, JobError> {
+        let latest = self.coordinator.latest_restore_point();
+        let (Some(p), Some(r)) = (&self.publisher, &latest) else {
+            return Ok(latest);
+        };
+        match p.storage.load(r.checkpoint) {
+            Ok(loaded) => restored_from(loaded).map(Some),
+            Err(e) => {
+                tracing::warn!(checkpoint = %r.checkpoint, error = %e, "the latest checkpoint does not load; trying older ones");
+                let valid = p.storage.load_latest_valid().map_err(JobError::Storage)?;
+                match valid.checkpoint {
+                    Some(loaded) => restored_from(loaded).map(Some),
+                    None => Err(JobError::Restore(format!(
+                        "no completed checkpoint loads for the restart: {e}"
+                    ))),
+                }
+            }
+        }
     }
 
     fn publish_stats(&self) {
@@ -398,6 +421,11 @@ impl Driver {
                         storage: self.publisher.as_ref().map(|p| p.storage.clone()),
                         events: ev_tx.clone(),
                         failure: failure.filter(|f| f.at == FailurePoint::DuringAsyncSnapshot),
+                        policy: ChainPolicy {
+                            incremental: self.config.checkpoint.incremental,
+                            full_every: self.config.checkpoint.full_every,
+                            max_chain_ratio: self.config.checkpoint.max_chain_ratio,
+                        },
                     })
                     .map_err(|e| JobError::Internal(format!("starting task {name}: {e}")))?,
                 )
@@ -744,18 +772,27 @@ impl Publisher {
     }
 }
 
-/// Decodes a stored checkpoint into the state tasks restore from.
+/// Decodes a stored checkpoint into the state tasks restore from: per
+/// task, the operator snapshots of its chain in order (the parts its delta
+/// builds on first).
 fn restored_from(loaded: LoadedCheckpoint) -> Result<RestoredState, JobError> {
     let mut states = HashMap::new();
-    for (key, bytes) in &loaded.states {
-        let snaps: Vec<OperatorSnapshot> = postcard::from_bytes(bytes).map_err(|e| {
+    let decode = |key: &TaskStateKey, bytes: &[u8]| -> Result<Vec<OperatorSnapshot>, JobError> {
+        postcard::from_bytes(bytes).map_err(|e| {
             JobError::Restore(format!(
                 "state of {}[{}] in {} does not decode: {e}",
                 key.task,
                 key.subtask,
                 loaded.handle.path.display()
             ))
-        })?;
+        })
+    };
+    for (key, bytes) in &loaded.states {
+        let mut snaps = Vec::new();
+        for base in loaded.bases.get(key).into_iter().flatten() {
+            snaps.extend(decode(key, base)?);
+        }
+        snaps.extend(decode(key, bytes)?);
         states.insert(TaskId::new(key.task.clone(), key.subtask as usize), snaps);
     }
     Ok(RestoredState {

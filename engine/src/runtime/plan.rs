@@ -89,6 +89,14 @@ impl TaskRt {
             None => debug_assert!(false, "a checkpoint without a snapshot thread"),
         }
     }
+
+    /// Checkpoint `id` completed (`true`) or was aborted: the snapshot
+    /// thread learns a new base for its deltas.
+    pub(crate) fn checkpoint_done(&self, id: crate::element::CheckpointId, completed: bool) {
+        if let (Some(w), true) = (&self.snapshots, completed) {
+            w.completed(id);
+        }
+    }
 }
 
 /// A runnable task (a source loop or an input-gate loop with its chain).

@@ -15,24 +15,45 @@ use crate::checkpoint::{CheckpointStorage, SubtaskCheckpointStats, TaskStateKey}
 use crate::element::CheckpointId;
 use crate::error::TaskError;
 use crate::failure::{injected, FailurePoint, InjectedFailure};
+use crate::operator::SnapshotRequest;
 use crate::protocol::{OperatorSnapshot, PendingSnapshot, TaskEvent};
+use crate::state::varint_len;
 use crossbeam_channel::{Receiver, Sender};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 /// One checkpoint of one task, its synchronous part done.
 pub(crate) struct SnapshotJob {
     pub(crate) id: CheckpointId,
+    /// True for a savepoint: always full, whatever the chain.
+    pub(crate) full: bool,
     pub(crate) parts: Vec<PendingSnapshot>,
     /// Filled in by the task: everything but the asynchronous part's
     /// figures.
     pub(crate) stats: SubtaskCheckpointStats,
 }
 
+/// What a task tells its snapshot thread.
+enum WorkerMsg {
+    Job(SnapshotJob),
+    /// Checkpoint `id` completed (a possible base for the next delta).
+    Completed(CheckpointId),
+}
+
 /// The handle of a task's snapshot thread.
 pub(crate) struct SnapshotWorker {
-    jobs: Option<Sender<SnapshotJob>>,
+    jobs: Option<Sender<WorkerMsg>>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// When a subtask's chain of incremental parts restarts with a full one
+/// (the three settings of [`crate::CheckpointConfig`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ChainPolicy {
+    pub(crate) incremental: bool,
+    pub(crate) full_every: u32,
+    pub(crate) max_chain_ratio: f64,
 }
 
 /// What the snapshot thread needs.
@@ -43,6 +64,7 @@ pub(crate) struct WorkerSetup {
     pub(crate) events: Sender<TaskEvent>,
     /// Armed only for [`FailurePoint::DuringAsyncSnapshot`].
     pub(crate) failure: Option<InjectedFailure>,
+    pub(crate) policy: ChainPolicy,
 }
 
 impl SnapshotWorker {
@@ -73,10 +95,19 @@ impl SnapshotWorker {
 
     /// Queues `job` for the snapshot thread.
     pub(crate) fn submit(&self, job: SnapshotJob) {
+        self.send(WorkerMsg::Job(job));
+    }
+
+    /// Tells the snapshot thread that checkpoint `id` completed.
+    pub(crate) fn completed(&self, id: CheckpointId) {
+        self.send(WorkerMsg::Completed(id));
+    }
+
+    fn send(&self, msg: WorkerMsg) {
         if let Some(tx) = &self.jobs {
-            // The thread ends only when `jobs` drops, so this cannot fail
-            // unless it panicked, which the missing ack then shows.
-            let _ = tx.send(job);
+            // The thread ends only when `jobs` drops or after a failure it
+            // reported; either way nothing is left to do with `msg`.
+            let _ = tx.send(msg);
         }
     }
 
@@ -93,12 +124,10 @@ impl SnapshotWorker {
 /// Gives the calling thread the lowest normal priority (nice 19), so that
 /// on a machine with fewer cores than threads the scheduler prefers the
 /// task threads: a snapshot thread's encoding and checksums then fill idle
-/// time instead of delaying records (on the 2-core reference machine the
-/// snapshot threads at nice 0 delayed the barrier's way through the job by
-/// up to 1-2 ms; see BENCHMARKS.md). Unlike `SCHED_IDLE`, nice 19 never
+/// time instead of delaying records. Unlike `SCHED_IDLE`, nice 19 never
 /// starves a snapshot thread when the tasks keep every core busy (W1): it
-/// still gets a share (about 1.5 % of a core against one nice-0 thread,
-/// by the CFS weight table). Linux only; elsewhere a no-op.
+/// still gets a share (about 1.5 % of a core against one nice-0 thread, by
+/// the CFS weight table, 15 against 1024). Linux only; elsewhere a no-op.
 #[cfg(target_os = "linux")]
 fn lower_priority() {
     // SAFETY: setpriority takes plain integers; on Linux PRIO_PROCESS with
@@ -113,10 +142,78 @@ fn lower_priority() {
 #[cfg(not(target_os = "linux"))]
 fn lower_priority() {}
 
-fn run(setup: WorkerSetup, jobs: Receiver<SnapshotJob>) {
-    for job in jobs {
+/// A part this thread wrote in this attempt: how long and how big its
+/// chain is (itself included).
+#[derive(Clone, Copy, Debug)]
+struct Written {
+    chain_len: u32,
+    chain_bytes: u64,
+}
+
+/// The snapshot thread's view of its task's chain of parts.
+#[derive(Debug, Default)]
+struct Chain {
+    /// Parts written, by checkpoint, from the newest completed one on.
+    written: BTreeMap<CheckpointId, Written>,
+    /// The newest completed checkpoint this thread wrote a part for: the
+    /// base of the next delta.
+    confirmed: Option<CheckpointId>,
+    /// The full size of the task's state at its last snapshot, bytes.
+    live_bytes: u64,
+}
+
+impl Chain {
+    fn completed(&mut self, id: CheckpointId) {
+        if self.written.contains_key(&id) && self.confirmed.is_none_or(|c| c < id) {
+            self.confirmed = Some(id);
+            // Older parts can no longer be a base.
+            self.written = self.written.split_off(&id);
+        }
+    }
+
+    /// The base for checkpoint `id`'s part, `None` when it must be full:
+    /// no completed base yet (the first snapshot of an attempt, or no
+    /// storage), a savepoint, or a chain at its length or byte limit.
+    fn base(&self, policy: &ChainPolicy, full: bool) -> Option<CheckpointId> {
+        if !policy.incremental || full {
+            return None;
+        }
+        let c = self.confirmed?;
+        let w = self.written.get(&c)?;
+        let too_long = w.chain_len >= policy.full_every;
+        let too_big = w.chain_bytes as f64 > policy.max_chain_ratio * self.live_bytes as f64;
+        (!too_long && !too_big).then_some(c)
+    }
+
+    fn wrote(&mut self, id: CheckpointId, base: Option<CheckpointId>, bytes: u64, live: u64) {
+        let prev = base.and_then(|b| self.written.get(&b)).copied();
+        let w = match prev {
+            Some(p) => Written {
+                chain_len: p.chain_len + 1,
+                chain_bytes: p.chain_bytes + bytes,
+            },
+            None => Written {
+                chain_len: 1,
+                chain_bytes: bytes,
+            },
+        };
+        self.written.insert(id, w);
+        self.live_bytes = live;
+    }
+}
+
+fn run(setup: WorkerSetup, msgs: Receiver<WorkerMsg>) {
+    let mut chain = Chain::default();
+    for msg in msgs {
+        let job = match msg {
+            WorkerMsg::Job(job) => job,
+            WorkerMsg::Completed(id) => {
+                chain.completed(id);
+                continue;
+            }
+        };
         let id = job.id;
-        let ev = finish(&setup, job);
+        let ev = finish(&setup, &mut chain, job);
         let failed = matches!(ev, TaskEvent::Failed { .. });
         // The job thread may be gone at teardown; then nothing matters.
         let _ = setup.events.send(ev);
@@ -131,19 +228,37 @@ fn run(setup: WorkerSetup, jobs: Receiver<SnapshotJob>) {
 
 /// Runs the asynchronous part of `job`; returns the acknowledgement, or
 /// the decline (a failed write) or failure to report instead.
-fn finish(setup: &WorkerSetup, job: SnapshotJob) -> TaskEvent {
+fn finish(setup: &WorkerSetup, chain: &mut Chain, job: SnapshotJob) -> TaskEvent {
     let start = crate::clock::now_ns();
     let fail = |error| TaskEvent::Failed {
         task: setup.task,
         error,
     };
+    // Without storage every snapshot is full: a restart restores from the
+    // acknowledgements kept in memory, one part per task.
+    let base = if setup.storage.is_some() {
+        chain.base(&setup.policy, job.full)
+    } else {
+        None
+    };
+    let req = SnapshotRequest { id: job.id, base };
     let mut states = Vec::with_capacity(job.parts.len());
+    let mut delta = false;
+    // The exact size of the task's part were every operator's bytes full:
+    // postcard's Vec<OperatorSnapshot> (a length, then name and bytes,
+    // each length-prefixed).
+    let mut full_size = varint_len(job.parts.len() as u64);
     for p in job.parts {
-        match p.snapshot.run() {
-            Ok(bytes) => states.push(OperatorSnapshot {
-                operator: p.operator,
-                bytes,
-            }),
+        match p.snapshot.run(&req) {
+            Ok(enc) => {
+                delta |= enc.delta;
+                let name = p.operator.len() as u64;
+                full_size += varint_len(name) + name + varint_len(enc.full_bytes) + enc.full_bytes;
+                states.push(OperatorSnapshot {
+                    operator: p.operator,
+                    bytes: enc.bytes,
+                })
+            }
             Err(e) => {
                 return fail(TaskError::from_operator(
                     &p.operator,
@@ -158,7 +273,10 @@ fn finish(setup: &WorkerSetup, job: SnapshotJob) -> TaskEvent {
             return fail(injected(&f));
         }
     }
+    let base = base.filter(|_| delta);
     let mut stats = job.stats;
+    stats.state_bytes = full_size;
+    stats.incremental = delta;
     let mut part = None;
     if let Some(storage) = &setup.storage {
         let bytes = match postcard::to_allocvec(&states) {
@@ -171,10 +289,11 @@ fn finish(setup: &WorkerSetup, job: SnapshotJob) -> TaskEvent {
                 ))
             }
         };
-        stats.state_bytes = bytes.len() as u64;
         match storage.write_part(job.id, &setup.key, &bytes) {
-            Ok(h) => {
+            Ok(mut h) => {
+                h.base = base;
                 stats.checkpointed_bytes = h.written_bytes;
+                chain.wrote(job.id, base, h.written_bytes, full_size);
                 part = Some(h);
             }
             Err(e) => {
@@ -186,8 +305,6 @@ fn finish(setup: &WorkerSetup, job: SnapshotJob) -> TaskEvent {
                 }
             }
         }
-    } else {
-        stats.state_bytes = states.iter().map(|s| s.bytes.len() as u64).sum();
     }
     stats.async_ns = crate::clock::now_ns().saturating_sub(start);
     TaskEvent::Ack {

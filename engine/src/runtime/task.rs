@@ -67,6 +67,7 @@ fn checkpoint<I>(
     };
     rt.submit_snapshot(SnapshotJob {
         id: barrier.id,
+        full: barrier.options.kind == crate::element::SnapshotKind::Savepoint,
         parts,
         stats,
     });
@@ -111,7 +112,8 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
         )
     }
 
-    fn done(&mut self, id: CheckpointId, completed: bool) -> Result<(), TaskError> {
+    fn done(&mut self, rt: &TaskRt, id: CheckpointId, completed: bool) -> Result<(), TaskError> {
+        rt.checkpoint_done(id, completed);
         if let Err((call, e)) = crate::operator::notify(&mut self.source, id, completed) {
             return Err(self.source_err(call, e));
         }
@@ -158,8 +160,9 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
 impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
     fn run(&mut self, rt: &mut TaskRt) -> Result<(), TaskError> {
         if let Some(states) = rt.restored.take() {
-            if let Some(s) = states.iter().find(|s| s.operator == self.name) {
-                if let Err(e) = self.source.restore_state(&s.bytes) {
+            let chain = crate::protocol::chain_of(&states, &self.name);
+            if !chain.is_empty() {
+                if let Err(e) = self.source.restore_state_chain(&chain) {
                     return Err(self.source_err("restore_state", e));
                 }
             }
@@ -181,7 +184,7 @@ impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
             while let Ok(c) = self.control.try_recv() {
                 match c {
                     Control::Trigger(b) => self.trigger(rt, b)?,
-                    Control::Done(id, ok) => self.done(id, ok)?,
+                    Control::Done(id, ok) => self.done(rt, id, ok)?,
                     Control::Stop => stopping = true,
                 }
             }
@@ -221,7 +224,7 @@ impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
                     let wake = crate::chain::earliest(wake_at_ns, self.chain.next_timer_ns());
                     match self.wait_control(wake, true)? {
                         Some(Control::Trigger(b)) => self.trigger(rt, b)?,
-                        Some(Control::Done(id, ok)) => self.done(id, ok)?,
+                        Some(Control::Done(id, ok)) => self.done(rt, id, ok)?,
                         Some(Control::Stop) => stopping = true,
                         None => {}
                     }
@@ -250,7 +253,7 @@ impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
                         self.trigger(rt, b)?;
                     }
                     Some(Control::Done(id, ok)) => {
-                        self.done(id, ok)?;
+                        self.done(rt, id, ok)?;
                         if ok && final_id.is_some_and(|f| id >= f) {
                             break;
                         }
@@ -294,9 +297,12 @@ impl<T: RecordSize + Send> GateTask<T> {
         }
     }
 
-    fn control(&mut self, c: Control) -> Result<(), TaskError> {
+    fn control(&mut self, rt: &TaskRt, c: Control) -> Result<(), TaskError> {
         match c {
-            Control::Done(id, ok) => self.chain.checkpoint_done(id, ok),
+            Control::Done(id, ok) => {
+                rt.checkpoint_done(id, ok);
+                self.chain.checkpoint_done(id, ok)
+            }
             Control::Trigger(_) | Control::Stop => Ok(()),
         }
     }
@@ -368,7 +374,7 @@ impl<T: RecordSize + Send> TaskBody for GateTask<T> {
                         }
                     }
                 }
-                GateEvent::Control(c) => self.control(c)?,
+                GateEvent::Control(c) => self.control(rt, c)?,
                 GateEvent::Dry => self.chain.flush()?,
                 GateEvent::End => break,
             }
@@ -377,7 +383,7 @@ impl<T: RecordSize + Send> TaskBody for GateTask<T> {
         // Take the notifications that were sent before our inputs ended
         // (e.g. the completion of the final checkpoint).
         while let Some(c) = self.gate.try_control() {
-            self.control(c)?;
+            self.control(rt, c)?;
         }
         Ok(())
     }

@@ -5,12 +5,14 @@ use lockgate::*;
 use std::collections::HashMap;
 
 /// Emits `next, next+step, ...` below `end` (`end = u64::MAX`: forever),
-/// at most `per_poll` records a poll; its position is its state.
+/// at most `per_poll` records a poll, then idles `pause_ns` if not 0; its
+/// position is its state.
 pub(crate) struct Counter {
     pub next: u64,
     pub end: u64,
     pub step: u64,
     pub per_poll: usize,
+    pub pause_ns: u64,
 }
 
 impl Counter {
@@ -21,6 +23,16 @@ impl Counter {
             end,
             step: p as u64,
             per_poll: usize::MAX,
+            pause_ns: 0,
+        }
+    }
+
+    /// As [`Counter::part`], `per_poll` records every `pause_ns`.
+    pub(crate) fn paced(i: usize, p: usize, end: u64, per_poll: usize, pause_ns: u64) -> Self {
+        Counter {
+            per_poll,
+            pause_ns,
+            ..Counter::part(i, p, end)
         }
     }
 }
@@ -34,6 +46,10 @@ impl Source<u64> for Counter {
         }
         Ok(if self.next >= self.end {
             SourcePoll::Finished
+        } else if self.pause_ns > 0 {
+            SourcePoll::Idle {
+                wake_at_ns: Some(now_ns() + self.pause_ns),
+            }
         } else {
             SourcePoll::Ready
         })
@@ -81,13 +97,17 @@ impl Operator<u64, (u64, u64)> for KeyedSum {
     }
 }
 
+/// Incremental: a snapshot copies the keys changed since the last one.
 impl Checkpointed for KeyedSum {
-    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
-        Ok(Some(self.sums.snapshot()?))
+    fn snapshot_state_async(
+        &mut self,
+        _id: CheckpointId,
+    ) -> Result<Option<StateSnapshot>, BoxError> {
+        Ok(Some(self.sums.snapshot_async()))
     }
 
-    fn restore_state(&mut self, b: &[u8]) -> Result<(), BoxError> {
-        self.sums = KeyedState::restore(b)?;
+    fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
+        self.sums = KeyedState::restore_chain(chain)?;
         Ok(())
     }
 }

@@ -108,6 +108,23 @@ pub enum StorageError {
         /// What the file holds.
         found: u64,
     },
+    /// An incremental checkpoint's part refers to an earlier checkpoint
+    /// (its base) that is not there or lacks the subtask's part.
+    #[error("checkpoint {id} needs the part of task {task:?} subtask {subtask} in its base checkpoint {base}: {why} ({path})")]
+    MissingBase {
+        /// The checkpoint being loaded.
+        id: CheckpointId,
+        /// The base it refers to.
+        base: CheckpointId,
+        /// The task.
+        task: String,
+        /// The subtask.
+        subtask: u32,
+        /// What is wrong with the base.
+        why: String,
+        /// The base's location.
+        path: PathBuf,
+    },
     /// No published checkpoint with this id.
     #[error("checkpoint {id} not found in {root}")]
     NotFound {
@@ -261,15 +278,27 @@ pub struct PartHandle {
     pub crc32c: u32,
     /// Bytes written, the file's header included.
     pub written_bytes: u64,
+    /// `Some(c)`: the part holds only changes since the same subtask's
+    /// state in checkpoint `c` (an incremental checkpoint), and a restore
+    /// needs `c`'s chain too; set by the writer before
+    /// [`CheckpointStorage::publish`]. `None` (what `write_part` returns):
+    /// the part is complete on its own.
+    #[serde(default)]
+    pub base: Option<CheckpointId>,
 }
 
-/// A checkpoint read back and fully validated.
+/// A checkpoint read back and fully validated, the parts of earlier
+/// checkpoints its incremental parts build on included.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LoadedCheckpoint {
     /// The metadata as written.
     pub metadata: CheckpointMetadata,
-    /// Every task's state bytes, as written.
+    /// Every task's state bytes, as written for this checkpoint.
     pub states: BTreeMap<TaskStateKey, Vec<u8>>,
+    /// For a task whose part is a delta ([`PartHandle::base`]): the parts
+    /// of its chain before this checkpoint's, oldest first (the full one
+    /// first). Tasks with a complete part have no entry.
+    pub bases: BTreeMap<TaskStateKey, Vec<Vec<u8>>>,
     /// Where it lies and how many bytes it takes (as at write time).
     pub handle: CheckpointHandle,
 }
@@ -432,27 +461,60 @@ pub trait CheckpointStorage: Send + Sync {
         })
     }
 
+    /// The checkpoints that checkpoint `id`'s incremental parts build on
+    /// directly (the distinct [`PartHandle::base`]s in its metadata),
+    /// ascending; empty for a checkpoint whose parts are all complete.
+    /// Only `_metadata` is read.
+    ///
+    /// # Errors
+    /// As [`load_metadata`](Self::load_metadata).
+    fn bases(&self, id: CheckpointId) -> Result<Vec<CheckpointId>>;
+
     /// Deletes all checkpoints of kind [`SnapshotKind::Checkpoint`] but the
-    /// newest `keep` ones (Flink's `state.checkpoints.num-retained`).
-    /// Savepoints are never deleted, nor counted. Only `_metadata` is read to
-    /// learn a checkpoint's kind; a folder whose metadata cannot be read is
-    /// neither counted nor deleted (delete it with [`remove`](Self::remove)).
-    /// Returns the deleted ids, ascending.
+    /// newest `keep` ones (Flink's `state.checkpoints.num-retained`) and
+    /// those they need: the checkpoints their incremental parts build on,
+    /// transitively (as Flink's `SharedStateRegistry` keeps shared files
+    /// while a retained checkpoint refers to them), and the newest
+    /// checkpoint whose parts are all complete, so that one corrupt delta
+    /// cannot leave nothing to restore (`keep` 0 deletes every checkpoint,
+    /// that one too). Savepoints are never deleted, nor
+    /// counted. Only `_metadata` is read; a folder whose metadata cannot
+    /// be read is neither counted nor deleted (delete it with
+    /// [`remove`](Self::remove)). Returns the deleted ids, ascending.
     ///
     /// # Errors
     /// [`StorageError::Io`] if listing or a deletion fails (deletions before
     /// it stay done).
     fn retain(&self, keep: usize) -> Result<Vec<CheckpointId>> {
         let mut checkpoints = Vec::new();
+        let mut bases = BTreeMap::new();
         for id in self.list()? {
-            if let Ok(meta) = self.load_metadata(id) {
+            if let (Ok(meta), Ok(b)) = (self.load_metadata(id), self.bases(id)) {
                 if meta.kind == SnapshotKind::Checkpoint {
                     checkpoints.push(id);
                 }
+                bases.insert(id, b);
             }
         }
-        let drop_count = checkpoints.len().saturating_sub(keep);
-        let removed: Vec<CheckpointId> = checkpoints.into_iter().take(drop_count).collect();
+        let mut needed: HashSet<CheckpointId> = HashSet::new();
+        let mut todo: Vec<CheckpointId> = checkpoints.iter().rev().take(keep).copied().collect();
+        if let Some(full) = checkpoints
+            .iter()
+            .rev()
+            .find(|id| bases.get(id).is_some_and(Vec::is_empty))
+            .filter(|_| keep > 0)
+        {
+            todo.push(*full);
+        }
+        while let Some(id) = todo.pop() {
+            if needed.insert(id) {
+                todo.extend(bases.get(&id).into_iter().flatten().copied());
+            }
+        }
+        let removed: Vec<CheckpointId> = checkpoints
+            .into_iter()
+            .filter(|id| !needed.contains(id))
+            .collect();
         for &id in &removed {
             self.remove(id)?;
         }
@@ -572,6 +634,9 @@ impl<S: CheckpointStorage + ?Sized> CheckpointStorage for std::sync::Arc<S> {
     }
     fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata> {
         (**self).load_metadata(id)
+    }
+    fn bases(&self, id: CheckpointId) -> Result<Vec<CheckpointId>> {
+        (**self).bases(id)
     }
     fn load_latest_valid(&self) -> Result<LatestValid> {
         (**self).load_latest_valid()

@@ -46,7 +46,17 @@ struct StateFileEntry {
     size: u64,
     /// CRC32C of the payload.
     crc32c: u32,
+    /// The checkpoint whose part of the same subtask this one builds on
+    /// (metadata version 2; absent: a complete part).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    base: Option<CheckpointId>,
 }
+
+/// The version of `_metadata`'s JSON. Version 2 added `base` to state
+/// entries (incremental checkpoints); version 1 files are read as they
+/// are (every part complete). A build that reads only version 1 refuses
+/// version 2, so it never takes a delta for a complete state.
+const METADATA_VERSION: u16 = 2;
 
 /// The JSON payload of `_metadata`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -144,11 +154,11 @@ impl LocalDirStorage {
         };
         let meta: MetadataFile =
             serde_json::from_slice(&payload).map_err(|e| bad(format!("not valid JSON: {e}")))?;
-        if meta.format_version != FORMAT_VERSION {
+        if !(FORMAT_VERSION..=METADATA_VERSION).contains(&meta.format_version) {
             return Err(StorageError::UnsupportedVersion {
                 path,
                 found: meta.format_version,
-                supported: FORMAT_VERSION,
+                supported: METADATA_VERSION,
             });
         }
         if meta.checkpoint.id != id {
@@ -177,6 +187,95 @@ impl LocalDirStorage {
     }
 }
 
+impl LocalDirStorage {
+    /// The parts of `key`'s chain up to and including its part in `base`
+    /// (oldest first), for checkpoint `id`, each read and validated.
+    fn read_chain(
+        &self,
+        id: CheckpointId,
+        mut base: CheckpointId,
+        key: &TaskStateKey,
+    ) -> Result<Vec<Vec<u8>>> {
+        let mut chain = Vec::new();
+        let mut newer = id;
+        loop {
+            let dir = self.checkpoint_dir(base);
+            let missing = |why: String| StorageError::MissingBase {
+                id,
+                base,
+                task: key.task.clone(),
+                subtask: key.subtask,
+                why,
+                path: dir.clone(),
+            };
+            // A base is always older: anything else is a damaged chain (and
+            // would loop).
+            if base >= newer {
+                return Err(missing(format!(
+                    "checkpoint {newer} names a base not older than itself"
+                )));
+            }
+            let meta = match self.read_metadata_file(base, &dir) {
+                Ok(m) => m,
+                Err(StorageError::NotFound { .. }) => {
+                    return Err(missing("the checkpoint is gone".into()))
+                }
+                Err(e) => return Err(e),
+            };
+            let Some(entry) = meta
+                .states
+                .iter()
+                .find(|e| e.task == key.task && e.subtask == key.subtask)
+            else {
+                return Err(missing("it has no part for this subtask".into()));
+            };
+            chain.push(read_entry(&dir, entry)?);
+            match entry.base {
+                Some(b) => {
+                    newer = base;
+                    base = b;
+                }
+                None => break,
+            }
+        }
+        chain.reverse();
+        Ok(chain)
+    }
+}
+
+/// Reads the part `entry` of the checkpoint in `dir` and checks it against
+/// what `_metadata` recorded.
+fn read_entry(dir: &Path, entry: &StateFileEntry) -> Result<Vec<u8>> {
+    let path = dir.join(&entry.file);
+    let payload = match read_framed(&path) {
+        Err(StorageError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            return Err(StorageError::MissingStateFile { path })
+        }
+        other => other?,
+    };
+    // The frame's own CRC has been checked; now check that the file is the
+    // one _metadata recorded.
+    let size = payload.len() as u64;
+    if size != entry.size {
+        return Err(StorageError::StateMismatch {
+            path,
+            what: "payload size",
+            expected: entry.size,
+            found: size,
+        });
+    }
+    let crc = crc32c::crc32c(&payload);
+    if crc != entry.crc32c {
+        return Err(StorageError::StateMismatch {
+            path,
+            what: "crc32c",
+            expected: u64::from(entry.crc32c),
+            found: u64::from(crc),
+        });
+    }
+    Ok(payload)
+}
+
 impl CheckpointStorage for LocalDirStorage {
     fn write_part(&self, id: CheckpointId, key: &TaskStateKey, bytes: &[u8]) -> Result<PartHandle> {
         validate_id(id)?;
@@ -191,6 +290,7 @@ impl CheckpointStorage for LocalDirStorage {
             size: bytes.len() as u64,
             crc32c,
             written_bytes: (HEADER_LEN + bytes.len()) as u64,
+            base: None,
         })
     }
 
@@ -214,8 +314,17 @@ impl CheckpointStorage for LocalDirStorage {
                 });
             }
         }
+        if let Some(p) = parts.iter().find(|p| p.base.is_some_and(|b| b >= meta.id)) {
+            return Err(StorageError::InvalidInput {
+                id: meta.id,
+                reason: format!(
+                    "the part of task {:?} subtask {} builds on checkpoint {:?}, not an earlier one",
+                    p.key.task, p.key.subtask, p.base
+                ),
+            });
+        }
         let metadata = MetadataFile {
-            format_version: FORMAT_VERSION,
+            format_version: METADATA_VERSION,
             checkpoint: meta.clone(),
             states: parts
                 .iter()
@@ -225,6 +334,7 @@ impl CheckpointStorage for LocalDirStorage {
                     file: p.file.clone(),
                     size: p.size,
                     crc32c: p.crc32c,
+                    base: p.base,
                 })
                 .collect(),
         };
@@ -279,42 +389,16 @@ impl CheckpointStorage for LocalDirStorage {
         let dir = self.checkpoint_dir(id);
         let meta = self.read_metadata_file(id, &dir)?;
         let mut states = BTreeMap::new();
+        let mut bases = BTreeMap::new();
         let mut total = 0u64;
         for entry in &meta.states {
-            let path = dir.join(&entry.file);
-            let payload = match read_framed(&path) {
-                Err(StorageError::Io { source, .. })
-                    if source.kind() == io::ErrorKind::NotFound =>
-                {
-                    return Err(StorageError::MissingStateFile { path })
-                }
-                other => other?,
-            };
-            // The frame's own CRC has been checked; now check that the file
-            // is the one _metadata recorded.
-            let size = payload.len() as u64;
-            if size != entry.size {
-                return Err(StorageError::StateMismatch {
-                    path,
-                    what: "payload size",
-                    expected: entry.size,
-                    found: size,
-                });
+            let payload = read_entry(&dir, entry)?;
+            total += HEADER_LEN as u64 + payload.len() as u64;
+            let key = TaskStateKey::new(entry.task.clone(), entry.subtask);
+            if let Some(base) = entry.base {
+                bases.insert(key.clone(), self.read_chain(id, base, &key)?);
             }
-            let crc = crc32c::crc32c(&payload);
-            if crc != entry.crc32c {
-                return Err(StorageError::StateMismatch {
-                    path,
-                    what: "crc32c",
-                    expected: u64::from(entry.crc32c),
-                    found: u64::from(crc),
-                });
-            }
-            total += HEADER_LEN as u64 + size;
-            states.insert(
-                TaskStateKey::new(entry.task.clone(), entry.subtask),
-                payload,
-            );
+            states.insert(key, payload);
         }
         let meta_len = fs::metadata(dir.join(METADATA_FILE))
             .map(|m| m.len())
@@ -322,12 +406,21 @@ impl CheckpointStorage for LocalDirStorage {
         Ok(LoadedCheckpoint {
             metadata: meta.checkpoint,
             states,
+            bases,
             handle: CheckpointHandle {
                 id,
                 path: dir,
                 total_bytes: total + meta_len,
             },
         })
+    }
+
+    fn bases(&self, id: CheckpointId) -> Result<Vec<CheckpointId>> {
+        let meta = self.read_metadata_file(id, &self.checkpoint_dir(id))?;
+        let mut b: Vec<CheckpointId> = meta.states.iter().filter_map(|e| e.base).collect();
+        b.sort_unstable();
+        b.dedup();
+        Ok(b)
     }
 
     fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata> {

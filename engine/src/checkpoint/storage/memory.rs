@@ -17,6 +17,8 @@ use std::sync::Mutex;
 struct MemoryEntry {
     metadata: CheckpointMetadata,
     states: BTreeMap<TaskStateKey, Vec<u8>>,
+    /// The base of each delta part.
+    bases: BTreeMap<TaskStateKey, CheckpointId>,
     total_bytes: u64,
 }
 
@@ -94,6 +96,7 @@ impl CheckpointStorage for MemoryStorage {
             size: bytes.len() as u64,
             crc32c: 0,
             written_bytes: bytes.len() as u64,
+            base: None,
         })
     }
 
@@ -107,6 +110,7 @@ impl CheckpointStorage for MemoryStorage {
         }
         let mut staged = self.staged().remove(&meta.id).unwrap_or_default();
         let mut states = BTreeMap::new();
+        let mut bases = BTreeMap::new();
         for p in parts {
             let bytes = staged
                 .remove(&p.key)
@@ -114,6 +118,15 @@ impl CheckpointStorage for MemoryStorage {
                     path: path.join(&p.file),
                 })?;
             states.insert(p.key.clone(), bytes);
+            if let Some(b) = p.base {
+                if b >= meta.id {
+                    return Err(StorageError::InvalidInput {
+                        id: meta.id,
+                        reason: format!("a part builds on checkpoint {b}, not an earlier one"),
+                    });
+                }
+                bases.insert(p.key.clone(), b);
+            }
         }
         let total_bytes = states.values().map(|b| b.len() as u64).sum();
         map.insert(
@@ -121,6 +134,7 @@ impl CheckpointStorage for MemoryStorage {
             MemoryEntry {
                 metadata: meta.clone(),
                 states,
+                bases,
                 total_bytes,
             },
         );
@@ -146,15 +160,52 @@ impl CheckpointStorage for MemoryStorage {
             id,
             root: PathBuf::from("<memory>"),
         })?;
+        let mut bases = BTreeMap::new();
+        for (key, &first) in &entry.bases {
+            let mut chain = Vec::new();
+            let mut base = Some(first);
+            while let Some(b) = base {
+                let part = map
+                    .get(&b)
+                    .and_then(|e| e.states.get(key).map(|s| (s, e.bases.get(key))));
+                let Some((bytes, next)) = part else {
+                    return Err(StorageError::MissingBase {
+                        id,
+                        base: b,
+                        task: key.task.clone(),
+                        subtask: key.subtask,
+                        why: "the checkpoint or its part is gone".into(),
+                        path: Self::location(b),
+                    });
+                };
+                chain.push(bytes.clone());
+                base = next.copied();
+            }
+            chain.reverse();
+            bases.insert(key.clone(), chain);
+        }
         Ok(LoadedCheckpoint {
             metadata: entry.metadata.clone(),
             states: entry.states.clone(),
+            bases,
             handle: CheckpointHandle {
                 id,
                 path: Self::location(id),
                 total_bytes: entry.total_bytes,
             },
         })
+    }
+
+    fn bases(&self, id: CheckpointId) -> Result<Vec<CheckpointId>> {
+        let map = self.map();
+        let entry = map.get(&id).ok_or_else(|| StorageError::NotFound {
+            id,
+            root: PathBuf::from("<memory>"),
+        })?;
+        let mut b: Vec<CheckpointId> = entry.bases.values().copied().collect();
+        b.sort_unstable();
+        b.dedup();
+        Ok(b)
     }
 
     fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata> {

@@ -62,15 +62,18 @@ pub fn key_group<K: Hash + ?Sized>(key: &K) -> u16 {
 /// ```
 /// use lockgate::{CheckpointId, KeyedState, SnapshotRequest};
 /// let mut sums: KeyedState<u64, u64> = KeyedState::new();
-/// *sums.get_or_default(7) += 5;
+/// for k in 0..100 {
+///     *sums.get_or_default(k) += 5;
+/// }
 /// let full = sums.snapshot_async().run(&SnapshotRequest::full(CheckpointId(1))).unwrap();
 /// *sums.get_or_default(7) += 1;
-/// *sums.get_or_default(8) += 2;
+/// sums.remove(&8);
+/// // Checkpoint 1 completed: checkpoint 2 may hold only what changed.
 /// let req = SnapshotRequest { id: CheckpointId(2), base: Some(CheckpointId(1)) };
 /// let delta = sums.snapshot_async().run(&req).unwrap();
 /// assert!(delta.delta && delta.bytes.len() < 20);
 /// let back = KeyedState::<u64, u64>::restore_chain(&[&full.bytes, &delta.bytes]).unwrap();
-/// assert_eq!((back.get(&7), back.get(&8)), (Some(&6), Some(&2)));
+/// assert_eq!((back.get(&7), back.get(&8), back.len()), (Some(&6), None, 99));
 /// assert!(KeyedState::<u64, u64>::restore(b"\xff\xff").is_err());
 /// ```
 pub struct KeyedState<K, V> {

@@ -239,17 +239,31 @@ type KeyGroupEntries<K, V> = (u16, Vec<(K, Option<V>)>);
 /// The version of [`KeyedPart`]'s layout.
 const KEYED_FORMAT: u8 = 1;
 
+/// What a snapshot's synchronous part hands over: the changed keys, or,
+/// when most keys changed, every entry (a plain copy, cheaper than one
+/// hash lookup per changed key, and a full snapshot is no bigger than such
+/// a delta).
+enum Changes<K, V> {
+    Some(Vec<(K, Option<V>)>),
+    All(Vec<(K, V)>),
+}
+
 /// The snapshot thread's copy of a [`KeyedState`], with what it needs to
 /// write deltas: which keys changed in each snapshot since the last
 /// completed one, and the exact size of a full encoding, kept up to date.
 struct Replica<K, V> {
+    /// The state as of the last snapshot: a map once a delta was applied
+    /// to it, else the plain copy of the last full change set (W2 with
+    /// 10,000 keys changes most keys between checkpoints and never needs
+    /// the map).
     map: HashMap<K, V>,
+    copy: Option<Vec<(K, V)>>,
     /// Entries per key group.
     counts: Vec<u64>,
     /// The sum of the encoded sizes of `(key, Some(value))`, bytes.
     entry_bytes: u64,
-    /// Keys changed by each snapshot taken, by checkpoint.
-    log: BTreeMap<CheckpointId, Vec<K>>,
+    /// Keys changed by each snapshot taken, by checkpoint; `None`: all.
+    log: BTreeMap<CheckpointId, Option<Vec<K>>>,
     /// The first snapshot this replica applied: no delta for an older base.
     first: Option<CheckpointId>,
 }
@@ -269,6 +283,20 @@ fn encoded_size<T: Serialize + ?Sized>(v: &T) -> Result<u64, StateError> {
         })
 }
 
+/// The bytes of [`KeyedPart`]'s fixed fields and group headers for
+/// `counts` entries per group: format, flag, group count, then per
+/// non-empty group its id and its entry count.
+fn headers_size(counts: &[u64]) -> u64 {
+    let groups = counts.iter().filter(|c| **c > 0).count() as u64;
+    let headers: u64 = counts
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c > 0)
+        .map(|(g, c)| varint_len(g as u64) + varint_len(*c))
+        .sum();
+    2 + varint_len(groups) + headers
+}
+
 impl<K, V> Replica<K, V>
 where
     K: Serialize + Eq + Hash + Clone,
@@ -277,6 +305,7 @@ where
     fn new() -> Self {
         Replica {
             map: HashMap::new(),
+            copy: None,
             counts: vec![0; DEFAULT_MAX_PARALLELISM as usize],
             entry_bytes: 0,
             log: BTreeMap::new(),
@@ -284,23 +313,22 @@ where
         }
     }
 
-    /// The exact size of a full encoding ([`KeyedPart`] with `delta`
-    /// false), bytes: format, flag, group count, then per group its id, its
-    /// entry count and its entries.
+    /// The exact size of a full encoding, bytes.
     fn full_size(&self) -> u64 {
-        let groups = self.counts.iter().filter(|c| **c > 0).count() as u64;
-        let headers: u64 = self
-            .counts
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| **c > 0)
-            .map(|(g, c)| varint_len(g as u64) + varint_len(*c))
-            .sum();
-        2 + varint_len(groups) + headers + self.entry_bytes
+        headers_size(&self.counts) + self.entry_bytes
     }
 
-    fn apply(&mut self, id: CheckpointId, changes: Vec<(K, Option<V>)>) -> Result<(), StateError> {
+    /// The map, built from the plain copy first if there is one.
+    fn map(&mut self) -> &mut HashMap<K, V> {
+        if let Some(copy) = self.copy.take() {
+            self.map = copy.into_iter().collect();
+        }
+        &mut self.map
+    }
+
+    fn apply(&mut self, changes: Vec<(K, Option<V>)>) -> Result<Vec<K>, StateError> {
         let mut keys = Vec::with_capacity(changes.len());
+        self.map();
         for (k, v) in changes {
             let g = key_group(&k) as usize;
             if let Some(old) = self.map.get(&k) {
@@ -322,15 +350,14 @@ where
             }
             keys.push(k);
         }
-        self.first.get_or_insert(id);
-        self.log.insert(id, keys);
-        Ok(())
+        Ok(keys)
     }
 
+    /// Encodes `entries` by key group; also returns the entries per group.
     fn encode<'a>(
         delta: bool,
         entries: impl Iterator<Item = (&'a K, Option<&'a V>)>,
-    ) -> Result<Vec<u8>, StateError>
+    ) -> Result<(Vec<u8>, Vec<u64>), StateError>
     where
         K: 'a,
         V: 'a,
@@ -340,6 +367,7 @@ where
         for (k, v) in entries {
             groups[key_group(k) as usize].push((k, v));
         }
+        let counts = groups.iter().map(|g| g.len() as u64).collect();
         let part = KeyedPart {
             format: KEYED_FORMAT,
             delta,
@@ -350,10 +378,22 @@ where
                 .map(|(g, e)| (g as u16, e))
                 .collect(),
         };
-        postcard::to_allocvec(&part).map_err(|source| StateError {
+        let bytes = postcard::to_allocvec(&part).map_err(|source| StateError {
             what: "does not encode",
             source,
-        })
+        })?;
+        Ok((bytes, counts))
+    }
+
+    /// Encodes everything; the counters are taken from the encoding.
+    fn encode_full(&mut self) -> Result<EncodedState, StateError> {
+        let (bytes, counts) = match &self.copy {
+            Some(c) => Self::encode(false, c.iter().map(|(k, v)| (k, Some(v))))?,
+            None => Self::encode(false, self.map.iter().map(|(k, v)| (k, Some(v))))?,
+        };
+        self.entry_bytes = bytes.len() as u64 - headers_size(&counts);
+        self.counts = counts;
+        Ok(EncodedState::full(bytes))
     }
 
     /// Applies checkpoint `req.id`'s changes and encodes the snapshot it
@@ -363,34 +403,46 @@ where
     fn snapshot(
         &mut self,
         req: &SnapshotRequest,
-        changes: Vec<(K, Option<V>)>,
+        changes: Changes<K, V>,
     ) -> Result<EncodedState, StateError> {
-        self.apply(req.id, changes)?;
-        let full_bytes = self.full_size();
-        if let Some(base) = req.base.filter(|b| self.first.is_some_and(|f| f <= *b)) {
-            // Changes at or before the base are in the base's chain.
-            self.log = self.log.split_off(&base.next());
-            let mut keys: Vec<&K> = Vec::new();
-            let mut seen = std::collections::HashSet::new();
-            for k in self.log.values().flatten() {
-                if seen.insert(k) {
-                    keys.push(k);
-                }
+        let logged = match changes {
+            Changes::Some(c) => Some(self.apply(c)?),
+            Changes::All(all) => {
+                self.map.clear();
+                self.copy = Some(all);
+                None
             }
-            if keys.len() < self.map.len() {
-                let bytes = Self::encode(true, keys.into_iter().map(|k| (k, self.map.get(k))))?;
-                return Ok(EncodedState {
-                    bytes,
-                    delta: true,
-                    full_bytes,
-                });
-            }
+        };
+        self.first.get_or_insert(req.id);
+        self.log.insert(req.id, logged);
+        let base = req.base.filter(|b| self.first.is_some_and(|f| f <= *b));
+        let Some(base) = base else {
+            return self.encode_full();
+        };
+        // Changes at or before the base are in the base's chain.
+        self.log = self.log.split_off(&base.next());
+        if self.log.values().any(Option::is_none) {
+            return self.encode_full();
         }
-        let bytes = Self::encode(false, self.map.iter().map(|(k, v)| (k, Some(v))))?;
+        let mut seen = std::collections::HashSet::new();
+        let keys: Vec<K> = self
+            .log
+            .values()
+            .flatten()
+            .flatten()
+            .filter(|k| seen.insert(*k))
+            .cloned()
+            .collect();
+        let map = self.map();
+        if keys.len() >= map.len() {
+            return self.encode_full();
+        }
+        let full_bytes = self.full_size();
+        let (bytes, _) = Self::encode(true, keys.iter().map(|k| (k, self.map.get(k))))?;
         Ok(EncodedState {
-            full_bytes: bytes.len() as u64,
             bytes,
-            delta: false,
+            delta: true,
+            full_bytes,
         })
     }
 }
@@ -408,6 +460,7 @@ where
     /// When a key or value cannot be encoded.
     pub fn snapshot(&self) -> Result<Vec<u8>, StateError> {
         Replica::<K, V>::encode(false, self.map.iter().map(|(k, s)| (k, Some(&s.value))))
+            .map(|(bytes, _)| bytes)
     }
 
     /// The state from bytes of [`KeyedState::snapshot`] (or a full
@@ -493,23 +546,30 @@ where
     /// snapshot when none is possible (no base, or a base older than this
     /// state's first snapshot).
     pub fn snapshot_async(&mut self) -> StateSnapshot {
-        let mut changes: Vec<(K, Option<V>)> =
-            Vec::with_capacity(self.dirty.len() + self.removed.len());
-        for k in self.removed.drain(..) {
-            if !self.map.contains_key(&k) {
-                changes.push((k, None));
-            }
-        }
-        if self.dirty.len() * 4 > self.map.len() {
+        let changes = if (self.dirty.len() + self.removed.len()) * 4 > self.map.len() {
             // Most keys changed: one pass over the table beats a hash
             // lookup per changed key (W2 with 10,000 keys changes 86 % of
-            // them every 100 ms: 3-4x faster on the reference machine).
+            // them every 100 ms), and the copy goes to the snapshot thread
+            // as it is.
             self.dirty.clear();
-            for (k, s) in self.map.iter_mut().filter(|(_, s)| s.dirty) {
-                s.dirty = false;
-                changes.push((k.clone(), Some(s.value.clone())));
-            }
+            self.removed.clear();
+            Changes::All(
+                self.map
+                    .iter_mut()
+                    .map(|(k, s)| {
+                        s.dirty = false;
+                        (k.clone(), s.value.clone())
+                    })
+                    .collect(),
+            )
         } else {
+            let mut changes: Vec<(K, Option<V>)> =
+                Vec::with_capacity(self.dirty.len() + self.removed.len());
+            for k in self.removed.drain(..) {
+                if !self.map.contains_key(&k) {
+                    changes.push((k, None));
+                }
+            }
             for k in self.dirty.drain(..) {
                 if let Some(s) = self.map.get_mut(&k) {
                     if s.dirty {
@@ -518,7 +578,8 @@ where
                     }
                 }
             }
-        }
+            Changes::Some(changes)
+        };
         let replica = self
             .replica
             .get_or_insert_with(|| Arc::new(Mutex::new(Replica::new())))

@@ -121,21 +121,23 @@ impl SnapshotWorker {
     }
 }
 
-/// Gives the calling thread the lowest normal priority (nice 19), so that
-/// on a machine with fewer cores than threads the scheduler prefers the
-/// task threads: a snapshot thread's encoding and checksums then fill idle
-/// time instead of delaying records. Unlike `SCHED_IDLE`, nice 19 never
-/// starves a snapshot thread when the tasks keep every core busy (W1): it
-/// still gets a share (about 1.5 % of a core against one nice-0 thread, by
-/// the CFS weight table, 15 against 1024). Linux only; elsewhere a no-op.
+/// Moves the calling thread to `SCHED_IDLE`, so that on a machine with
+/// fewer cores than threads the task threads keep their cores: a snapshot
+/// thread's encoding and checksums fill idle time instead of delaying
+/// records. A `SCHED_IDLE` thread never preempts a normal one when it wakes
+/// up (nice 19 still may, with the wake-up placement of CFS/EEVDF), yet it
+/// is not starved when the tasks keep every core busy (W1): the scheduler
+/// gives it the smallest weight, 3 against 1024 for a nice-0 thread
+/// (kernel/sched/core.c, `WEIGHT_IDLEPRIO`), so checkpoints still complete,
+/// later. Linux only; elsewhere a no-op.
 #[cfg(target_os = "linux")]
 fn lower_priority() {
-    // SAFETY: setpriority takes plain integers; on Linux PRIO_PROCESS with
-    // who = 0 changes only the calling thread's nice value (threads have
-    // their own, see setpriority(2), "BUGS"); no memory is passed.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param that lives across the call;
+    // pid 0 is the calling thread, whose policy alone changes.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
     if rc != 0 {
-        tracing::debug!("setpriority failed; the snapshot thread keeps its priority");
+        tracing::debug!("SCHED_IDLE refused; the snapshot thread keeps its priority");
     }
 }
 

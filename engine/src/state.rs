@@ -439,6 +439,10 @@ where
         }
         let full_bytes = self.full_size();
         let (bytes, _) = Self::encode(true, keys.iter().map(|k| (k, self.map.get(k))))?;
+        if bytes.len() as u64 >= full_bytes {
+            // Removals can make a delta of fewer keys as big as the state.
+            return self.encode_full();
+        }
         Ok(EncodedState {
             bytes,
             delta: true,

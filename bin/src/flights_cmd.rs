@@ -188,6 +188,13 @@ pub(crate) fn run(args: Args) -> ExitCode {
     }
     config.checkpoint.dir = args.checkpoint_dir.clone();
     config.checkpoint.restore = args.restore;
+    if let Some(flag) = args.incremental.given() {
+        if config.checkpoint.mode == CheckpointMode::None {
+            return usage_error(&format!(
+                "--{flag} needs checkpoints (--checkpoint exactly-once or at-least-once)"
+            ));
+        }
+    }
     if let Err(e) = args.incremental.apply(&mut config.checkpoint) {
         return usage_error(&e);
     }

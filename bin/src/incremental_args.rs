@@ -8,47 +8,68 @@ use lockgate::CheckpointConfig;
 pub(crate) struct IncrementalArgs {
     /// Incremental checkpoints: a subtask writes only what changed since
     /// the last completed checkpoint (with a checkpoint folder; savepoints
-    /// are always full)
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
-    pub incremental: bool,
+    /// are always full) [default: true]
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+    pub incremental: Option<bool>,
     /// With --incremental: at most N parts in a subtask's chain (its full
     /// snapshot and the deltas after it), then a full snapshot (1: always
-    /// full)
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    pub full_every: u32,
+    /// full) [default: 10]
+    #[arg(long, value_name = "N")]
+    pub full_every: Option<u32>,
     /// With --incremental: a full snapshot once a subtask's chain holds
-    /// more than X times the bytes of its live state
-    #[arg(long, value_name = "X", default_value_t = 2.0)]
-    pub max_chain_ratio: f64,
+    /// more than X times the bytes of its live state [default: 2]
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub max_chain_ratio: Option<f64>,
 }
 
 impl IncrementalArgs {
-    /// Sets the three fields of `c`.
+    /// The flag given, if any (they need checkpoints).
+    pub(crate) fn given(&self) -> Option<&'static str> {
+        if self.incremental.is_some() {
+            Some("incremental")
+        } else if self.full_every.is_some() {
+            Some("full-every")
+        } else if self.max_chain_ratio.is_some() {
+            Some("max-chain-ratio")
+        } else {
+            None
+        }
+    }
+
+    /// Sets the three fields of `c` (those not given keep their defaults).
     ///
     /// # Errors
     /// A message naming the flag when a value is out of range.
     pub(crate) fn apply(&self, c: &mut CheckpointConfig) -> Result<(), String> {
-        if self.full_every == 0 {
+        if self.full_every == Some(0) {
             return Err("--full-every must be at least 1 (1: every snapshot full)".into());
         }
-        if !(self.max_chain_ratio.is_finite() && self.max_chain_ratio > 0.0) {
+        if let Some(r) = self
+            .max_chain_ratio
+            .filter(|r| !(r.is_finite() && *r > 0.0))
+        {
             return Err(format!(
-                "--max-chain-ratio must be a positive number, got {}",
-                self.max_chain_ratio
+                "--max-chain-ratio must be a positive number, got {r}"
             ));
         }
-        c.incremental = self.incremental;
-        c.full_every = self.full_every;
-        c.max_chain_ratio = self.max_chain_ratio;
+        if let Some(i) = self.incremental {
+            c.incremental = i;
+        }
+        if let Some(n) = self.full_every {
+            c.full_every = n;
+        }
+        if let Some(r) = self.max_chain_ratio {
+            c.max_chain_ratio = r;
+        }
         Ok(())
     }
 
-    /// The settings as JSON fields of a run's configuration.
-    pub(crate) fn json(&self) -> serde_json::Value {
+    /// The settings `c` runs with, as JSON fields of a run's configuration.
+    pub(crate) fn json(c: &CheckpointConfig) -> serde_json::Value {
         serde_json::json!({
-            "incremental": self.incremental,
-            "full_every": self.full_every,
-            "max_chain_ratio": self.max_chain_ratio,
+            "incremental": c.incremental,
+            "full_every": c.full_every,
+            "max_chain_ratio": c.max_chain_ratio,
         })
     }
 }

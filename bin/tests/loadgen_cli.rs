@@ -218,6 +218,37 @@ fn w2_exactly_once_writes_json_hgrm_hlog_and_svg() {
     assert!(out.contains("(1.00x)"), "{out}");
     let bad = bin().args(["report", "show", &hgrm]).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
+
+    // A run saved by a schema-1 build (alignments instead of subtasks)
+    // still reads; a newer schema is refused, naming the versions.
+    let mut v1 = j.clone();
+    v1["schema_version"] = 1.into();
+    for c in v1["checkpoints"]["list"].as_array_mut().unwrap() {
+        let c = c.as_object_mut().unwrap();
+        c.remove("subtasks");
+        c.remove("checkpointed_bytes");
+        c.insert(
+            "alignments".into(),
+            serde_json::json!([{"task": "keyed_sum[0]", "alignment_ns": 5, "buffered_bytes": 0}]),
+        );
+    }
+    let v1_path = p("v1.json");
+    std::fs::write(&v1_path, serde_json::to_vec(&v1).unwrap()).unwrap();
+    let show = bin().args(["report", "show", &v1_path]).output().unwrap();
+    let (out, err) = text(&show);
+    assert_eq!(show.status.code(), Some(0), "{err}");
+    assert!(out.contains("checkpoints:"), "{out}");
+    let mut v3 = j.clone();
+    v3["schema_version"] = 3.into();
+    let v3_path = p("v3.json");
+    std::fs::write(&v3_path, serde_json::to_vec(&v3).unwrap()).unwrap();
+    let show = bin().args(["report", "show", &v3_path]).output().unwrap();
+    let (_, err) = text(&show);
+    assert_eq!(show.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("schema version 3") && err.contains("1 to 2"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -517,6 +548,14 @@ fn bad_inputs_are_refused_with_exit_code_2() {
         (vec!["--max-chain-ratio", "0"], "--max-chain-ratio"),
         (vec!["--max-chain-ratio", "NaN"], "--max-chain-ratio"),
         (vec!["--incremental", "maybe"], "--incremental"),
+        (
+            vec!["--checkpoint", "none", "--incremental", "false"],
+            "--incremental needs checkpoints",
+        ),
+        (
+            vec!["--checkpoint", "none", "--full-every", "3"],
+            "--full-every needs checkpoints",
+        ),
     ];
     for (args, needle) in cases {
         let o = loadgen(&args);

@@ -10,7 +10,7 @@
 
 use lockgate::{
     BoxError, CheckpointConfig, CheckpointId, Checkpointed, Context, FailurePlan, FailurePoint,
-    JobBuilder, JobConfig, KeyedState, Operator, RestartStrategy,
+    JobBuilder, JobConfig, KeyedState, Operator, RestartStrategy, StateSnapshot,
 };
 use std::time::Duration;
 
@@ -41,13 +41,19 @@ impl Operator<u64, (u64, u64)> for Count {
     }
 }
 
+/// Keyed state checkpointed incrementally: the synchronous part copies
+/// the keys changed since the last checkpoint, the snapshot thread writes
+/// them (or everything, now and then), and a restore gets the chain.
 impl Checkpointed for Count {
-    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
-        Ok(Some(self.counts.snapshot()?))
+    fn snapshot_state_async(
+        &mut self,
+        _id: CheckpointId,
+    ) -> Result<Option<StateSnapshot>, BoxError> {
+        Ok(Some(self.counts.snapshot_async()))
     }
 
-    fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
-        self.counts = KeyedState::restore(state)?;
+    fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
+        self.counts = KeyedState::restore_chain(chain)?;
         Ok(())
     }
 }

@@ -384,8 +384,9 @@ fn many_channels_align_under_frequent_checkpoints() {
     }
 }
 
-#[test]
-fn exactly_once_restarts_give_exact_state() {
+/// Exactly-once every 5 ms in memory, batches of 64, up to 5 restarts
+/// without delay.
+fn restarting_config() -> JobConfig {
     let mut config = JobConfig::default();
     config.batch_size = 64;
     config.checkpoint.mode = CheckpointMode::ExactlyOnce;
@@ -394,6 +395,12 @@ fn exactly_once_restarts_give_exact_state() {
         max_attempts: 5,
         delay: Duration::ZERO,
     };
+    config
+}
+
+#[test]
+fn exactly_once_restarts_give_exact_state() {
+    let config = restarting_config();
     let n = 300_000;
     let (job, finals) = sum_job(config, n, 10);
     let names = job.task_names();
@@ -1229,14 +1236,7 @@ fn restored_state_that_no_operator_claims_is_refused_unless_allowed() {
 
 #[test]
 fn a_failure_in_the_asynchronous_part_of_a_snapshot_recovers_exactly_once() {
-    let mut config = JobConfig::default();
-    config.batch_size = 64;
-    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
-    config.checkpoint.interval = Some(Duration::from_millis(5));
-    config.restart = RestartStrategy {
-        max_attempts: 5,
-        delay: Duration::ZERO,
-    };
+    let config = restarting_config();
     let n = 200_000;
     let (job, finals) = sum_job(config, n, 10);
     let names = job.task_names();

@@ -420,6 +420,10 @@ impl Args {
                 ),
                 ("restore", self.restore.is_some()),
                 ("inject-failures", self.inject_failures > 0),
+                (
+                    self.incremental.given().unwrap_or(""),
+                    self.incremental.given().is_some(),
+                ),
             ] {
                 if given {
                     return Err(format!(
@@ -559,7 +563,7 @@ impl Args {
             },
             "max_alignment_bytes": self.max_alignment_bytes,
             "checkpoint_timeout_ms": checkpointing.then_some(job.checkpoint.timeout.as_millis() as u64),
-            "incremental": checkpointing.then(|| self.incremental.json()),
+            "incremental": checkpointing.then(|| crate::incremental_args::IncrementalArgs::json(&job.checkpoint)),
             "inject_failures": self.inject_failures,
             "restore": path(&self.restore),
             "json": path(&self.json),

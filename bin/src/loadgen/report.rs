@@ -3,6 +3,7 @@
 
 use lockgate::CheckpointStats;
 use lockgate::CheckpointStatus;
+use lockgate::SubtaskCheckpointStats;
 use lockgate_workloads::latency::{histogram_to_base64, Percentiles};
 use lockgate_workloads::refjob::RefJobReport;
 use serde::{Deserialize, Serialize};
@@ -94,36 +95,6 @@ pub(crate) struct TaskAlignmentJson {
     pub buffered_bytes: u64,
 }
 
-/// One subtask's part of one checkpoint (schema version 2), as
-/// [`lockgate::SubtaskCheckpointStats`]: times in ns, sizes in bytes.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub(crate) struct SubtaskJson {
-    /// The subtask, e.g. `keyed_sum[1]`.
-    pub task: String,
-    /// Trigger or last barrier until records flow again, ns.
-    pub sync_ns: u64,
-    /// Encoding, write and `fsync` of its part, ns.
-    pub async_ns: u64,
-    /// Channels blocked for the alignment, ns (exactly-once only).
-    pub alignment_ns: u64,
-    /// First to last barrier, ns.
-    pub barrier_spread_ns: u64,
-    /// Most bytes buffered during the alignment.
-    pub buffered_bytes: u64,
-    /// Trigger to its first barrier, ns.
-    pub start_delay_ns: u64,
-    /// Bytes written for its part.
-    pub checkpointed_bytes: u64,
-    /// In-flight records persisted (unaligned checkpoints), bytes.
-    pub persisted_bytes: u64,
-    /// Size of a full encoding of its state, bytes.
-    pub state_bytes: u64,
-    /// Its part holds only changes.
-    pub incremental: bool,
-    /// Unaligned.
-    pub unaligned: bool,
-}
-
 /// One checkpoint.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct CheckpointJson {
@@ -147,9 +118,10 @@ pub(crate) struct CheckpointJson {
     /// Version 1 only: per task with inputs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alignments: Vec<TaskAlignmentJson>,
-    /// Version 2: every subtask that acknowledged.
+    /// Version 2: every subtask that acknowledged, as the engine reports
+    /// it (times in ns, sizes in bytes, `task` as `keyed_sum[1]`).
     #[serde(default)]
-    pub subtasks: Vec<SubtaskJson>,
+    pub subtasks: Vec<SubtaskCheckpointStats>,
     /// Size of a full encoding of the state, all subtasks, bytes.
     pub state_bytes: u64,
     /// Bytes written for it, all parts and the metadata.
@@ -241,24 +213,7 @@ impl CheckpointsJson {
                 duration_ns: s.duration_ns,
                 start_delay_ns: s.start_delay_ns,
                 alignments: Vec::new(),
-                subtasks: s
-                    .subtasks
-                    .iter()
-                    .map(|t| SubtaskJson {
-                        task: t.task.to_string(),
-                        sync_ns: t.sync_ns,
-                        async_ns: t.async_ns,
-                        alignment_ns: t.alignment_ns,
-                        barrier_spread_ns: t.barrier_spread_ns,
-                        buffered_bytes: t.buffered_bytes,
-                        start_delay_ns: t.start_delay_ns,
-                        checkpointed_bytes: t.checkpointed_bytes,
-                        persisted_bytes: t.persisted_bytes,
-                        state_bytes: t.state_bytes,
-                        incremental: t.incremental,
-                        unaligned: t.unaligned,
-                    })
-                    .collect(),
+                subtasks: s.subtasks.clone(),
                 state_bytes: s.state_bytes,
                 checkpointed_bytes: s.checkpointed_bytes,
                 persisted_bytes: s.persisted_bytes,
@@ -402,8 +357,16 @@ impl RunReport {
     /// 1% (a finite run's rate estimate is a little noisy; 1% is well above
     /// that noise and well below a real shortfall).
     pub(crate) fn rate_shortfall(&self) -> bool {
-        self.requested_rate
-            .is_some_and(|req| self.achieved_rate < req as f64 * 0.99)
+        !self.nothing_left_after_restore()
+            && self
+                .requested_rate
+                .is_some_and(|req| self.achieved_rate < req as f64 * 0.99)
+    }
+
+    /// True for a run restored from the final checkpoint of a run that had
+    /// ended: its input was all done, so it delivered nothing.
+    fn nothing_left_after_restore(&self) -> bool {
+        self.records == 0 && self.config.get("restore").is_some_and(|r| !r.is_null())
     }
 
     /// The warning printed when [`RunReport::rate_shortfall`]: loud when
@@ -470,9 +433,13 @@ impl RunReport {
         let get = |k: &str| c.get(k).cloned().unwrap_or(serde_json::Value::Null);
         let _ = writeln!(
             s,
-            "lockgate loadgen {}: {} checkpoints{}{}",
+            "lockgate loadgen {}: {}{}{}",
             self.workload,
-            self.mode,
+            if self.mode == "none" {
+                "no checkpoints".to_string()
+            } else {
+                format!("{} checkpoints", self.mode)
+            },
             match get("checkpoint_interval_ms").as_u64() {
                 Some(ms) if self.mode != "none" => format!(" every {ms} ms"),
                 _ => String::new(),
@@ -597,7 +564,8 @@ impl RunReport {
                 fmt_ns(cp.duration_ns.p99),
                 fmt_ns(cp.duration_ns.max)
             );
-            if cp.sync_ns != Spread::default() || cp.async_ns != Spread::default() {
+            let v2 = cp.sync_ns != Spread::default() || cp.async_ns != Spread::default();
+            if v2 {
                 let _ = writeln!(
                     s,
                     "    sync part   p50 {:>10}  p99 {:>10}  async part p50 {:>10}  p99 {:>10} (per subtask)",
@@ -608,15 +576,19 @@ impl RunReport {
                 );
                 let _ = writeln!(
                     s,
-                    "    written per checkpoint p50 {} B (p99 {} B), full state {} B",
-                    cp.checkpointed_bytes.p50, cp.checkpointed_bytes.p99, cp.state_bytes_last
+                    "    written per checkpoint p50 {} B (p99 {} B; files, headers and _metadata), full state {} B; max buffered in alignment {} B",
+                    cp.checkpointed_bytes.p50,
+                    cp.checkpointed_bytes.p99,
+                    cp.state_bytes_last,
+                    cp.buffered_bytes_max
+                );
+            } else {
+                let _ = writeln!(
+                    s,
+                    "    max buffered in alignment {} B, last state size {} B",
+                    cp.buffered_bytes_max, cp.state_bytes_last
                 );
             }
-            let _ = writeln!(
-                s,
-                "    max buffered in alignment {} B, last state size {} B",
-                cp.buffered_bytes_max, cp.state_bytes_last
-            );
         }
         let _ = writeln!(
             s,

@@ -14,7 +14,7 @@ pub(crate) struct IncrementalArgs {
     /// With --incremental: at most N parts in a subtask's chain (its full
     /// snapshot and the deltas after it), then a full snapshot (1: always
     /// full) [default: 10]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub full_every: Option<u32>,
     /// With --incremental: a full snapshot once a subtask's chain holds
     /// more than X times the bytes of its live state [default: 2]

@@ -71,7 +71,24 @@ fn init_tracing(verbose: u8, quiet: bool) {
         .try_init();
 }
 
+/// Restores the default action of `SIGPIPE` (end the process), which the
+/// Rust runtime sets to ignore: output piped into a reader that stops
+/// early (`lockgate report show r.json | head`) then ends the command
+/// quietly, as other Unix tools do, instead of a panic in `println!`.
+#[cfg(unix)]
+fn default_sigpipe() {
+    // SAFETY: signal(2) with SIG_DFL for SIGPIPE installs no handler code
+    // and passes no memory; it runs before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(not(unix))]
+fn default_sigpipe() {}
+
 fn main() -> ExitCode {
+    default_sigpipe();
     let cli = Cli::parse();
     match cli.command {
         Command::Loadgen(args) => {

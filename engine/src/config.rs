@@ -134,8 +134,10 @@ pub struct CheckpointConfig {
     #[serde(default = "default_true")]
     pub incremental: bool,
     /// With `incremental`: a subtask's chain holds at most this many parts
-    /// (its full snapshot and the deltas after it); the next one is full.
-    /// At least 1 (1: every snapshot full). Default 10.
+    /// (its full snapshot and the deltas after it); the next one is full,
+    /// and every subtask writes a full part at the checkpoints whose id is
+    /// a multiple of it (so one checkpoint in this many is complete on its
+    /// own). At least 1 (1: every snapshot full). Default 10.
     #[serde(default = "default_full_every")]
     pub full_every: u32,
     /// With `incremental`: a subtask writes a full snapshot once its

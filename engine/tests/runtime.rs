@@ -1301,8 +1301,11 @@ impl CheckpointStorage for SlowFirstPublish {
     fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata, StorageError> {
         self.inner.load_metadata(id)
     }
-    fn bases(&self, id: CheckpointId) -> Result<Vec<CheckpointId>, StorageError> {
-        self.inner.bases(id)
+    fn part_bases(
+        &self,
+        id: CheckpointId,
+    ) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>, StorageError> {
+        self.inner.part_bases(id)
     }
     fn remove(&self, id: CheckpointId) -> Result<(), StorageError> {
         self.inner.remove(id)
@@ -1427,15 +1430,23 @@ fn incremental_checkpoints_chain_deltas_and_a_corrupt_base_falls_back() {
     let storage = LocalDirStorage::open(dir.path()).unwrap();
     let ids = storage.list().unwrap();
     let newest = *ids.last().unwrap();
-    let bases = storage.bases(newest).unwrap();
+    let base_of = |id: CheckpointId| {
+        storage
+            .part_bases(id)
+            .unwrap()
+            .into_iter()
+            .find(|(k, _)| k.task == "keyed_sum" && k.subtask == 0)
+            .and_then(|(_, b)| b)
+    };
+    let base = base_of(newest);
     assert!(
-        !bases.is_empty(),
-        "the newest checkpoint is a delta: {ids:?}"
+        base.is_some(),
+        "keyed_sum[0]'s newest part is a delta: {ids:?}"
     );
     // Retention keeps 2 checkpoints and every checkpoint their chains need.
     let chain_start = {
-        let mut b = bases[0];
-        while let Some(&older) = storage.bases(b).unwrap().first() {
+        let mut b = base.unwrap();
+        while let Some(older) = base_of(b) {
             b = older;
         }
         b
@@ -1465,7 +1476,7 @@ fn incremental_checkpoints_chain_deltas_and_a_corrupt_base_falls_back() {
     assert!(latest.corrupt.iter().any(|(id, _)| *id == newest));
     if let Some(ok) = &latest.checkpoint {
         // What still loads does not build on the corrupt part.
-        assert!(ok.metadata.id < chain_start || storage.bases(ok.metadata.id).unwrap().is_empty());
+        assert!(ok.metadata.id < chain_start || base_of(ok.metadata.id).is_none());
     }
 }
 
@@ -1497,4 +1508,54 @@ fn an_incremental_job_restores_exactly_after_failures() {
         "no incremental checkpoint completed"
     );
     assert_eq!(*finals.lock().unwrap(), expected_sums(n, 50_000));
+}
+
+#[test]
+fn incremental_retention_stays_bounded_and_a_checkpoint_missing_a_task_is_skipped() {
+    use lockgate::{CheckpointMetadata, CheckpointStorage};
+    let storage = Arc::new(MemoryStorage::new());
+    let mut config = JobConfig::default();
+    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+    config.checkpoint.interval = Some(Duration::from_millis(2));
+    config.checkpoint.full_every = 5;
+    config.checkpoint.retained = 2;
+    {
+        let (job, _) = paced_sum_job(config.clone(), u64::MAX, 50_000, 50);
+        let h = job.with_storage(Box::new(storage.clone())).start().unwrap();
+        assert!(wait_for(30, || h.metrics().completed_checkpoints() >= 25));
+        h.stop();
+        h.wait().unwrap();
+    }
+    // 2 retained, their chains (at most 5 parts, restarting together at
+    // every 5th checkpoint) and the newest full one: never all of them.
+    let ids = storage.list().unwrap();
+    assert!(ids.len() <= 2 + 5, "{ids:?}");
+    let newest = *ids.last().unwrap();
+    // Forge a newer checkpoint that lacks the sink's state (a damaged
+    // folder): the restore must skip it and use the intact one.
+    let loaded = storage.load(newest).unwrap();
+    let forged = CheckpointId(newest.get() + 1);
+    let mut parts = Vec::new();
+    for (key, bytes) in loaded.states.iter().filter(|(k, _)| k.task != "sink") {
+        let mut p = storage.write_part(forged, key, bytes).unwrap();
+        p.base = storage
+            .part_bases(newest)
+            .unwrap()
+            .into_iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, b)| b);
+        parts.push(p);
+    }
+    let meta = CheckpointMetadata {
+        id: forged,
+        ..loaded.metadata.clone()
+    };
+    storage.publish(&meta, &parts).unwrap();
+    config.checkpoint.restore = true;
+    let (job, _) = paced_sum_job(config, u64::MAX, 50_000, 50);
+    let h = job.with_storage(Box::new(storage.clone())).start().unwrap();
+    assert!(wait_for(30, || h.metrics().completed_checkpoints() >= 1));
+    h.stop();
+    let m = h.wait().unwrap();
+    assert!(m.checkpoints.iter().all(|c| c.id > forged));
 }

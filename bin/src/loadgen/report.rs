@@ -471,6 +471,17 @@ impl RunReport {
             get("buffer_timeout_us"),
             get("wait_strategy").as_str().unwrap_or("?"),
         );
+        if let Some(dir) = get("restore").as_str() {
+            let _ = writeln!(
+                s,
+                "  restored:    from the latest complete checkpoint in {dir}{}",
+                if self.nothing_left_after_restore() {
+                    " (it is the run's final checkpoint: nothing was left to run)"
+                } else {
+                    "; the run went on from its sources' positions"
+                }
+            );
+        }
         let window = if self.requested_rate.is_some() {
             match get("warmup").as_f64() {
                 Some(w) if w > 0.0 => {

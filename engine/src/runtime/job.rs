@@ -852,37 +852,65 @@ pub(crate) fn prepare_and_start(
         let _ = storage.clean_temporaries();
         let existing = storage.list().map_err(JobError::Storage)?;
         if config.checkpoint.restore {
-            let latest = storage.load_latest_valid().map_err(JobError::Storage)?;
-            for (id, err) in &latest.corrupt {
-                tracing::warn!(checkpoint = %id, error = %err, "skipping a corrupt checkpoint");
+            // The newest checkpoint that loads whole (its chains included),
+            // decodes, and has every task's state; older ones are tried in
+            // turn when one does not.
+            let mut corrupt: Vec<(CheckpointId, String)> = Vec::new();
+            let mut found = None;
+            for &id in existing.iter().rev() {
+                let loaded = match storage.load(id) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        corrupt.push((id, e.to_string()));
+                        continue;
+                    }
+                };
+                check_compatible(&loaded.metadata.job, &job, &loaded.handle.path)?;
+                let path = loaded.handle.path.clone();
+                let r = match restored_from(loaded) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        corrupt.push((id, e.to_string()));
+                        continue;
+                    }
+                };
+                // Every task acknowledged every checkpoint, so each has an
+                // entry (possibly empty): a missing one is a damaged one.
+                if let Some(t) = graph
+                    .task_ids()
+                    .into_iter()
+                    .find(|t| !r.states.contains_key(t))
+                {
+                    corrupt.push((
+                        id,
+                        format!("checkpoint {} has no state for task {t}", path.display()),
+                    ));
+                    continue;
+                }
+                found = Some(r);
+                break;
             }
-            let Some(loaded) = latest.checkpoint else {
-                let why: Vec<String> = latest.corrupt.iter().map(|(_, e)| e.to_string()).collect();
+            // One line a skipped checkpoint, the first few only: with
+            // incremental checkpoints one bad part can spoil many.
+            for (id, err) in corrupt.iter().take(3) {
+                tracing::warn!(checkpoint = %id, error = %err, "skipping a checkpoint that does not load");
+            }
+            if corrupt.len() > 3 {
+                tracing::warn!("{} more checkpoints do not load", corrupt.len() - 3);
+            }
+            let Some(r) = found else {
                 return Err(JobError::Restore(format!(
-                    "no complete checkpoint in {}{}",
-                    where_,
-                    if why.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", why.join("; "))
+                    "no complete checkpoint in {where_}{}",
+                    match corrupt.as_slice() {
+                        [] => String::new(),
+                        [(_, e)] => format!(" ({e})"),
+                        [(n, newest), .., (o, oldest)] => format!(
+                            " ({} checkpoints do not load; the newest, {n}: {newest}; the oldest, {o}: {oldest})",
+                            corrupt.len()
+                        ),
                     }
                 )));
             };
-            check_compatible(&loaded.metadata.job, &job, &loaded.handle.path)?;
-            let path = loaded.handle.path.clone();
-            let r = restored_from(loaded)?;
-            // Every task acknowledged every checkpoint, so each has an entry
-            // (possibly empty): a missing one is a damaged checkpoint.
-            if let Some(t) = graph
-                .task_ids()
-                .into_iter()
-                .find(|t| !r.states.contains_key(t))
-            {
-                return Err(JobError::Restore(format!(
-                    "checkpoint {} has no state for task {t}",
-                    path.display()
-                )));
-            }
             restored = Some(r);
         } else if !existing.is_empty() {
             return Err(JobError::FolderInUse(where_));

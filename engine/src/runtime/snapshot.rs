@@ -175,9 +175,13 @@ impl Chain {
 
     /// The base for checkpoint `id`'s part, `None` when it must be full:
     /// no completed base yet (the first snapshot of an attempt, or no
-    /// storage), a savepoint, or a chain at its length or byte limit.
-    fn base(&self, policy: &ChainPolicy, full: bool) -> Option<CheckpointId> {
-        if !policy.incremental || full {
+    /// storage), a savepoint, a chain at its length or byte limit, or an
+    /// id that is a multiple of `full_every`: then every subtask writes a
+    /// full part at the same checkpoint, so that there is a checkpoint
+    /// complete on its own at least every `full_every` (retention keeps
+    /// the newest such one, the fallback when a delta is damaged).
+    fn base(&self, policy: &ChainPolicy, id: CheckpointId, full: bool) -> Option<CheckpointId> {
+        if !policy.incremental || full || id.get() % u64::from(policy.full_every) == 0 {
             return None;
         }
         let c = self.confirmed?;
@@ -239,7 +243,7 @@ fn finish(setup: &WorkerSetup, chain: &mut Chain, job: SnapshotJob) -> TaskEvent
     // Without storage every snapshot is full: a restart restores from the
     // acknowledgements kept in memory, one part per task.
     let base = if setup.storage.is_some() {
-        chain.base(&setup.policy, job.full)
+        chain.base(&setup.policy, job.id, job.full)
     } else {
         None
     };

@@ -461,14 +461,13 @@ pub trait CheckpointStorage: Send + Sync {
         })
     }
 
-    /// The checkpoints that checkpoint `id`'s incremental parts build on
-    /// directly (the distinct [`PartHandle::base`]s in its metadata),
-    /// ascending; empty for a checkpoint whose parts are all complete.
-    /// Only `_metadata` is read.
+    /// The base of each part of checkpoint `id`: for every subtask, the
+    /// checkpoint its incremental part builds on ([`PartHandle::base`]),
+    /// `None` for a complete part. Only `_metadata` is read.
     ///
     /// # Errors
     /// As [`load_metadata`](Self::load_metadata).
-    fn bases(&self, id: CheckpointId) -> Result<Vec<CheckpointId>>;
+    fn part_bases(&self, id: CheckpointId) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>>;
 
     /// Deletes all checkpoints of kind [`SnapshotKind::Checkpoint`] but the
     /// newest `keep` ones (Flink's `state.checkpoints.num-retained`) and
@@ -487,28 +486,41 @@ pub trait CheckpointStorage: Send + Sync {
     /// it stay done).
     fn retain(&self, keep: usize) -> Result<Vec<CheckpointId>> {
         let mut checkpoints = Vec::new();
-        let mut bases = BTreeMap::new();
+        let mut bases: BTreeMap<CheckpointId, BTreeMap<TaskStateKey, Option<CheckpointId>>> =
+            BTreeMap::new();
         for id in self.list()? {
-            if let (Ok(meta), Ok(b)) = (self.load_metadata(id), self.bases(id)) {
+            if let (Ok(meta), Ok(b)) = (self.load_metadata(id), self.part_bases(id)) {
                 if meta.kind == SnapshotKind::Checkpoint {
                     checkpoints.push(id);
                 }
-                bases.insert(id, b);
+                bases.insert(id, b.into_iter().collect());
             }
         }
-        let mut needed: HashSet<CheckpointId> = HashSet::new();
-        let mut todo: Vec<CheckpointId> = checkpoints.iter().rev().take(keep).copied().collect();
+        let mut roots: Vec<CheckpointId> = checkpoints.iter().rev().take(keep).copied().collect();
         if let Some(full) = checkpoints
             .iter()
             .rev()
-            .find(|id| bases.get(id).is_some_and(Vec::is_empty))
+            .find(|id| {
+                bases
+                    .get(id)
+                    .is_some_and(|b| b.values().all(Option::is_none))
+            })
             .filter(|_| keep > 0)
         {
-            todo.push(*full);
+            roots.push(*full);
         }
-        while let Some(id) = todo.pop() {
-            if needed.insert(id) {
-                todo.extend(bases.get(&id).into_iter().flatten().copied());
+        // Follow each subtask's chain on its own: a checkpoint is needed
+        // when a retained one's part of some subtask builds on its part
+        // (the subtasks' chains restart at different checkpoints, so
+        // following whole checkpoints would keep everything).
+        let mut needed: HashSet<CheckpointId> = roots.iter().copied().collect();
+        for root in &roots {
+            for (key, first) in bases.get(root).into_iter().flatten() {
+                let mut base = *first;
+                while let Some(b) = base {
+                    needed.insert(b);
+                    base = bases.get(&b).and_then(|m| m.get(key).copied().flatten());
+                }
             }
         }
         let removed: Vec<CheckpointId> = checkpoints
@@ -635,8 +647,8 @@ impl<S: CheckpointStorage + ?Sized> CheckpointStorage for std::sync::Arc<S> {
     fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata> {
         (**self).load_metadata(id)
     }
-    fn bases(&self, id: CheckpointId) -> Result<Vec<CheckpointId>> {
-        (**self).bases(id)
+    fn part_bases(&self, id: CheckpointId) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>> {
+        (**self).part_bases(id)
     }
     fn load_latest_valid(&self) -> Result<LatestValid> {
         (**self).load_latest_valid()

@@ -415,12 +415,13 @@ impl CheckpointStorage for LocalDirStorage {
         })
     }
 
-    fn bases(&self, id: CheckpointId) -> Result<Vec<CheckpointId>> {
+    fn part_bases(&self, id: CheckpointId) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>> {
         let meta = self.read_metadata_file(id, &self.checkpoint_dir(id))?;
-        let mut b: Vec<CheckpointId> = meta.states.iter().filter_map(|e| e.base).collect();
-        b.sort_unstable();
-        b.dedup();
-        Ok(b)
+        Ok(meta
+            .states
+            .iter()
+            .map(|e| (TaskStateKey::new(e.task.clone(), e.subtask), e.base))
+            .collect())
     }
 
     fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata> {

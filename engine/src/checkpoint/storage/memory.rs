@@ -196,16 +196,17 @@ impl CheckpointStorage for MemoryStorage {
         })
     }
 
-    fn bases(&self, id: CheckpointId) -> Result<Vec<CheckpointId>> {
+    fn part_bases(&self, id: CheckpointId) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>> {
         let map = self.map();
         let entry = map.get(&id).ok_or_else(|| StorageError::NotFound {
             id,
             root: PathBuf::from("<memory>"),
         })?;
-        let mut b: Vec<CheckpointId> = entry.bases.values().copied().collect();
-        b.sort_unstable();
-        b.dedup();
-        Ok(b)
+        Ok(entry
+            .states
+            .keys()
+            .map(|k| (k.clone(), entry.bases.get(k).copied()))
+            .collect())
     }
 
     fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata> {

@@ -9,8 +9,8 @@
 //! code 1 if a count is wrong.
 
 use lockgate::{
-    BoxError, CheckpointConfig, CheckpointId, Checkpointed, Context, FailurePlan, FailurePoint,
-    JobBuilder, JobConfig, KeyedState, Operator, RestartStrategy, StateSnapshot,
+    BoxError, CheckpointConfig, Context, FailurePlan, FailurePoint, JobBuilder, JobConfig,
+    KeyedState, Managed, RestartStrategy, StatefulOperator,
 };
 use std::time::Duration;
 
@@ -18,42 +18,31 @@ use std::time::Duration;
 const KEYS: u64 = 10;
 
 /// Counts records per key; emits `(key, count)` once, at the end of input.
-struct Count {
-    counts: KeyedState<u64, u64>,
-}
+/// Its state is managed: `Managed` snapshots it (incrementally) and
+/// restores it, with no code here.
+struct Count;
 
-impl Operator<u64, (u64, u64)> for Count {
+impl StatefulOperator<u64, (u64, u64)> for Count {
+    type State = KeyedState<u64, u64>;
+
     fn process(
         &mut self,
+        counts: &mut Self::State,
         input: &mut Vec<u64>,
         _ctx: &mut Context<'_, (u64, u64)>,
     ) -> Result<(), BoxError> {
         for r in input.drain(..) {
-            *self.counts.get_or_default(r % KEYS) += 1;
+            *counts.get_or_default(r % KEYS) += 1;
         }
         Ok(())
     }
 
-    fn end_of_input(&mut self, ctx: &mut Context<'_, (u64, u64)>) -> Result<(), BoxError> {
-        ctx.output()
-            .extend(self.counts.iter().map(|(k, c)| (*k, *c)));
-        Ok(())
-    }
-}
-
-/// Keyed state checkpointed incrementally: the synchronous part copies
-/// the keys changed since the last checkpoint, the snapshot thread writes
-/// them (or everything, now and then), and a restore gets the chain.
-impl Checkpointed for Count {
-    fn snapshot_state_async(
+    fn end_of_input(
         &mut self,
-        _id: CheckpointId,
-    ) -> Result<Option<StateSnapshot>, BoxError> {
-        Ok(Some(self.counts.snapshot_async()))
-    }
-
-    fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
-        self.counts = KeyedState::restore_chain(chain)?;
+        counts: &mut Self::State,
+        ctx: &mut Context<'_, (u64, u64)>,
+    ) -> Result<(), BoxError> {
+        ctx.output().extend(counts.iter().map(|(k, c)| (*k, *c)));
         Ok(())
     }
 }
@@ -77,9 +66,7 @@ pub(crate) fn run(n: u64) -> Result<(Vec<(u64, u64)>, u32), String> {
     let counts = input
         .key_by(|r| r % KEYS)
         .task("count", 2)
-        .process("count", |_| Count {
-            counts: KeyedState::new(),
-        })
+        .process("count", |_| Managed::new(Count))
         .collect();
     // One task failure a third of the way in: the job restarts from its
     // latest completed checkpoint.

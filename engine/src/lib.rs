@@ -88,7 +88,10 @@ pub use operator::{
 };
 pub use protocol::OperatorSnapshot;
 pub use runtime::{JobHandle, JobMetrics};
-pub use state::{key_group, KeyedState, StateError, ValueState, DEFAULT_MAX_PARALLELISM};
+pub use state::{
+    key_group, KeyedState, Managed, ManagedState, StateError, StatefulOperator, ValueState,
+    DEFAULT_MAX_PARALLELISM,
+};
 pub use task_id::{ParseTaskIdError, SubtaskInfo, TaskId};
 pub use two_phase::{TwoPhaseCommit, TwoPhaseCommitSink};
 

@@ -14,8 +14,11 @@
 //! state) do the encoding with serde (postcard, a compact binary format),
 //! so an operator only forwards their bytes.
 
-use crate::element::CheckpointId;
-use crate::operator::{EncodedState, SnapshotRequest, StateSnapshot};
+use crate::element::{CheckpointId, Watermark};
+use crate::error::BoxError;
+use crate::operator::{
+    Checkpointed, Context, EncodedState, Operator, SnapshotRequest, StateSnapshot,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::hash_map::Entry;
@@ -634,6 +637,247 @@ impl<T: Serialize + DeserializeOwned> ValueState<T> {
                 what: "does not decode",
                 source,
             })
+    }
+}
+
+/// State the runtime snapshots and restores by itself (Flink's managed
+/// state): [`KeyedState`] (incrementally), [`ValueState`], and pairs of
+/// them. An operator that keeps its state in one (see [`Managed`]) writes
+/// no snapshot or restore code, so it cannot forget any.
+pub trait ManagedState: Send + Sized + 'static {
+    /// The synchronous part of a snapshot (see
+    /// [`crate::Checkpointed::snapshot_state_async`]).
+    ///
+    /// # Errors
+    /// When the state cannot be encoded.
+    fn snapshot_managed(&mut self) -> Result<StateSnapshot, BoxError>;
+
+    /// The state from a chain of snapshots, oldest first (see
+    /// [`crate::Checkpointed::restore_state_chain`]).
+    ///
+    /// # Errors
+    /// When the bytes do not decode.
+    fn restore_managed(chain: &[&[u8]]) -> Result<Self, BoxError>;
+}
+
+impl<K, V> ManagedState for KeyedState<K, V>
+where
+    K: Serialize + DeserializeOwned + Eq + Hash + Clone + Send + 'static,
+    V: Serialize + DeserializeOwned + Clone + Send + 'static,
+{
+    fn snapshot_managed(&mut self) -> Result<StateSnapshot, BoxError> {
+        Ok(self.snapshot_async())
+    }
+
+    fn restore_managed(chain: &[&[u8]]) -> Result<Self, BoxError> {
+        Ok(KeyedState::restore_chain(chain)?)
+    }
+}
+
+impl<T> ManagedState for ValueState<T>
+where
+    T: Serialize + DeserializeOwned + Send + 'static,
+{
+    fn snapshot_managed(&mut self) -> Result<StateSnapshot, BoxError> {
+        Ok(StateSnapshot::ready(self.snapshot()?))
+    }
+
+    fn restore_managed(chain: &[&[u8]]) -> Result<Self, BoxError> {
+        let last = chain.last().ok_or("no snapshot to restore")?;
+        Ok(ValueState::restore(last)?)
+    }
+}
+
+/// Two managed states side by side: one snapshot holds both, each part
+/// full or a delta on its own.
+impl<A: ManagedState, B: ManagedState> ManagedState for (A, B) {
+    fn snapshot_managed(&mut self) -> Result<StateSnapshot, BoxError> {
+        let (a, b) = (self.0.snapshot_managed()?, self.1.snapshot_managed()?);
+        Ok(StateSnapshot::incremental(move |req| {
+            let (a, b) = (a.run(req)?, b.run(req)?);
+            let pair: PairPart = ((a.delta, a.bytes), (b.delta, b.bytes));
+            let bytes = postcard::to_allocvec(&pair)?;
+            let full = |n: u64| varint_len(n) + n + 1;
+            Ok(EncodedState {
+                full_bytes: full(a.full_bytes) + full(b.full_bytes),
+                delta: pair.0 .0 || pair.1 .0,
+                bytes,
+            })
+        }))
+    }
+
+    fn restore_managed(chain: &[&[u8]]) -> Result<Self, BoxError> {
+        let mut a = Vec::with_capacity(chain.len());
+        let mut b = Vec::with_capacity(chain.len());
+        for bytes in chain {
+            let ((_, pa), (_, pb)): PairPart = postcard::from_bytes(bytes)?;
+            a.push(pa);
+            b.push(pb);
+        }
+        let a: Vec<&[u8]> = a.iter().map(Vec::as_slice).collect();
+        let b: Vec<&[u8]> = b.iter().map(Vec::as_slice).collect();
+        Ok((A::restore_managed(&a)?, B::restore_managed(&b)?))
+    }
+}
+
+/// One snapshot of a pair: (delta?, bytes) of each.
+type PairPart = ((bool, Vec<u8>), (bool, Vec<u8>));
+
+/// An operator whose state the runtime manages: its calls get the state
+/// as an argument, and [`Managed`] snapshots and restores it.
+///
+/// # Examples
+/// ```
+/// use lockgate::{BoxError, Context, KeyedState, Managed, Operator, StatefulOperator};
+///
+/// /// Counts records per key; no snapshot or restore code.
+/// struct Count;
+/// impl StatefulOperator<u64, (u64, u64)> for Count {
+///     type State = KeyedState<u64, u64>;
+///     fn process(
+///         &mut self,
+///         counts: &mut Self::State,
+///         input: &mut Vec<u64>,
+///         ctx: &mut Context<'_, (u64, u64)>,
+///     ) -> Result<(), BoxError> {
+///         for r in input.drain(..) {
+///             let c = counts.get_or_default(r % 10);
+///             *c += 1;
+///             ctx.emit((r % 10, *c));
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// let mut op = Managed::new(Count);
+/// let (mut out, mut timer) = (Vec::new(), None);
+/// op.process(&mut vec![1, 11, 2], &mut Context::new(&mut out, None, &mut timer)).unwrap();
+/// assert_eq!(out, [(1, 1), (1, 2), (2, 1)]);
+/// assert_eq!(op.state().get(&1), Some(&2));
+/// ```
+pub trait StatefulOperator<I, O>: Send {
+    /// The operator's state, managed by the runtime.
+    type State: ManagedState + Default;
+
+    /// As [`Operator::process`], with the state.
+    ///
+    /// # Errors
+    /// As [`Operator::process`].
+    fn process(
+        &mut self,
+        state: &mut Self::State,
+        input: &mut Vec<I>,
+        ctx: &mut Context<'_, O>,
+    ) -> Result<(), BoxError>;
+
+    /// As [`Operator::on_watermark`], with the state. Default: nothing.
+    ///
+    /// # Errors
+    /// As [`Operator::on_watermark`].
+    fn on_watermark(
+        &mut self,
+        _state: &mut Self::State,
+        _watermark: Watermark,
+        _ctx: &mut Context<'_, O>,
+    ) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// As [`Operator::on_processing_time`], with the state. Default:
+    /// nothing.
+    ///
+    /// # Errors
+    /// As [`Operator::on_processing_time`].
+    fn on_processing_time(
+        &mut self,
+        _state: &mut Self::State,
+        _now_ns: u64,
+        _ctx: &mut Context<'_, O>,
+    ) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// As [`Operator::end_of_input`], with the state. Default: nothing.
+    ///
+    /// # Errors
+    /// As [`Operator::end_of_input`].
+    fn end_of_input(
+        &mut self,
+        _state: &mut Self::State,
+        _ctx: &mut Context<'_, O>,
+    ) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+/// A [`StatefulOperator`] with its state, as an [`Operator`] whose
+/// snapshots and restores the runtime takes care of (incrementally for
+/// [`KeyedState`]).
+pub struct Managed<Op, S> {
+    op: Op,
+    state: S,
+}
+
+impl<Op, S> std::fmt::Debug for Managed<Op, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Managed { .. }")
+    }
+}
+
+impl<Op, S: Default> Managed<Op, S> {
+    /// `op` with an empty state.
+    pub fn new(op: Op) -> Self {
+        Managed {
+            op,
+            state: S::default(),
+        }
+    }
+}
+
+impl<Op, S> Managed<Op, S> {
+    /// The state (for tests and inspection).
+    pub fn state(&self) -> &S {
+        &self.state
+    }
+}
+
+impl<I, O, Op> Operator<I, O> for Managed<Op, Op::State>
+where
+    Op: StatefulOperator<I, O>,
+{
+    #[inline]
+    fn process(&mut self, input: &mut Vec<I>, ctx: &mut Context<'_, O>) -> Result<(), BoxError> {
+        self.op.process(&mut self.state, input, ctx)
+    }
+
+    fn on_watermark(&mut self, w: Watermark, ctx: &mut Context<'_, O>) -> Result<(), BoxError> {
+        self.op.on_watermark(&mut self.state, w, ctx)
+    }
+
+    fn on_processing_time(
+        &mut self,
+        now_ns: u64,
+        ctx: &mut Context<'_, O>,
+    ) -> Result<(), BoxError> {
+        self.op.on_processing_time(&mut self.state, now_ns, ctx)
+    }
+
+    fn end_of_input(&mut self, ctx: &mut Context<'_, O>) -> Result<(), BoxError> {
+        self.op.end_of_input(&mut self.state, ctx)
+    }
+}
+
+impl<Op: Send, S: ManagedState> Checkpointed for Managed<Op, S> {
+    fn snapshot_state_async(
+        &mut self,
+        _id: CheckpointId,
+    ) -> Result<Option<StateSnapshot>, BoxError> {
+        Ok(Some(self.state.snapshot_managed()?))
+    }
+
+    fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
+        self.state = S::restore_managed(chain)?;
+        Ok(())
     }
 }
 

@@ -106,3 +106,33 @@ fn a_delta_holds_only_the_changed_keys() {
     assert!(err.to_string().contains("no full snapshot"), "{err}");
     assert!(KeyedState::<u64, u64>::restore_chain(&[b"\x01\x02\x03"]).is_err());
 }
+
+#[test]
+fn a_pair_of_managed_states_snapshots_and_restores_both() {
+    use lockgate::{ManagedState, ValueState};
+    let mut s: (KeyedState<u64, u64>, ValueState<u64>) = Default::default();
+    for k in 0..1_000 {
+        s.0.insert(k, k);
+    }
+    s.1 = ValueState(7);
+    let full = s
+        .snapshot_managed()
+        .unwrap()
+        .run(&SnapshotRequest::full(CheckpointId(1)))
+        .unwrap();
+    assert!(!full.delta);
+    *s.0.get_or_default(3) += 100;
+    s.1 = ValueState(8);
+    let req = SnapshotRequest {
+        id: CheckpointId(2),
+        base: Some(CheckpointId(1)),
+    };
+    let delta = s.snapshot_managed().unwrap().run(&req).unwrap();
+    assert!(delta.delta, "the keyed half is a delta");
+    assert!(delta.bytes.len() < full.bytes.len() / 10);
+    let (k, v) =
+        <(KeyedState<u64, u64>, ValueState<u64>)>::restore_managed(&[&full.bytes, &delta.bytes])
+            .unwrap();
+    assert_eq!((k.get(&3), k.len(), v.0), (Some(&103), 1_000, 8));
+    assert!(<(KeyedState<u64, u64>, ValueState<u64>)>::restore_managed(&[b"junk"]).is_err());
+}

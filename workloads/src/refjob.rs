@@ -62,8 +62,8 @@ use lockgate::Checkpointed;
 use lockgate::Context;
 use lockgate::{
     BoxError, CheckpointId, CheckpointMode, EncodedState, FailurePlan, JobBuilder, JobConfig,
-    JobError, JobHandle, JobMetrics, KeyedState, Operator, RecordSize, Sink, SnapshotRequest,
-    Source, SourcePoll, StateSnapshot,
+    JobError, JobHandle, JobMetrics, KeyedState, Managed, RecordSize, Sink, SnapshotRequest,
+    Source, SourcePoll, StateSnapshot, StatefulOperator,
 };
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -906,22 +906,23 @@ impl<P: Payload> Checkpointed for RefSource<P> {
 }
 
 /// `keyed_sum`: workloads.md's running sum per key, in managed keyed state
-/// ([`KeyedState`]), checkpointed incrementally (a snapshot copies only
-/// the keys changed since the last one).
-struct RefKeyedSum {
-    sums: KeyedState<u64, u64>,
-}
+/// ([`Managed`] snapshots it incrementally and restores it: a snapshot
+/// copies only the keys changed since the last one).
+struct RefKeyedSum;
 
-impl<P: Payload> Operator<RefEvent<P>, RefSum<P>> for RefKeyedSum {
+impl<P: Payload> StatefulOperator<RefEvent<P>, RefSum<P>> for RefKeyedSum {
+    type State = KeyedState<u64, u64>;
+
     #[inline]
     fn process(
         &mut self,
+        sums: &mut Self::State,
         input: &mut Vec<RefEvent<P>>,
         ctx: &mut Context<'_, RefSum<P>>,
     ) -> Result<(), BoxError> {
         for e in input.drain(..) {
             // As workload::KeyedSum::apply: a wrapping sum per key.
-            let sum = self.sums.get_or_default(e.key);
+            let sum = sums.get_or_default(e.key);
             *sum = sum.wrapping_add(e.value);
             ctx.emit(RefSum {
                 key: e.key,
@@ -932,24 +933,6 @@ impl<P: Payload> Operator<RefEvent<P>, RefSum<P>> for RefKeyedSum {
                 payload: e.payload,
             });
         }
-        Ok(())
-    }
-}
-
-impl Checkpointed for RefKeyedSum {
-    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
-        Ok(Some(self.sums.snapshot()?))
-    }
-
-    fn snapshot_state_async(
-        &mut self,
-        _id: CheckpointId,
-    ) -> Result<Option<StateSnapshot>, BoxError> {
-        Ok(Some(self.sums.snapshot_async()))
-    }
-
-    fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
-        self.sums = KeyedState::restore_chain(chain)?;
         Ok(())
     }
 }
@@ -1188,9 +1171,7 @@ fn build_typed<P: Payload>(results: &RefJobResults, job: &JobBuilder) -> Result<
     .map_in_place(|e: &mut RefEvent<P>| e.value = crate::workload::chained_map(e.value))
     .key_by(|e: &RefEvent<P>| e.key)
     .task("keyed_sum", p)
-    .process("keyed_sum", move |_| RefKeyedSum {
-        sums: KeyedState::new(),
-    })
+    .process("keyed_sum", move |_| Managed::new(RefKeyedSum))
     .rebalance()
     .task("sink", 1)
     .sink("sink", move |i| {

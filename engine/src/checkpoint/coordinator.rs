@@ -29,7 +29,8 @@ use crate::task_id::TaskId;
 use crossbeam_channel::Sender;
 use std::collections::{BTreeMap, HashMap};
 
-/// What the coordinator asks the job thread to do.
+/// What the coordinator asks the job thread to do: controls go to tasks,
+/// the rest to the publisher thread, in order.
 #[derive(Debug)]
 pub(crate) enum CoordinatorOutput {
     /// Send `msg` to task `task`.
@@ -527,15 +528,14 @@ impl Coordinator {
     }
 
     /// A failure ended the attempt: every pending checkpoint is aborted.
-    /// Returns what is left to do for storage (no task is notified: the
-    /// attempt's tasks are gone).
+    /// Returns what is left to do for storage (its controls reach no task:
+    /// the attempt's tasks are gone).
     pub(crate) fn abort_all(&mut self, reason: AbortReason) -> Vec<CoordinatorOutput> {
         let ids: Vec<CheckpointId> = self.pending.keys().copied().collect();
         let mut out = Vec::new();
         for id in ids {
             out.extend(self.abort(id, reason));
         }
-        out.retain(|o| !matches!(o, CoordinatorOutput::Control { .. }));
         out
     }
 }

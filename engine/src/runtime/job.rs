@@ -356,18 +356,21 @@ impl Driver {
         let (Some(p), Some(r)) = (&self.publisher, &latest) else {
             return Ok(latest);
         };
-        match p.storage.load(r.checkpoint) {
-            Ok(loaded) => restored_from(loaded).map(Some),
-            Err(e) => {
-                tracing::warn!(checkpoint = %r.checkpoint, error = %e, "the latest checkpoint does not load; trying older ones");
-                let valid = p.storage.load_latest_valid().map_err(JobError::Storage)?;
-                match valid.checkpoint {
-                    Some(loaded) => restored_from(loaded).map(Some),
-                    None => Err(JobError::Restore(format!(
-                        "no completed checkpoint loads for the restart: {e}"
-                    ))),
-                }
-            }
+        // The latest completed one, or, if it does not load, the newest
+        // older one that does.
+        let ids: Vec<CheckpointId> = p
+            .storage
+            .list()
+            .map_err(JobError::Storage)?
+            .into_iter()
+            .filter(|id| *id <= r.checkpoint)
+            .collect();
+        match newest_usable(&*p.storage, &ids, &self.graph, None)? {
+            (Some(found), _) => Ok(Some(found)),
+            (None, corrupt) => Err(JobError::Restore(format!(
+                "no completed checkpoint loads for the restart{}",
+                why_none(&corrupt)
+            ))),
         }
     }
 
@@ -502,7 +505,11 @@ impl Driver {
                 CoordinatorOutput::Control { task, msg } => {
                     let _ = attempt.controls[task].send(msg);
                 }
-                other => self.storage_outputs(vec![other]),
+                other => {
+                    if let Some(p) = &self.publisher {
+                        p.send(other);
+                    }
+                }
             }
         }
         self.publish_stats();
@@ -511,26 +518,10 @@ impl Driver {
     /// Hands the storage work of `out` to the publisher (tasks' controls
     /// are dropped: no attempt runs).
     fn storage_outputs(&mut self, out: Vec<CoordinatorOutput>) {
-        let Some(p) = &self.publisher else { return };
-        for o in out {
-            let req = match o {
-                CoordinatorOutput::Control { .. } => continue,
-                CoordinatorOutput::Publish {
-                    id,
-                    kind,
-                    trigger_ns,
-                    parts,
-                } => PublishRequest::Publish {
-                    id,
-                    kind,
-                    trigger_ns,
-                    parts,
-                },
-                CoordinatorOutput::Discard { id } => PublishRequest::Discard(id),
-                CoordinatorOutput::Remove { id } => PublishRequest::Remove(id),
-                CoordinatorOutput::Retain => PublishRequest::Retain,
-            };
-            p.send(req);
+        if let Some(p) = &self.publisher {
+            for o in out {
+                p.send(o);
+            }
         }
     }
 
@@ -669,23 +660,6 @@ impl Driver {
     }
 }
 
-/// Work for the publisher thread.
-enum PublishRequest {
-    /// Write the metadata of `id` and publish it; answer on `results`.
-    Publish {
-        id: CheckpointId,
-        kind: SnapshotKind,
-        trigger_ns: u64,
-        parts: Vec<crate::checkpoint::PartHandle>,
-    },
-    /// Drop the unpublished parts of an aborted checkpoint.
-    Discard(CheckpointId),
-    /// Delete a checkpoint published after it was aborted.
-    Remove(CheckpointId),
-    /// Apply retention (a checkpoint completed).
-    Retain,
-}
-
 /// The job's storage and its publisher thread (`lg-publish`), which writes
 /// every checkpoint's metadata, publishes it and applies retention, in the
 /// order asked, so the job thread never waits on a write. Requests are
@@ -694,7 +668,7 @@ enum PublishRequest {
 /// threads before.
 pub(crate) struct Publisher {
     storage: Arc<dyn CheckpointStorage>,
-    requests: Option<Sender<PublishRequest>>,
+    requests: Option<Sender<CoordinatorOutput>>,
     results: Receiver<(CheckpointId, Result<u64, String>)>,
     thread: Option<JoinHandle<()>>,
 }
@@ -705,7 +679,7 @@ impl Publisher {
         job: JobFingerprint,
         retained: usize,
     ) -> Result<Self, JobError> {
-        let (tx, rx) = unbounded::<PublishRequest>();
+        let (tx, rx) = unbounded::<CoordinatorOutput>();
         let (res_tx, res_rx) = unbounded();
         let st = storage.clone();
         let thread = std::thread::Builder::new()
@@ -713,7 +687,8 @@ impl Publisher {
             .spawn(move || {
                 for req in rx {
                     match req {
-                        PublishRequest::Publish {
+                        CoordinatorOutput::Control { .. } => {}
+                        CoordinatorOutput::Publish {
                             id,
                             kind,
                             trigger_ns,
@@ -729,17 +704,17 @@ impl Publisher {
                             }
                             let _ = res_tx.send((id, r));
                         }
-                        PublishRequest::Discard(id) => {
+                        CoordinatorOutput::Discard { id } => {
                             if let Err(e) = st.discard(id) {
                                 tracing::warn!(checkpoint = %id, error = %e, "dropping the parts of an aborted checkpoint failed");
                             }
                         }
-                        PublishRequest::Remove(id) => {
+                        CoordinatorOutput::Remove { id } => {
                             if let Err(e) = st.remove(id) {
                                 tracing::warn!(checkpoint = %id, error = %e, "deleting a checkpoint published too late failed");
                             }
                         }
-                        PublishRequest::Retain => {
+                        CoordinatorOutput::Retain => {
                             if let Err(e) = st.retain(retained.max(1)) {
                                 tracing::warn!(error = %e, "removing old checkpoints failed");
                             }
@@ -756,7 +731,7 @@ impl Publisher {
         })
     }
 
-    fn send(&self, req: PublishRequest) {
+    fn send(&self, req: CoordinatorOutput) {
         if let Some(tx) = &self.requests {
             let _ = tx.send(req);
         }
@@ -799,6 +774,88 @@ fn restored_from(loaded: LoadedCheckpoint) -> Result<RestoredState, JobError> {
         checkpoint: loaded.metadata.id,
         states,
     })
+}
+
+/// Checkpoints a restore skipped, newest first, with why.
+type Skipped = Vec<(CheckpointId, String)>;
+
+/// The newest of `ids` (ascending) that loads whole (its chains
+/// included), decodes, and, when `job` is given (a restore at start), was
+/// taken by that job and has every task's state; with the ids tried
+/// before it and why each was skipped. Older ones are tried in turn. Logs
+/// the first few skipped. (A restart within the process passes no `job`:
+/// its checkpoints may lack tasks that had finished, which count as
+/// acknowledged.)
+///
+/// # Errors
+/// A checkpoint taken with another configuration ([`check_compatible`]).
+fn newest_usable(
+    storage: &dyn CheckpointStorage,
+    ids: &[CheckpointId],
+    graph: &JobGraph,
+    job: Option<&JobFingerprint>,
+) -> Result<(Option<RestoredState>, Skipped), JobError> {
+    let mut corrupt: Skipped = Vec::new();
+    let mut found = None;
+    for &id in ids.iter().rev() {
+        let loaded = match storage.load(id) {
+            Ok(l) => l,
+            Err(e) => {
+                corrupt.push((id, e.to_string()));
+                continue;
+            }
+        };
+        if let Some(job) = job {
+            check_compatible(&loaded.metadata.job, job, &loaded.handle.path)?;
+        }
+        let path = loaded.handle.path.clone();
+        let r = match restored_from(loaded) {
+            Ok(r) => r,
+            Err(e) => {
+                corrupt.push((id, e.to_string()));
+                continue;
+            }
+        };
+        // Every task acknowledged every checkpoint, so each has an entry
+        // (possibly empty): a missing one is a damaged checkpoint.
+        let missing = job.and_then(|_| {
+            graph
+                .task_ids()
+                .into_iter()
+                .find(|t| !r.states.contains_key(t))
+        });
+        if let Some(t) = missing {
+            corrupt.push((
+                id,
+                format!("checkpoint {} has no state for task {t}", path.display()),
+            ));
+            continue;
+        }
+        found = Some(r);
+        break;
+    }
+    // One line a skipped checkpoint, the first few only: with incremental
+    // checkpoints one bad part can spoil many.
+    for (id, err) in corrupt.iter().take(3) {
+        tracing::warn!(checkpoint = %id, error = %err, "skipping a checkpoint that does not load");
+    }
+    if corrupt.len() > 3 {
+        tracing::warn!("{} more checkpoints do not load", corrupt.len() - 3);
+    }
+    Ok((found, corrupt))
+}
+
+/// Why no checkpoint was usable, for an error message: the one cause, or
+/// how many failed with the newest and the oldest cause.
+fn why_none(corrupt: &Skipped) -> String {
+    match corrupt.as_slice() {
+        [] => String::new(),
+        [(_, e)] => format!(" ({e})"),
+        [(n, newest), .., (o, oldest)] => format!(
+            " ({} checkpoints do not load; the newest, {n}: {newest}; the oldest, {o}: {oldest})",
+            corrupt.len()
+        ),
+    }
 }
 
 /// Sets up checkpoint storage and restore, then starts the job thread.
@@ -852,63 +909,11 @@ pub(crate) fn prepare_and_start(
         let _ = storage.clean_temporaries();
         let existing = storage.list().map_err(JobError::Storage)?;
         if config.checkpoint.restore {
-            // The newest checkpoint that loads whole (its chains included),
-            // decodes, and has every task's state; older ones are tried in
-            // turn when one does not.
-            let mut corrupt: Vec<(CheckpointId, String)> = Vec::new();
-            let mut found = None;
-            for &id in existing.iter().rev() {
-                let loaded = match storage.load(id) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        corrupt.push((id, e.to_string()));
-                        continue;
-                    }
-                };
-                check_compatible(&loaded.metadata.job, &job, &loaded.handle.path)?;
-                let path = loaded.handle.path.clone();
-                let r = match restored_from(loaded) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        corrupt.push((id, e.to_string()));
-                        continue;
-                    }
-                };
-                // Every task acknowledged every checkpoint, so each has an
-                // entry (possibly empty): a missing one is a damaged one.
-                if let Some(t) = graph
-                    .task_ids()
-                    .into_iter()
-                    .find(|t| !r.states.contains_key(t))
-                {
-                    corrupt.push((
-                        id,
-                        format!("checkpoint {} has no state for task {t}", path.display()),
-                    ));
-                    continue;
-                }
-                found = Some(r);
-                break;
-            }
-            // One line a skipped checkpoint, the first few only: with
-            // incremental checkpoints one bad part can spoil many.
-            for (id, err) in corrupt.iter().take(3) {
-                tracing::warn!(checkpoint = %id, error = %err, "skipping a checkpoint that does not load");
-            }
-            if corrupt.len() > 3 {
-                tracing::warn!("{} more checkpoints do not load", corrupt.len() - 3);
-            }
+            let (found, corrupt) = newest_usable(&*storage, &existing, &graph, Some(&job))?;
             let Some(r) = found else {
                 return Err(JobError::Restore(format!(
                     "no complete checkpoint in {where_}{}",
-                    match corrupt.as_slice() {
-                        [] => String::new(),
-                        [(_, e)] => format!(" ({e})"),
-                        [(n, newest), .., (o, oldest)] => format!(
-                            " ({} checkpoints do not load; the newest, {n}: {newest}; the oldest, {o}: {oldest})",
-                            corrupt.len()
-                        ),
-                    }
+                    why_none(&corrupt)
                 )));
             };
             restored = Some(r);

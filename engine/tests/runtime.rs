@@ -31,11 +31,27 @@ fn sum_job(config: JobConfig, n: u64, keys: u64) -> (JobBuilder, Finals) {
 /// As [`sum_job`], with sources emitting `per_poll` numbers a millisecond
 /// (few keys change between two checkpoints: incremental ones are deltas).
 fn paced_sum_job(config: JobConfig, n: u64, keys: u64, per_poll: usize) -> (JobBuilder, Finals) {
+    held_sum_job(config, n, keys, per_poll, None)
+}
+
+/// As [`paced_sum_job`]; with `release`, the sources idle at `n` until it
+/// is true.
+fn held_sum_job(
+    config: JobConfig,
+    n: u64,
+    keys: u64,
+    per_poll: usize,
+    release: Option<Arc<std::sync::atomic::AtomicBool>>,
+) -> (JobBuilder, Finals) {
     let job = JobBuilder::new("sums", config);
     let finals: Finals = Arc::default();
     let f2 = finals.clone();
     job.source("numbers", 2, move |i| {
-        Counter::paced(i.index, i.parallelism, n, per_poll, 1_000_000)
+        let c = Counter::paced(i.index, i.parallelism, n, per_poll, 1_000_000);
+        match &release {
+            Some(r) => c.held(r.clone()),
+            None => c,
+        }
     })
     .key_by(move |x| x % keys)
     .task("keyed_sum", 2)
@@ -661,6 +677,7 @@ fn alignment_over_the_limit_aborts_the_checkpoint_and_the_job_goes_on() {
         step: 2,
         per_poll: 64,
         pause_ns: 0,
+        hold: None,
     });
     let slow = job.source("slow", 1, |_| Trickle {
         next: 1,
@@ -1490,7 +1507,11 @@ fn an_incremental_job_restores_exactly_after_failures() {
         delay: Duration::ZERO,
     };
     let n = 300_000;
-    let (job, finals) = paced_sum_job(config, n, 50_000, 500);
+    // The sources hold at their end until the job has restarted three times
+    // and completed an incremental checkpoint, however slow the machine's
+    // disk: the test waits for that, not for a time.
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (job, finals) = held_sum_job(config, n, 50_000, 500, Some(release.clone()));
     let names = job.task_names();
     let ks = names.iter().position(|t| t == "keyed_sum[1]").unwrap();
     let job = job.with_failures(
@@ -1499,14 +1520,20 @@ fn an_incremental_job_restores_exactly_after_failures() {
             .with(ks, FailurePoint::DuringAsyncSnapshot)
             .with(ks, FailurePoint::AfterRecords(30_000)),
     );
-    let m = job.start().unwrap().wait().unwrap();
-    assert_eq!(m.restarts, 3, "{:?}", m.failures);
+    let h = job.start().unwrap();
+    let incremental_after_restarts = wait_for(60, || {
+        let m = h.metrics();
+        m.restarts == 3 && m.checkpoints.iter().any(|c| c.is_completed() && c.incremental)
+    });
+    release.store(true, std::sync::atomic::Ordering::Release);
+    let m = h.wait().unwrap();
     assert!(
+        incremental_after_restarts,
+        "restarts {}, checkpoints {:?}",
+        m.restarts,
         m.checkpoints
-            .iter()
-            .any(|c| c.is_completed() && c.incremental),
-        "no incremental checkpoint completed"
     );
+    assert_eq!(m.restarts, 3, "{:?}", m.failures);
     assert_eq!(*finals.lock().unwrap(), expected_sums(n, 50_000));
 }
 

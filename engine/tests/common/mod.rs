@@ -6,13 +6,15 @@ use std::collections::HashMap;
 
 /// Emits `next, next+step, ...` below `end` (`end = u64::MAX`: forever),
 /// at most `per_poll` records a poll, then idles `pause_ns` if not 0; its
-/// position is its state.
+/// position is its state. With `hold` set, it idles at `end` (checkpoints
+/// go on) until the flag is true, then finishes.
 pub(crate) struct Counter {
     pub next: u64,
     pub end: u64,
     pub step: u64,
     pub per_poll: usize,
     pub pause_ns: u64,
+    pub hold: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Counter {
@@ -24,6 +26,7 @@ impl Counter {
             step: p as u64,
             per_poll: usize::MAX,
             pause_ns: 0,
+            hold: None,
         }
     }
 
@@ -35,6 +38,12 @@ impl Counter {
             ..Counter::part(i, p, end)
         }
     }
+
+    /// Idles at its end until `release` is true, then finishes.
+    pub(crate) fn held(mut self, release: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.hold = Some(release);
+        self
+    }
 }
 
 impl Source<u64> for Counter {
@@ -44,7 +53,15 @@ impl Source<u64> for Counter {
             out.push(self.next);
             self.next += self.step;
         }
-        Ok(if self.next >= self.end {
+        let held = self
+            .hold
+            .as_ref()
+            .is_some_and(|r| !r.load(std::sync::atomic::Ordering::Acquire));
+        Ok(if self.next >= self.end && held {
+            SourcePoll::Idle {
+                wake_at_ns: Some(now_ns() + 1_000_000),
+            }
+        } else if self.next >= self.end {
             SourcePoll::Finished
         } else if self.pause_ns > 0 {
             SourcePoll::Idle {

@@ -289,6 +289,17 @@ fn injected_failures_recover_exactly_once() {
     assert_eq!(j["recoveries"], 2);
     assert_eq!(j["lost"], 0);
     assert_eq!(j["duplicated"], 0);
+    // Each failure with its time and recovery, on the checkpoints' clock.
+    let failures = j["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 2, "{failures:?}");
+    let started = j["started_ns"].as_u64().unwrap();
+    for f in failures {
+        assert!(f["task"].as_str().unwrap().contains('['), "{f}");
+        assert!(f["at_ns"].as_u64().unwrap() > started, "{f}");
+        assert!(f["recovery_ns"].as_u64().unwrap() > 0, "{f}");
+    }
+    let (out, _) = text(&o);
+    assert_eq!(out.matches("recovered in").count(), 2, "{out}");
 }
 
 #[test]

@@ -741,7 +741,7 @@ fn planned_failures_strike_once_even_when_neighbours_report_first() {
             .expect("2 failures, 2 restarts allowed");
         assert_eq!(m.restarts, 2, "{:?}", m.failures);
         assert!(
-            m.failures.iter().all(|f| f.starts_with("numbers[0]")),
+            m.failures.iter().all(|f| f.task == "numbers[0]"),
             "{:?}",
             m.failures
         );
@@ -1267,7 +1267,7 @@ fn a_failure_in_the_asynchronous_part_of_a_snapshot_recovers_exactly_once() {
     let m = job.start().unwrap().wait().unwrap();
     assert_eq!(m.restarts, 2, "{:?}", m.failures);
     assert!(
-        m.failures.iter().all(|f| f.contains("DuringAsyncSnapshot")),
+        m.failures.iter().all(|f| f.cause.contains("DuringAsyncSnapshot")),
         "{:?}",
         m.failures
     );

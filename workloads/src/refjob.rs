@@ -37,15 +37,25 @@
 //!   reference machine, so a shorter sleep would burn the 2 cores for
 //!   nothing, and records due within a tick go out in one batch. `t0` is
 //!   shared by all sources of a fresh job (the first poll of any source).
-//!   After a restore or a restart, each source's schedule restarts from its
-//!   restored position: `t0` shifts so that its next record is due now.
+//!   The schedule belongs to the run, not to the attempt (wrk2's rule):
+//!   after an in-process restart a replayed record keeps its original
+//!   intended time, so the recovery shows in the latency of every record it
+//!   delayed. Only a restore in a new process (`--restore`) starts the
+//!   schedule again at the restored position (`t0` shifts so that its next
+//!   record is due now): the downtime between processes is not part of
+//!   either run.
 //!
 //! # Sink
 //! The sink checks every record with a [`SinkCheck`] (checkpointed, so an
 //! exactly-once restart counts no duplicate and an at-least-once one shows
-//! them) and records latency into histograms that live *outside* the
-//! checkpointed state, in [`RefJobResults`]: they see every delivery,
-//! replays included, and are never rolled back. Only records whose
+//! them) and records latency into histograms in [`RefJobResults`]. They
+//! are rolled back with the sink's state: a restart from checkpoint `c`
+//! takes out what was recorded after the sink's snapshot of `c` (each
+//! checkpoint interval's recordings are kept until the checkpoint that
+//! ends it completes), so a record delivered before a failure and again
+//! after it counts once, at its last delivery. (Were the newest completed
+//! checkpoint unusable and an older one restored, the intervals between
+//! them would count twice: their undo log is gone.) Only records whose
 //! *unburst* schedule offset is at or after the warm-up are recorded (the
 //! first `ceil(warmup × rate)` sequence numbers are the warm-up). The clock
 //! is read once per batch at the sink.
@@ -62,7 +72,7 @@ use lockgate::Checkpointed;
 use lockgate::Context;
 use lockgate::{
     BoxError, CheckpointId, CheckpointMode, EncodedState, FailurePlan, JobBuilder, JobConfig,
-    JobError, JobHandle, JobMetrics, KeyedState, Managed, RecordSize, Sink, SnapshotRequest,
+    JobError, JobFailure, JobHandle, JobMetrics, KeyedState, Managed, RecordSize, Sink, SnapshotRequest,
     Source, SourcePoll, StateSnapshot, StatefulOperator,
 };
 use serde::Serialize;
@@ -359,23 +369,115 @@ struct SourceStats {
     last_emit_ns: AtomicU64,
     /// Most a batch's first record was late on its schedule, ns.
     max_behind_ns: AtomicU64,
+    /// This source's schedule start in this process (see `RefSource::t0`):
+    /// an in-process restart keeps it.
+    t0: OnceLock<i128>,
     /// True once a first attempt of this source started (a later instance
     /// is a restart and shifts its schedule).
     started: AtomicBool,
 }
 
-/// What the sink keeps outside checkpointed state (one per sink subtask,
-/// i.e. per recording thread).
+/// Latencies recorded over a span of deliveries: the run's, or one
+/// checkpoint interval's (kept to be taken out again when a restart rolls
+/// the sink back before it). Two [`new_histogram`]s and one per second
+/// touched, about 210 KiB each, zeroed lazily by the allocator.
+#[derive(Debug)]
+struct Recorded {
+    /// From the intended send time.
+    latency: LatencyRecorder,
+    /// From the actual send time (W2/W3).
+    uncorrected: LatencyRecorder,
+    /// From the intended send time, per second since the job's start
+    /// (W2/W3).
+    intervals: std::collections::BTreeMap<usize, Histogram<u64>>,
+}
+
+impl Recorded {
+    fn new() -> Self {
+        Recorded {
+            latency: LatencyRecorder::new(),
+            uncorrected: LatencyRecorder::new(),
+            intervals: Default::default(),
+        }
+    }
+
+    /// Records one delivery `lat` ns after its intended time; `paced`:
+    /// `(second since the start, now, actual send time)` of a W2/W3 record.
+    #[inline]
+    fn record(&mut self, lat: u64, paced: Option<(usize, u64, u64)>) {
+        self.latency.record_latency(lat);
+        if let Some((second, now, sent_ns)) = paced {
+            self.intervals
+                .entry(second)
+                .or_insert_with(new_histogram)
+                .saturating_record(lat);
+            self.uncorrected.record(now, sent_ns);
+        }
+    }
+
+    /// Takes `undone` out (it must have been recorded here too).
+    fn subtract(&mut self, undone: &Recorded) -> Result<(), BoxError> {
+        let e = |e: hdrhistogram::SubtractionError| format!("the sink's latency rollback: {e:?}");
+        self.latency.subtract(&undone.latency).map_err(e)?;
+        self.uncorrected.subtract(&undone.uncorrected).map_err(e)?;
+        for (second, h) in &undone.intervals {
+            if let Some(mine) = self.intervals.get_mut(second) {
+                mine.subtract(h).map_err(e)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the sink keeps outside its operator (one per sink subtask, i.e.
+/// per recording thread), across the run's attempts.
 #[derive(Debug)]
 struct SinkSlot {
     check: SinkCheck,
-    latency: LatencyRecorder,
-    uncorrected: LatencyRecorder,
-    /// Latency per second since the job's start (index = second).
-    intervals: Vec<Histogram<u64>>,
+    /// Every latency recorded and not rolled back: the report's.
+    recorded: Recorded,
+    /// With checkpoints: what was recorded before the sink's snapshot of
+    /// each checkpoint not yet known complete (and after the one before).
+    undo: std::collections::BTreeMap<CheckpointId, Recorded>,
+    /// With checkpoints: what was recorded since the last snapshot.
+    undo_open: Option<Recorded>,
     deliveries: u64,
     first_recorded_ns: u64,
     last_delivery_ns: u64,
+    /// Sink instances made so far (one per attempt of the job).
+    attempts: u32,
+    /// The first delivery of every attempt after the first, ns.
+    attempt_starts: Vec<u64>,
+}
+
+impl SinkSlot {
+    /// Rolls the recordings back to the sink's snapshot of `to` (`None`:
+    /// to nothing, a restart from the beginning).
+    fn roll_back(&mut self, to: Option<CheckpointId>) -> Result<(), BoxError> {
+        let Some(to) = to else {
+            self.recorded = Recorded::new();
+            self.undo.clear();
+            self.undo_open = self.undo_open.take().map(|_| Recorded::new());
+            return Ok(());
+        };
+        let later = self.undo.split_off(&to.next());
+        self.undo.clear();
+        for r in later.values() {
+            self.recorded.subtract(r)?;
+        }
+        if let Some(open) = self.undo_open.replace(Recorded::new()) {
+            self.recorded.subtract(&open)?;
+        }
+        Ok(())
+    }
+
+    /// The sink's snapshot of `id`: what was recorded since the last one
+    /// is kept for a rollback until `id` completes.
+    fn close_interval(&mut self, id: CheckpointId) {
+        if let Some(open) = self.undo_open.replace(Recorded::new()) {
+            self.undo.insert(id, open);
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -481,6 +583,22 @@ pub struct RefJobReport {
     /// The sources restored a checkpoint (after a failure in this process,
     /// or a `--restore` of a folder left by another one).
     pub restored: bool,
+    /// Every task failure, oldest first, with its recovery time.
+    pub recoveries: Vec<Recovery>,
+    /// The run's first emission, ns on the clock of [`lockgate::now_ns`]
+    /// (0: nothing was emitted).
+    pub started_ns: u64,
+}
+
+/// A task failure of the run and how long the job took to recover.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Recovery {
+    /// The failure as the engine reports it.
+    pub failure: JobFailure,
+    /// From the failure to the first record the sink received after it, ns
+    /// (the restart, the restore and the replay's first hop); `None` when
+    /// none was received after it (the job ended with it).
+    pub recovery_ns: Option<u64>,
 }
 
 impl RefJobReport {
@@ -541,12 +659,14 @@ impl RefJobResults {
         let total = cfg.total_records();
         let slots = vec![Mutex::new(SinkSlot {
             check: SinkCheck::new(total, cfg.keys)?,
-            latency: LatencyRecorder::new(),
-            uncorrected: LatencyRecorder::new(),
-            intervals: Vec::new(),
+            recorded: Recorded::new(),
+            undo: Default::default(),
+            undo_open: (mode != CheckpointMode::None).then(Recorded::new),
             deliveries: 0,
             first_recorded_ns: 0,
             last_delivery_ns: 0,
+            attempts: 0,
+            attempt_starts: Vec::new(),
         })];
         Ok(RefJobResults {
             shared: Arc::new(Shared {
@@ -591,8 +711,8 @@ impl RefJobResults {
         for slot in &self.shared.slots {
             let s = lock(slot);
             delivered += s.deliveries;
-            recorded += s.latency.count();
-            hists.push(s.latency.histogram().clone());
+            recorded += s.recorded.latency.count();
+            hists.push(s.recorded.latency.histogram().clone());
         }
         let p99_ns = merge(hists.iter())
             .map(|h| Percentiles::from_histogram(&h).p99)
@@ -617,11 +737,33 @@ impl RefJobResults {
 
     /// Planned failures that struck (the engine reports each as an
     /// injected failure).
-    fn failures_struck(&self, failures: &[String]) -> usize {
+    fn failures_struck(&self, failures: &[JobFailure]) -> usize {
         failures
             .iter()
-            .filter(|f| f.contains("injected failure: planned"))
+            .filter(|f| f.cause.contains("injected failure: planned"))
             .count()
+    }
+
+    /// Each failure with its recovery time: from the failure to the first
+    /// record delivered after it (`None`: nothing was delivered after it).
+    fn recoveries(&self, failures: &[JobFailure]) -> Vec<Recovery> {
+        let mut starts: Vec<u64> = self
+            .shared
+            .slots
+            .iter()
+            .flat_map(|s| lock(s).attempt_starts.clone())
+            .collect();
+        starts.sort_unstable();
+        failures
+            .iter()
+            .map(|f| Recovery {
+                failure: f.clone(),
+                recovery_ns: starts
+                    .iter()
+                    .find(|t| **t >= f.at_ns)
+                    .map(|t| t - f.at_ns),
+            })
+            .collect()
     }
 
     fn source_summary(&self) -> SourceSummary {
@@ -684,15 +826,16 @@ impl RefJobResults {
         let mut check: Option<CheckReport> = None;
         for slot in &self.shared.slots {
             let s = lock(slot);
-            lat.push(s.latency.histogram().clone());
+            let r = &s.recorded;
+            lat.push(r.latency.histogram().clone());
             // W1's records carry their actual send time as intended time:
             // both figures are the same histogram, recorded once.
             unc.push(if self.shared.cfg.workload.is_paced() {
-                s.uncorrected.histogram().clone()
+                r.uncorrected.histogram().clone()
             } else {
-                s.latency.histogram().clone()
+                r.latency.histogram().clone()
             });
-            for (i, h) in s.intervals.iter().enumerate() {
+            for (&i, h) in &r.intervals {
                 if intervals.len() <= i {
                     intervals.resize_with(i + 1, new_histogram);
                 }
@@ -701,7 +844,7 @@ impl RefJobResults {
                     .map_err(|e| LatencyError::Merge(format!("{e:?}")))?;
             }
             delivered += s.deliveries;
-            recorded += s.latency.count();
+            recorded += r.latency.count();
             if s.first_recorded_ns > 0 {
                 first_rec = first_rec.min(s.first_recorded_ns);
             }
@@ -750,6 +893,8 @@ impl RefJobResults {
             interrupted,
             failures_planned,
             failures_struck: self.failures_struck(&metrics_failures),
+            recoveries: self.recoveries(&metrics_failures),
+            started_ns: first_emit,
         })
     }
 }
@@ -768,7 +913,8 @@ struct RefSource<P> {
     /// The schedule's start (W2/W3), signed: a restored schedule may start
     /// before the clock's epoch.
     t0: Option<i128>,
-    /// Restored or restarted: the schedule restarts from the position.
+    /// Restored: unless this process already ran the source (then the
+    /// run's schedule goes on), its schedule starts at the position.
     shift: bool,
     _p: std::marker::PhantomData<fn() -> P>,
 }
@@ -777,14 +923,14 @@ impl<P: Payload> RefSource<P> {
     fn new(index: usize, shared: Arc<Shared>, keys: KeySpace) -> Result<Self, WorkloadError> {
         let cfg = &shared.cfg;
         let gen = Generator::new(&keys, index, cfg.parallelism, shared.total)?;
-        let restarted = shared.sources[index].started.swap(true, Relaxed);
+        shared.sources[index].started.store(true, Relaxed);
         Ok(RefSource {
             index,
             gen,
             burst: cfg.workload.source_bursts(index),
             keys,
             t0: None,
-            shift: restarted,
+            shift: false,
             shared,
             _p: std::marker::PhantomData,
         })
@@ -832,12 +978,15 @@ impl<P: Payload> Source<RefEvent<P>> for RefSource<P> {
             });
         }
         let (rate, burst) = (cfg.rate, self.burst);
+        let (shift, shared) = (self.shift, &self.shared);
         let t0 = *self.t0.get_or_insert_with(|| {
-            if self.shift {
-                now as i128 - scheduled_offset_ns(next, rate, burst) as i128
-            } else {
-                *self.shared.t0.get_or_init(|| now) as i128
-            }
+            *shared.sources[self.index].t0.get_or_init(|| {
+                if shift {
+                    now as i128 - scheduled_offset_ns(next, rate, burst) as i128
+                } else {
+                    *shared.t0.get_or_init(|| now) as i128
+                }
+            })
         });
         let offset_now = u64::try_from((now as i128 - t0).max(0)).unwrap_or(u64::MAX);
         let due = due_until(offset_now, rate, burst);
@@ -944,6 +1093,26 @@ struct RefSink {
     /// The snapshot thread's copy of the check, from the first snapshot of
     /// the run attempt on.
     replica: Option<Arc<Mutex<SinkReplica>>>,
+    /// A later attempt's sink before its restore or first record: the
+    /// slot's recordings are rolled back to the restored checkpoint (or,
+    /// with none restored, to nothing) before it records.
+    roll_back: bool,
+    /// No record received yet in this attempt.
+    first_write: bool,
+}
+
+/// Sink `slot`'s slot, rolled back first when `roll_back` (this attempt
+/// restored nothing).
+fn open_slot<'a>(
+    shared: &'a Shared,
+    slot: usize,
+    roll_back: &mut bool,
+) -> Result<MutexGuard<'a, SinkSlot>, BoxError> {
+    let mut s = lock(&shared.slots[slot]);
+    if std::mem::take(roll_back) {
+        s.roll_back(None)?;
+    }
+    Ok(s)
 }
 
 impl<P: Payload> Sink<RefSum<P>> for RefSink {
@@ -960,14 +1129,14 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
                 .unwrap_or(now)
         });
         let second = (now.saturating_sub(start) / 1_000_000_000) as usize;
-        let mut s = lock(&self.shared.slots[self.slot]);
-        if s.intervals.len() <= second {
-            s.intervals.resize_with(second + 1, new_histogram);
+        let paced = self.shared.cfg.workload.is_paced();
+        let first_write = std::mem::take(&mut self.first_write);
+        let mut s = open_slot(&self.shared, self.slot, &mut self.roll_back)?;
+        if first_write && s.attempts > 1 {
+            s.attempt_starts.push(now);
         }
         let s = &mut *s;
-        let interval = &mut s.intervals[second];
         let mut recorded = false;
-        let paced = self.shared.cfg.workload.is_paced();
         for r in input.drain(..) {
             s.check.observe(&SumRecord {
                 key: r.key,
@@ -977,12 +1146,12 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
             });
             if r.n >= first_rec {
                 let lat = now.saturating_sub(r.ts_ns);
-                s.latency.record_latency(lat);
                 // W1 is not a latency test: one histogram, as the raw
                 // baseline keeps; no per-second intervals.
-                if paced {
-                    interval.saturating_record(lat);
-                    s.uncorrected.record(now, r.sent_ns);
+                let p = paced.then_some((second, now, r.sent_ns));
+                s.recorded.record(lat, p);
+                if let Some(open) = &mut s.undo_open {
+                    open.record(lat, p);
                 }
                 recorded = true;
             }
@@ -997,11 +1166,13 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
 }
 
 impl Checkpointed for RefSink {
-    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
-        let s = lock(&self.shared.slots[self.slot]);
-        Ok(Some(postcard::to_allocvec(&SinkPart::Full(
-            s.check.clone(),
-        ))?))
+    fn snapshot_state(&mut self, id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        let mut s = open_slot(&self.shared, self.slot, &mut self.roll_back)?;
+        s.close_interval(id);
+        Ok(Some(postcard::to_allocvec(&SinkState {
+            id,
+            part: SinkPart::Full(s.check.clone()),
+        })?))
     }
 
     /// The check is state like any other, checkpointed incrementally: the
@@ -1010,9 +1181,11 @@ impl Checkpointed for RefSink {
     /// the whole check once, to seed the snapshot thread's replica).
     fn snapshot_state_async(
         &mut self,
-        _id: CheckpointId,
+        id: CheckpointId,
     ) -> Result<Option<StateSnapshot>, BoxError> {
-        let mut slot = lock(&self.shared.slots[self.slot]);
+        let shared = self.shared.clone();
+        let mut slot = open_slot(&shared, self.slot, &mut self.roll_back)?;
+        slot.close_interval(id);
         let (replica, changes) = match &self.replica {
             Some(r) => (r.clone(), Some(slot.check.take_changes())),
             None => {
@@ -1036,8 +1209,11 @@ impl Checkpointed for RefSink {
 
     fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
         let mut parts = Vec::with_capacity(chain.len());
+        let mut restored = None;
         for bytes in chain {
-            parts.push(postcard::from_bytes::<SinkPart>(bytes)?);
+            let state = postcard::from_bytes::<SinkState>(bytes)?;
+            restored = Some(state.id);
+            parts.push(state.part);
         }
         let start = parts
             .iter()
@@ -1052,11 +1228,31 @@ impl Checkpointed for RefSink {
                 check.apply_changes(&changes)?;
             }
         }
-        lock(&self.shared.slots[self.slot]).check = check;
+        let mut slot = lock(&self.shared.slots[self.slot]);
+        slot.check = check;
+        if std::mem::take(&mut self.roll_back) {
+            slot.roll_back(restored)?;
+        }
         // The next snapshot seeds a new replica from the restored check.
         self.replica = None;
         Ok(())
     }
+
+    fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), BoxError> {
+        // A restart restores `id` or a later checkpoint: what was recorded
+        // before its snapshot stays.
+        let mut slot = lock(&self.shared.slots[self.slot]);
+        slot.undo = slot.undo.split_off(&id.next());
+        Ok(())
+    }
+}
+
+/// The sink's checkpointed state: the checkpoint it belongs to (a restart
+/// rolls the latency recordings back to it) and one part of the check.
+#[derive(Serialize, serde::Deserialize)]
+struct SinkState {
+    id: CheckpointId,
+    part: SinkPart,
 }
 
 /// One checkpointed part of the sink's check: all of it, or what changed
@@ -1098,8 +1294,9 @@ impl SinkReplica {
         };
         self.first.get_or_insert(req.id);
         self.log.insert(req.id, idx);
-        // A full part: the enum's tag, then the check.
-        let full_bytes = 1 + self.check.encoded_size();
+        // A full part: the id, the enum's tag, then the check.
+        let id_bytes = postcard::to_allocvec(&req.id)?.len() as u64;
+        let full_bytes = id_bytes + 1 + self.check.encoded_size();
         if let Some(base) = req.base.filter(|b| self.first.is_some_and(|f| f <= *b)) {
             self.log = self.log.split_off(&base.next());
             let mut words: Vec<u64> = self
@@ -1116,8 +1313,10 @@ impl SinkReplica {
             words.dedup();
             keys.sort_unstable();
             keys.dedup();
-            let bytes =
-                postcard::to_allocvec(&SinkPart::Delta(self.check.changes_of(&words, &keys)))?;
+            let bytes = postcard::to_allocvec(&SinkState {
+                id: req.id,
+                part: SinkPart::Delta(self.check.changes_of(&words, &keys)),
+            })?;
             if (bytes.len() as u64) < full_bytes {
                 return Ok(EncodedState {
                     bytes,
@@ -1126,7 +1325,10 @@ impl SinkReplica {
                 });
             }
         }
-        let bytes = postcard::to_allocvec(&SinkPart::Full(self.check.clone()))?;
+        let bytes = postcard::to_allocvec(&SinkState {
+            id: req.id,
+            part: SinkPart::Full(self.check.clone()),
+        })?;
         Ok(EncodedState::full(bytes))
     }
 }
@@ -1177,12 +1379,17 @@ fn build_typed<P: Payload>(results: &RefJobResults, job: &JobBuilder) -> Result<
     .sink("sink", move |i| {
         // A new attempt starts from a fresh check unless restore_state
         // gives it the checkpointed one.
-        lock(&s_sink.slots[i.index]).check =
-            SinkCheck::new(total, nkeys).expect("sizes were validated");
+        let mut slot = lock(&s_sink.slots[i.index]);
+        slot.check = SinkCheck::new(total, nkeys).expect("sizes were validated");
+        slot.attempts += 1;
+        let later = slot.attempts > 1;
+        drop(slot);
         RefSink {
             slot: i.index,
             shared: s_sink.clone(),
             replica: None,
+            roll_back: later,
+            first_write: true,
         }
     });
     Ok(())

@@ -56,6 +56,48 @@ fn w1_exactly_once_survives_two_failures_exactly() {
     // Replays reach the sink again: it received at least every record.
     assert!(report.delivered >= 200_000);
     assert!(report.metrics.completed_checkpoints() >= 1);
+    // ... and its latency once, at its last delivery: the recordings are
+    // rolled back with the sink's state.
+    assert_eq!(report.latency.len(), 200_000);
+}
+
+#[test]
+fn w2_failures_count_each_latency_once_and_show_each_recovery() {
+    // Checkpoints every 10 ms, and without any (a restart from the start).
+    for mode in [CheckpointMode::ExactlyOnce, CheckpointMode::None] {
+        let cfg = RefJobConfig::paced(Workload::W2, 50_000, Duration::from_secs(1), Duration::ZERO);
+        let plan = seeded_failures(&cfg, 5, 2);
+        let mut job = checkpointed(mode, 2);
+        if mode == CheckpointMode::None {
+            job.checkpoint.interval = None;
+        }
+        let report = run_reference_job(&cfg, job, plan).unwrap();
+        assert_eq!(report.metrics.restarts, 2, "{:?}", report.metrics.failures);
+        assert!(report.ok(), "{mode:?}: {:?}", report.failure());
+        assert!(report.delivered > 50_000, "{mode:?}: replays reach the sink");
+        assert_eq!(report.latency.len(), 50_000, "{mode:?}");
+        assert_eq!(report.latency_uncorrected.len(), 50_000, "{mode:?}");
+        let per_second: u64 = report.intervals.iter().map(|h| h.len()).sum();
+        assert_eq!(per_second, 50_000, "{mode:?}");
+        assert_eq!(report.recoveries.len(), 2);
+        let mut longest = 0;
+        for r in &report.recoveries {
+            let ns = r.recovery_ns.expect("records were delivered after it");
+            assert!(ns > 0);
+            assert!(r.failure.cause.contains("injected failure"), "{r:?}");
+            longest = longest.max(ns);
+            if mode == CheckpointMode::None {
+                assert_eq!(r.failure.restored_from, None);
+            }
+        }
+        // The schedule belongs to the run: a record the recovery delayed
+        // keeps its intended time, so the recovery shows in the latency.
+        assert!(
+            report.latency.max() >= longest,
+            "{mode:?}: max {} < recovery {longest}",
+            report.latency.max()
+        );
+    }
 }
 
 #[test]

@@ -230,6 +230,24 @@ impl CheckpointsJson {
     }
 }
 
+/// A task failure of a run, as the JSON lists it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct FailureJson {
+    /// The failed task, e.g. `keyed_sum[1]`.
+    pub task: String,
+    /// The failure's cause in words.
+    pub cause: String,
+    /// When the job learned of it, ns, on the clock of
+    /// `checkpoints.list[].trigger_ns`.
+    pub at_ns: u64,
+    /// From the failure to the first record the sink received after it,
+    /// ns (`null`: none was received after it).
+    pub recovery_ns: Option<u64>,
+    /// The checkpoint id the restart restored (`null`: from the start, or
+    /// no restart).
+    pub restored_from: Option<u64>,
+}
+
 /// A run as saved by `--json` and read by `lockgate report`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct RunReport {
@@ -265,6 +283,13 @@ pub(crate) struct RunReport {
     pub failures_planned: u64,
     /// Restarts from a checkpoint.
     pub recoveries: u64,
+    /// Every task failure, oldest first, with its recovery time.
+    #[serde(default)]
+    pub failures: Vec<FailureJson>,
+    /// The run's first emission, ns, on the clock of `trigger_ns` and
+    /// `at_ns` (0: nothing emitted).
+    #[serde(default)]
+    pub started_ns: u64,
     /// The requested rate, records/s (W2/W3).
     pub requested_rate: Option<u64>,
     /// What the sources emitted per second (replays included).
@@ -333,6 +358,18 @@ impl RunReport {
             failures_injected: r.failures_struck as u64,
             failures_planned: r.failures_planned as u64,
             recoveries: u64::from(r.metrics.restarts),
+            failures: r
+                .recoveries
+                .iter()
+                .map(|x| FailureJson {
+                    task: x.failure.task.clone(),
+                    cause: x.failure.cause.clone(),
+                    at_ns: x.failure.at_ns,
+                    recovery_ns: x.recovery_ns,
+                    restored_from: x.failure.restored_from.map(|c| c.get()),
+                })
+                .collect(),
+            started_ns: r.started_ns,
             requested_rate: paced.then_some(r.config.rate),
             achieved_rate: r.sources.achieved_rate,
             behind_schedule_max_ns: r.sources.max_behind_ns,
@@ -380,7 +417,7 @@ impl RunReport {
         let req = self.requested_rate.unwrap_or(0);
         Some(if self.recoveries > 0 {
             format!(
-                "note: the sources achieved {:.0} records/s for the requested {req}: each of the {} recoveries restarted the schedule from its checkpoint",
+                "note: the sources achieved {:.0} records/s for the requested {req}: the {} recoveries held them up (the latency figures include that: replayed records keep their scheduled times)",
                 self.achieved_rate, self.recoveries
             )
         } else {
@@ -606,6 +643,26 @@ impl RunReport {
             "  failures:    {} injected ({} planned), {} recoveries",
             self.failures_injected, self.failures_planned, self.recoveries
         );
+        for f in &self.failures {
+            let from = match f.restored_from {
+                Some(id) => format!("restored chk-{id}"),
+                None => "from the start".into(),
+            };
+            let at = if self.started_ns > 0 && f.at_ns >= self.started_ns {
+                format!(" at {}", fmt_ns(f.at_ns - self.started_ns))
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                s,
+                "    {}{at}: {}",
+                f.task,
+                match f.recovery_ns {
+                    Some(r) => format!("recovered in {} ({from})", fmt_ns(r)),
+                    None => format!("no record delivered after it ({from})"),
+                }
+            );
+        }
         let _ = writeln!(
             s,
             "  memory:      peak RSS {:.1} MiB",

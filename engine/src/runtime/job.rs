@@ -49,8 +49,31 @@ pub struct JobMetrics {
     pub checkpoints: Vec<CheckpointStats>,
     /// Restarts after failures so far.
     pub restarts: u32,
-    /// The failures that caused them, as `task: cause`.
-    pub failures: Vec<String>,
+    /// The task failures so far, oldest first: one per restart, and the
+    /// last one too when it ended the job.
+    pub failures: Vec<JobFailure>,
+}
+
+/// A task failure, as [`JobMetrics::failures`] lists it; displays as
+/// `task: cause`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct JobFailure {
+    /// The failed task, e.g. `keyed_sum[1]`.
+    pub task: String,
+    /// What failed, in words (the task error's message).
+    pub cause: String,
+    /// When the job learned of it, ns on the clock of [`crate::now_ns`]
+    /// (the clock of checkpoints' `trigger_ns`).
+    pub at_ns: u64,
+    /// The checkpoint the restart after it restored (`None`: it restarted
+    /// from the beginning, or did not restart).
+    pub restored_from: Option<CheckpointId>,
+}
+
+impl std::fmt::Display for JobFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.task, self.cause)
+    }
 }
 
 impl JobMetrics {
@@ -76,7 +99,7 @@ impl JobMetrics {
 pub(crate) struct Shared {
     pub(crate) metrics: Vec<Arc<TaskMetrics>>,
     pub(crate) checkpoints: Mutex<Vec<CheckpointStats>>,
-    pub(crate) restarts: Mutex<(u32, Vec<String>)>,
+    pub(crate) restarts: Mutex<(u32, Vec<JobFailure>)>,
 }
 
 impl Shared {
@@ -269,6 +292,7 @@ impl Driver {
         loop {
             let attempt = self.spawn(restored.take())?;
             let end = self.supervise(&attempt, &mut stopping);
+            let ended_ns = crate::clock::now_ns();
             let late_events = self.teardown(attempt);
             // The first failure reported may be a consequence of the real
             // one (a neighbour saw its channel disconnect): once every
@@ -297,7 +321,12 @@ impl Driver {
                     let task_name = self.graph.task_id(task);
                     {
                         let mut r = self.shared.restarts.lock().expect("not poisoned");
-                        r.1.push(format!("{task_name}: {error}"));
+                        r.1.push(JobFailure {
+                            task: task_name.to_string(),
+                            cause: error.to_string(),
+                            at_ns: ended_ns,
+                            restored_from: None,
+                        });
                     }
                     let out = self.coordinator.abort_all(AbortReason::TaskFailure);
                     self.storage_outputs(out);
@@ -326,8 +355,14 @@ impl Driver {
                             cause: error,
                         });
                     }
-                    self.shared.restarts.lock().expect("not poisoned").0 += 1;
                     restored = self.restore_point()?;
+                    {
+                        let mut r = self.shared.restarts.lock().expect("not poisoned");
+                        r.0 += 1;
+                        if let Some(f) = r.1.last_mut() {
+                            f.restored_from = restored.as_ref().map(|r| r.checkpoint);
+                        }
+                    }
                     if matches!(error, TaskError::Injected(_)) {
                         tracing::info!(
                             task = %task_name, %error,

@@ -28,7 +28,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// lockgate: a streaming dataflow engine with Flink-style aligned
 /// checkpoints, built for low latency.
 #[derive(Parser, Debug)]
-#[command(name = "lockgate", version, propagate_version = true)]
+#[command(
+    name = "lockgate",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("LOCKGATE_GIT_COMMIT"), ")"),
+    propagate_version = true
+)]
 struct Cli {
     /// More log output on stderr (-v info, -vv debug, -vvv trace);
     /// RUST_LOG overrides it.

@@ -59,6 +59,7 @@ fn w1_without_checkpoints_is_exact() {
     let _g = heavy();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("w1.json");
+    let hlog = dir.path().join("w1.hlog");
     let o = loadgen(&[
         "--workload",
         "w1",
@@ -68,6 +69,8 @@ fn w1_without_checkpoints_is_exact() {
         "none",
         "--json",
         json.to_str().unwrap(),
+        "--hlog",
+        hlog.to_str().unwrap(),
     ]);
     assert_ok(&o);
     let (out, _) = text(&o);
@@ -83,6 +86,13 @@ fn w1_without_checkpoints_is_exact() {
     assert_eq!(j["config"]["records"], 100_000);
     assert!(j["config"]["rate"].is_null());
     assert_eq!(j["checkpoints"]["completed"], 0);
+    // W1 keeps no per-second histograms: its interval log is one interval
+    // holding the whole run.
+    let intervals = read_hlog(&std::fs::read(&hlog).unwrap()).unwrap();
+    assert_eq!(intervals.len(), 1);
+    assert_eq!(intervals[0].histogram.len(), 100_000);
+    let max_ms = j["latency_ns"]["max"].as_u64().unwrap() as f64 / 1e6;
+    assert!((intervals[0].max - max_ms).abs() <= 0.001 + max_ms * 1e-3);
 }
 
 #[test]
@@ -175,9 +185,17 @@ fn w2_exactly_once_writes_json_hgrm_hlog_and_svg() {
         list[0].get("alignments").is_none(),
         "schema 1's field is gone"
     );
-    for key in ["cores", "cpu_model", "rustc", "git_commit"] {
+    for key in ["cores", "cpu_model", "rustc", "git_commit", "host"] {
         assert!(!j["environment"][key].is_null(), "{key}");
     }
+    assert!(!j["environment"]["host"].as_str().unwrap().is_empty());
+    // RFC 3339 in UTC, e.g. 2026-12-01T14:03:07.123456789Z.
+    let started = j["started_at"].as_str().unwrap();
+    assert!(
+        started.len() >= 20 && started.ends_with('Z') && started.as_bytes()[10] == b'T',
+        "{started}"
+    );
+    assert!(humantime::parse_rfc3339(started).is_ok(), "{started}");
     assert!(j["peak_rss_bytes"].as_u64().unwrap() > 0);
     let lat = &j["latency_ns"];
     assert!(lat["p50"].as_u64() <= lat["p99"].as_u64());
@@ -199,6 +217,13 @@ fn w2_exactly_once_writes_json_hgrm_hlog_and_svg() {
     assert!(!intervals.is_empty());
     let total: u64 = intervals.iter().map(|i| i.histogram.len()).sum();
     assert_eq!(total, 20_000);
+    // Its max column is in ms, as its header says; the largest is the run's.
+    let log_max = intervals.iter().map(|i| i.max).fold(0.0, f64::max);
+    assert!((log_max - max_ms).abs() <= 0.001 + max_ms * 1e-3, "{log_max} vs {max_ms}");
+    for i in &intervals {
+        let ms = i.histogram.max() as f64 / 1e6;
+        assert!((i.max - ms).abs() <= 0.001 + ms * 1e-3, "{} vs {ms}", i.max);
+    }
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
 
     // report show prints the same run; compare puts two side by side.
@@ -584,9 +609,19 @@ fn bad_inputs_are_refused_with_exit_code_2() {
 
 #[test]
 fn version_is_printed() {
-    let o = bin().args(["loadgen", "--version"]).output().unwrap();
-    assert_eq!(o.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&o.stdout).contains(env!("CARGO_PKG_VERSION")));
+    for args in [&["--version"][..], &["loadgen", "--version"]] {
+        let o = bin().args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(0));
+        // `lockgate 0.1.0 (commit abcdef1)`: the commit the JSON names too.
+        let out = String::from_utf8_lossy(&o.stdout);
+        let (name, rest) = out.trim().split_once(' ').unwrap();
+        assert!(name.starts_with("lockgate"), "{out}");
+        let commit = rest
+            .strip_prefix(concat!(env!("CARGO_PKG_VERSION"), " (commit "))
+            .and_then(|r| r.strip_suffix(')'))
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(!commit.is_empty() && !commit.contains(' '), "{out}");
+    }
 }
 
 /// With many keys and a low rate few keys change between two checkpoints:

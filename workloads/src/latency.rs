@@ -450,9 +450,10 @@ impl<W: Write> HlogWriter<W> {
             Some(t) => Some(Tag::new(t).ok_or_else(|| LatencyError::BadTag(t.to_string()))?),
         };
         // A builder without headers writes nothing: this only borrows the
-        // output for one line.
-        let mut writer =
-            IntervalLogWriterBuilder::new().begin_log_with(&mut self.out, &mut self.serializer)?;
+        // output for one line, with the header's unit for the max column.
+        let mut writer = IntervalLogWriterBuilder::new()
+            .with_max_value_divisor(NS_PER_MS)
+            .begin_log_with(&mut self.out, &mut self.serializer)?;
         writer
             .write_histogram(h, start_offset, length, tag)
             .map_err(|e| match e {
@@ -481,6 +482,8 @@ pub struct LoggedInterval {
     pub start: Duration,
     /// Its length.
     pub length: Duration,
+    /// Its max column as written (ms for [`HlogWriter`]'s logs).
+    pub max: f64,
     /// Its histogram.
     pub histogram: Histogram<u64>,
 }
@@ -503,6 +506,7 @@ pub fn read_hlog(bytes: &[u8]) -> Result<Vec<LoggedInterval>, LatencyError> {
                 tag: i.tag().map(|t| t.as_str().to_string()),
                 start: i.start_timestamp(),
                 length: i.duration(),
+                max: i.max(),
                 histogram: histogram_from_base64(i.encoded_histogram())?,
             });
         }
@@ -789,6 +793,9 @@ mod tests {
             assert_eq!(&got.histogram, want.histogram());
             assert_eq!(got.start, Duration::from_secs(i as u64));
             assert_eq!(got.length, Duration::from_secs(1));
+            // The max column is in ms, as the header says.
+            let want_ms = want.histogram().max() as f64 / NS_PER_MS;
+            assert!((got.max - want_ms).abs() < 1e-3, "{} vs {want_ms}", got.max);
         }
         assert_eq!(read[1].tag.as_deref(), Some("sink"));
         assert!(read_hlog(b"garbage line\n").is_err());

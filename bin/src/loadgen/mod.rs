@@ -124,6 +124,7 @@ fn finish(plan: &args::Plan, args: &Args, r: &RefJobReport, wall_start: SystemTi
         plan.config_json.clone(),
         plan.mode.as_str(),
         &plan.pinning,
+        wall_start,
     ) {
         Ok(s) => s,
         Err(e) => {
@@ -160,6 +161,16 @@ fn finish(plan: &args::Plan, args: &Args, r: &RefJobReport, wall_start: SystemTi
         let res = (|| -> anyhow::Result<()> {
             let f = std::io::BufWriter::new(std::fs::File::create(p)?);
             let mut w = HlogWriter::new(f, wall_start)?;
+            if r.intervals.is_empty() && !r.latency.is_empty() {
+                // W1 (closed loop) keeps no per-second histograms: its
+                // whole run is one interval.
+                w.write_interval(
+                    &r.latency,
+                    Duration::ZERO,
+                    Duration::from_secs_f64(r.recorded_seconds.max(0.0)),
+                    None,
+                )?;
+            }
             for (i, h) in r.intervals.iter().enumerate() {
                 w.write_interval(
                     h,

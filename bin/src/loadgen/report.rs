@@ -29,6 +29,10 @@ pub(crate) struct Environment {
     pub rustc: String,
     /// `git rev-parse --short HEAD` at build time.
     pub git_commit: String,
+    /// The machine's host name (`/proc/sys/kernel/hostname`, else
+    /// `$HOSTNAME`, else "unknown").
+    #[serde(default)]
+    pub host: String,
 }
 
 impl Environment {
@@ -48,6 +52,12 @@ impl Environment {
             cpu_model,
             rustc: env!("LOCKGATE_RUSTC").to_string(),
             git_commit: env!("LOCKGATE_GIT_COMMIT").to_string(),
+            host: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+                .or_else(|| std::env::var("HOSTNAME").ok())
+                .unwrap_or_else(|| "unknown".into()),
         }
     }
 }
@@ -253,6 +263,10 @@ pub(crate) struct FailureJson {
 pub(crate) struct RunReport {
     /// [`SCHEMA_VERSION`].
     pub schema_version: u32,
+    /// When the run started, RFC 3339 in UTC (e.g.
+    /// `2026-12-01T14:03:07.123456789Z`; empty in files of older builds).
+    #[serde(default)]
+    pub started_at: String,
     /// Machine and build.
     pub environment: Environment,
     /// Every flag's effective value, keyed by flag name with `_`.
@@ -335,12 +349,14 @@ impl RunReport {
         config: serde_json::Value,
         mode: &str,
         pinning: &str,
+        started: std::time::SystemTime,
     ) -> anyhow::Result<Self> {
         let env = Environment::detect();
         let paced = r.config.workload.is_paced();
         let failure = r.failure();
         Ok(RunReport {
             schema_version: SCHEMA_VERSION,
+            started_at: humantime::format_rfc3339_nanos(started).to_string(),
             cores: env.cores,
             environment: env,
             config,

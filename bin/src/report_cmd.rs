@@ -166,7 +166,16 @@ fn compare(runs: &[(String, RunReport)]) -> String {
     line(
         "result",
         runs.iter()
-            .map(|(_, r)| if r.ok { "ok".into() } else { "FAILED".into() })
+            .map(|(_, r)| {
+                if r.ok {
+                    "ok".into()
+                } else if r.interrupted {
+                    // As `report show` and the run's own last line say.
+                    "interrupted".into()
+                } else {
+                    "FAILED".into()
+                }
+            })
             .collect(),
     );
     out

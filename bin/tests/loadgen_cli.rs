@@ -3,7 +3,7 @@
 
 use lockgate_workloads::latency::{histogram_from_base64, parse_hgrm, read_hlog};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
@@ -219,7 +219,10 @@ fn w2_exactly_once_writes_json_hgrm_hlog_and_svg() {
     assert_eq!(total, 20_000);
     // Its max column is in ms, as its header says; the largest is the run's.
     let log_max = intervals.iter().map(|i| i.max).fold(0.0, f64::max);
-    assert!((log_max - max_ms).abs() <= 0.001 + max_ms * 1e-3, "{log_max} vs {max_ms}");
+    assert!(
+        (log_max - max_ms).abs() <= 0.001 + max_ms * 1e-3,
+        "{log_max} vs {max_ms}"
+    );
     for i in &intervals {
         let ms = i.histogram.max() as f64 / 1e6;
         assert!((i.max - ms).abs() <= 0.001 + ms * 1e-3, "{} vs {ms}", i.max);
@@ -503,11 +506,128 @@ fn ctrl_c_stops_cleanly_with_a_report() {
     assert_eq!(o.status.code(), Some(130), "{out}");
     assert!(out.contains("INTERRUPTED"), "{out}");
     assert!(last_line(&out).starts_with("result: interrupted"), "{out}");
+    assert!(out.contains("not sent (interrupted)"), "{out}");
     let j = read_json(&json);
     assert_eq!(j["interrupted"], true);
     assert_eq!(j["ok"], false);
-    // No duplicate and nothing wrong in what was delivered.
+    // No duplicate and nothing wrong in what was delivered; what the stop
+    // cut off was never sent, not lost.
     assert_eq!(j["duplicated"], 0);
+    assert_eq!(j["lost"], 0);
+    let not_sent = j["not_sent"].as_u64().unwrap();
+    assert!(not_sent > 0);
+    let check = j["check"].as_str().unwrap();
+    assert!(
+        check.starts_with("interrupted:") && !check.contains("MISMATCH"),
+        "{check}"
+    );
+    // report show and report compare use the same word.
+    for cmd in [&["show"][..], &["compare", "-"]] {
+        let mut args = vec!["report"];
+        args.extend(cmd.iter().filter(|a| **a != "-"));
+        args.push(json.to_str().unwrap());
+        if cmd.len() > 1 {
+            args.push(json.to_str().unwrap());
+        }
+        let o = bin().args(&args).output().unwrap();
+        let (out, err) = text(&o);
+        assert!(
+            out.contains("interrupted") && !out.contains("FAILED"),
+            "{args:?}: {out}{err}"
+        );
+    }
+}
+
+#[test]
+fn a_second_ctrl_c_quits_at_once_and_removes_the_temporary_folder() {
+    let _g = heavy();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = bin()
+        .env("TMPDIR", tmp.path())
+        .args([
+            "loadgen",
+            "--duration",
+            "60",
+            "--warmup",
+            "0",
+            "--rate",
+            "20000",
+            "--progress",
+            "always",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "stderr closed");
+        if line.starts_with('[') {
+            break;
+        }
+    }
+    // The run's temporary checkpoint folder is under TMPDIR.
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
+    let int = || {
+        let st = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    int();
+    // The first one is seen (the stop begins) before the second is sent.
+    loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "stderr closed");
+        if line.starts_with("interrupted") {
+            break;
+        }
+    }
+    int();
+    let mut rest = String::new();
+    let _ = err.read_to_string(&mut rest);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{rest}");
+    // Either the stop finished first (a normal interrupted report) or the
+    // second Ctrl-C quit at once with its one line; the folder is gone
+    // in both cases.
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        rest.contains("interrupted twice: quit at once") || out.contains("result: interrupted"),
+        "{rest}{out}"
+    );
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "the temporary checkpoint folder is left behind: {:?} {rest} {out}", std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn spinning_with_more_task_threads_than_cores_is_warned_about() {
+    let _g = heavy();
+    let o = loadgen(&[
+        "--wait-strategy",
+        "spin",
+        "--parallelism",
+        "2",
+        "--rate",
+        "2000",
+        "--duration",
+        "0.2",
+        "--warmup",
+        "0",
+        "--checkpoint",
+        "none",
+    ]);
+    assert_ok(&o);
+    let (_, err) = text(&o);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // 2 sources, 2 keyed sums, 1 sink.
+    assert_eq!(err.contains("--wait-strategy spin with 5 task threads"), cores < 5, "{err}");
 }
 
 /// Every bad input is refused before the run, with exit code 2 and a
@@ -524,6 +644,8 @@ fn bad_inputs_are_refused_with_exit_code_2() {
     let empty_s = empty.to_str().unwrap().to_string();
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--rate", "0"], "--rate"),
+        (vec!["--rate", "-5"], "invalid value '-5' for '--rate"),
+        (vec!["--duration", "-1"], "--duration"),
         (
             vec!["--parallelism", "18446744073709551615"],
             "--parallelism",

@@ -1267,7 +1267,9 @@ fn a_failure_in_the_asynchronous_part_of_a_snapshot_recovers_exactly_once() {
     let m = job.start().unwrap().wait().unwrap();
     assert_eq!(m.restarts, 2, "{:?}", m.failures);
     assert!(
-        m.failures.iter().all(|f| f.cause.contains("DuringAsyncSnapshot")),
+        m.failures
+            .iter()
+            .all(|f| f.cause.contains("DuringAsyncSnapshot")),
         "{:?}",
         m.failures
     );
@@ -1523,15 +1525,17 @@ fn an_incremental_job_restores_exactly_after_failures() {
     let h = job.start().unwrap();
     let incremental_after_restarts = wait_for(60, || {
         let m = h.metrics();
-        m.restarts == 3 && m.checkpoints.iter().any(|c| c.is_completed() && c.incremental)
+        m.restarts == 3
+            && m.checkpoints
+                .iter()
+                .any(|c| c.is_completed() && c.incremental)
     });
     release.store(true, std::sync::atomic::Ordering::Release);
     let m = h.wait().unwrap();
     assert!(
         incremental_after_restarts,
         "restarts {}, checkpoints {:?}",
-        m.restarts,
-        m.checkpoints
+        m.restarts, m.checkpoints
     );
     assert_eq!(m.restarts, 3, "{:?}", m.failures);
     assert_eq!(*finals.lock().unwrap(), expected_sums(n, 50_000));

@@ -72,8 +72,8 @@ use lockgate::Checkpointed;
 use lockgate::Context;
 use lockgate::{
     BoxError, CheckpointId, CheckpointMode, EncodedState, FailurePlan, JobBuilder, JobConfig,
-    JobError, JobFailure, JobHandle, JobMetrics, KeyedState, Managed, RecordSize, Sink, SnapshotRequest,
-    Source, SourcePoll, StateSnapshot, StatefulOperator,
+    JobError, JobFailure, JobHandle, JobMetrics, KeyedState, Managed, RecordSize, Sink,
+    SnapshotRequest, Source, SourcePoll, StateSnapshot, StatefulOperator,
 };
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -758,10 +758,7 @@ impl RefJobResults {
             .iter()
             .map(|f| Recovery {
                 failure: f.clone(),
-                recovery_ns: starts
-                    .iter()
-                    .find(|t| **t >= f.at_ns)
-                    .map(|t| t - f.at_ns),
+                recovery_ns: starts.iter().find(|t| **t >= f.at_ns).map(|t| t - f.at_ns),
             })
             .collect()
     }

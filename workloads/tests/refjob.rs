@@ -74,7 +74,10 @@ fn w2_failures_count_each_latency_once_and_show_each_recovery() {
         let report = run_reference_job(&cfg, job, plan).unwrap();
         assert_eq!(report.metrics.restarts, 2, "{:?}", report.metrics.failures);
         assert!(report.ok(), "{mode:?}: {:?}", report.failure());
-        assert!(report.delivered > 50_000, "{mode:?}: replays reach the sink");
+        assert!(
+            report.delivered > 50_000,
+            "{mode:?}: replays reach the sink"
+        );
         assert_eq!(report.latency.len(), 50_000, "{mode:?}");
         assert_eq!(report.latency_uncorrected.len(), 50_000, "{mode:?}");
         let per_second: u64 = report.intervals.iter().map(|h| h.len()).sum();

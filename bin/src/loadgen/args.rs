@@ -84,6 +84,9 @@ impl WaitArg {
 /// correctness. Exit codes: 0 ok, 1 the correctness check failed, 2 bad
 /// input, 130 interrupted (Ctrl-C).
 #[derive(clap::Args, Debug, Clone)]
+// A negative number is a value (refused by its parser with the flag's
+// name), not an unknown flag.
+#[command(allow_negative_numbers = true)]
 pub(crate) struct Args {
     /// The workload: w1 (throughput, closed loop), w2 (latency at a fixed
     /// rate), w3 (w2 with bursting sources).
@@ -242,6 +245,8 @@ pub(crate) struct Plan {
     pub quiet: bool,
     /// Pinning, as given.
     pub pinning: String,
+    /// Warnings to print before the run (it runs anyway).
+    pub warnings: Vec<String>,
 }
 
 fn secs(v: f64, flag: &str, allow_zero: bool) -> Result<Duration, String> {
@@ -402,6 +407,15 @@ impl Args {
             WaitArg::SpinPark => WaitStrategy::default(),
             WaitArg::Spin => WaitStrategy::Spin,
         };
+        let mut warnings = Vec::new();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Sources, keyed sums and the sink: one thread each.
+        let threads = self.parallelism.saturating_mul(2).saturating_add(1);
+        if matches!(self.wait_strategy, WaitArg::Spin) && threads > cores {
+            warnings.push(format!(
+                "WARNING: --wait-strategy spin with {threads} task threads on {cores} cores: a spinning task keeps a core from the others, so latency and throughput suffer (spin-park, the default, spins a bounded while then parks)"
+            ));
+        }
         job.handler.blocker_capacity_bytes = self.blocker_capacity_bytes;
 
         let mode = self.checkpoint;
@@ -589,6 +603,7 @@ impl Args {
             progress,
             quiet: self.quiet,
             pinning: self.pin.clone(),
+            warnings,
         })
     }
 }

@@ -38,16 +38,8 @@ pub(crate) fn run(args: Args) -> u8 {
         }
     };
     let interrupted = Arc::new(AtomicBool::new(false));
-    {
-        let flag = interrupted.clone();
-        // A second Ctrl-C ends the process at once.
-        if let Err(e) = ctrlc::set_handler(move || {
-            if flag.swap(true, Ordering::SeqCst) {
-                std::process::exit(i32::from(EXIT_INTERRUPTED));
-            }
-        }) {
-            tracing::warn!(error = %e, "cannot install the Ctrl-C handler");
-        }
+    for w in &plan.warnings {
+        eprintln!("{w}");
     }
     let failures = seeded_failures(&plan.refjob, plan.seed, plan.failures);
     let planned = failures.failures.len();
@@ -65,6 +57,45 @@ pub(crate) fn run(args: Args) -> u8 {
             return EXIT_USAGE;
         }
     };
+    {
+        let flag = interrupted.clone();
+        let results = results.clone();
+        // Only a temporary folder is ours to remove; exit skips its drop.
+        let temp = match &plan.checkpoint_dir {
+            args::CheckpointDir::Temp(t) => Some(t.path().to_path_buf()),
+            _ => None,
+        };
+        // A second Ctrl-C ends the process at once, with a one-line
+        // summary, removing the temporary checkpoint folder.
+        if let Err(e) = ctrlc::set_handler(move || {
+            if flag.swap(true, Ordering::SeqCst) {
+                if let Some(t) = &temp {
+                    // Snapshot threads may still add a file while it goes:
+                    // a few tries, then say so.
+                    let mut left = Ok(());
+                    for _ in 0..10 {
+                        left = std::fs::remove_dir_all(t);
+                        if left.is_ok() || !t.exists() {
+                            left = Ok(());
+                            break;
+                        }
+                    }
+                    if let Err(e) = left {
+                        eprintln!("cannot remove the temporary checkpoint folder {}: {e}", t.display());
+                    }
+                }
+                let p = results.progress();
+                eprintln!(
+                    "interrupted twice: quit at once, {} of {} records delivered, no report",
+                    p.delivered,
+                    results.config().total_records()
+                );
+                std::process::exit(i32::from(EXIT_INTERRUPTED));
+            }
+        }) {
+            tracing::warn!(error = %e, "cannot install the Ctrl-C handler");
+        }
+    }
     tracing::info!(
         workload = %plan.refjob.workload,
         mode = plan.mode.as_str(),
@@ -88,12 +119,16 @@ pub(crate) fn run(args: Args) -> u8 {
             next_progress += Duration::from_secs(1);
             let p = results.progress();
             let m = handle.metrics();
+            let p99 = if p.recorded == 0 {
+                "warming up".to_string()
+            } else {
+                format!("p99 {} so far", fmt_ns(p.p99_ns))
+            };
             eprintln!(
-                "[{:6.1} s] {:>9} records/s at the sink, {} delivered, p99 {} so far, {} checkpoints completed",
+                "[{:6.1} s] {:>9} records/s at the sink, {} delivered, {p99}, {} checkpoints completed",
                 started.elapsed().as_secs_f64(),
                 p.delivered - last_delivered,
                 p.delivered,
-                fmt_ns(p.p99_ns),
                 m.completed_checkpoints()
             );
             last_delivered = p.delivered;

@@ -314,8 +314,13 @@ pub(crate) struct RunReport {
     pub total_records: u64,
     /// Records the sink received, replays included.
     pub delivered: u64,
-    /// Sequence numbers never received.
+    /// Sequence numbers never received (0 for an interrupted run: see
+    /// `not_sent`).
     pub lost: u64,
+    /// An interrupted run's records never sent: a stop drains what is in
+    /// flight, so a record not received was not sent.
+    #[serde(default)]
+    pub not_sent: u64,
     /// Records received more than once.
     pub duplicated: u64,
     /// Latency from the actual send time (uncorrected), ns.
@@ -391,12 +396,20 @@ impl RunReport {
             behind_schedule_max_ns: r.sources.max_behind_ns,
             total_records: r.total_records,
             delivered: r.delivered,
-            lost: r.lost,
+            lost: if r.interrupted { 0 } else { r.lost },
+            not_sent: if r.interrupted { r.lost } else { 0 },
             duplicated: r.duplicated,
             latency_uncorrected_ns: Percentiles::from_histogram(&r.latency_uncorrected),
             expected_fingerprint: r.check.expected_fingerprint,
             fingerprint: r.check.fingerprint,
-            check: r.check.to_string(),
+            check: if r.interrupted {
+                format!(
+                    "interrupted: {} of {} records received before the stop, {} not sent, {} duplicated",
+                    r.check.distinct, r.total_records, r.lost, r.duplicated
+                )
+            } else {
+                r.check.to_string()
+            },
             peak_rss_bytes: peak_rss_bytes(),
             tasks: r.metrics.tasks.clone(),
             latency_histogram: histogram_to_base64(&r.latency)?,
@@ -573,16 +586,24 @@ impl RunReport {
         if let Some(w) = self.pinning_warning() {
             let _ = writeln!(s, "  {w}");
         }
-        let _ = writeln!(
-            s,
-            "  correctness: {} records in the whole run (warm-up included), {} delivered, {} lost, {} duplicated; fingerprint {:#018x} (expected {:#018x})",
-            self.total_records,
-            self.delivered,
-            self.lost,
-            self.duplicated,
-            self.fingerprint,
-            self.expected_fingerprint
-        );
+        if self.interrupted {
+            let _ = writeln!(
+                s,
+                "  correctness: {} records in the whole run (warm-up included), {} delivered, {} not sent (interrupted), {} duplicated",
+                self.total_records, self.delivered, self.not_sent, self.duplicated
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "  correctness: {} records in the whole run (warm-up included), {} delivered, {} lost, {} duplicated; fingerprint {:#018x} (expected {:#018x})",
+                self.total_records,
+                self.delivered,
+                self.lost,
+                self.duplicated,
+                self.fingerprint,
+                self.expected_fingerprint
+            );
+        }
         let label = match &self.latency_note {
             Some(n) => format!("latency ({n})"),
             None => "latency (from the intended send time)".into(),
@@ -598,11 +619,15 @@ impl RunReport {
         }
         let cp = &self.checkpoints;
         if self.mode != "none" {
-            let reasons: Vec<String> = cp
-                .aborted_by_reason
-                .iter()
-                .map(|(r, n)| format!("{r} {n}"))
-                .collect();
+            // `1 aborted (timeout)`; with several reasons, a count each.
+            let reasons: Vec<String> = if cp.aborted_by_reason.len() == 1 {
+                cp.aborted_by_reason.keys().cloned().collect()
+            } else {
+                cp.aborted_by_reason
+                    .iter()
+                    .map(|(r, n)| format!("{n} {r}"))
+                    .collect()
+            };
             let _ = writeln!(
                 s,
                 "  checkpoints: {} completed, {} aborted{} (whole run)",
@@ -614,44 +639,57 @@ impl RunReport {
                     format!(" ({})", reasons.join(", "))
                 }
             );
-            let _ = writeln!(
-                s,
-                "    alignment   p50 {:>10}  p99 {:>10}  max {:>10}",
-                fmt_ns(cp.alignment_ns.p50),
-                fmt_ns(cp.alignment_ns.p99),
-                fmt_ns(cp.alignment_ns.max)
-            );
-            let _ = writeln!(
-                s,
-                "    end-to-end  p50 {:>10}  p99 {:>10}  max {:>10}",
-                fmt_ns(cp.duration_ns.p50),
-                fmt_ns(cp.duration_ns.p99),
-                fmt_ns(cp.duration_ns.max)
-            );
-            let v2 = cp.sync_ns != Spread::default() || cp.async_ns != Spread::default();
-            if v2 {
+            if cp.completed == 0 {
+                let _ = writeln!(s, "    none completed: no durations or sizes to show");
+            } else if self.mode == "at-least-once" {
+                // As Flink's BarrierTracker: barriers are counted, no
+                // channel is blocked, so there is no alignment.
                 let _ = writeln!(
                     s,
-                    "    sync part   p50 {:>10}  p99 {:>10}  async part p50 {:>10}  p99 {:>10} (per subtask)",
-                    fmt_ns(cp.sync_ns.p50),
-                    fmt_ns(cp.sync_ns.p99),
-                    fmt_ns(cp.async_ns.p50),
-                    fmt_ns(cp.async_ns.p99)
-                );
-                let _ = writeln!(
-                    s,
-                    "    written per checkpoint p50 {} B (p99 {} B; files, headers and _metadata), full state {} B; max buffered in alignment {} B",
-                    cp.checkpointed_bytes.p50,
-                    cp.checkpointed_bytes.p99,
-                    cp.state_bytes_last,
-                    cp.buffered_bytes_max
+                    "    alignment   none (at-least-once: barriers are counted, channels never blocked)"
                 );
             } else {
                 let _ = writeln!(
                     s,
-                    "    max buffered in alignment {} B, last state size {} B",
-                    cp.buffered_bytes_max, cp.state_bytes_last
+                    "    alignment   p50 {:>10}  p99 {:>10}  max {:>10}",
+                    fmt_ns(cp.alignment_ns.p50),
+                    fmt_ns(cp.alignment_ns.p99),
+                    fmt_ns(cp.alignment_ns.max)
                 );
+            }
+            if cp.completed > 0 {
+                let _ = writeln!(
+                    s,
+                    "    end-to-end  p50 {:>10}  p99 {:>10}  max {:>10}",
+                    fmt_ns(cp.duration_ns.p50),
+                    fmt_ns(cp.duration_ns.p99),
+                    fmt_ns(cp.duration_ns.max)
+                );
+                let v2 = cp.sync_ns != Spread::default() || cp.async_ns != Spread::default();
+                if v2 {
+                    let _ = writeln!(
+                        s,
+                        "    sync part   p50 {:>10}  p99 {:>10}  async part p50 {:>10}  p99 {:>10} (per subtask)",
+                        fmt_ns(cp.sync_ns.p50),
+                        fmt_ns(cp.sync_ns.p99),
+                        fmt_ns(cp.async_ns.p50),
+                        fmt_ns(cp.async_ns.p99)
+                    );
+                    let _ = writeln!(
+                        s,
+                        "    written per checkpoint p50 {} B (p99 {} B; files, headers and _metadata), full state {} B; max buffered in alignment {} B",
+                        cp.checkpointed_bytes.p50,
+                        cp.checkpointed_bytes.p99,
+                        cp.state_bytes_last,
+                        cp.buffered_bytes_max
+                    );
+                } else {
+                    let _ = writeln!(
+                        s,
+                        "    max buffered in alignment {} B, last state size {} B",
+                        cp.buffered_bytes_max, cp.state_bytes_last
+                    );
+                }
             }
         }
         let _ = writeln!(
@@ -756,5 +794,29 @@ mod tests {
         assert!(r.human().contains(&w), "the report shows it");
         r.tasks[1].pinning = Pinning::Unpinned;
         assert_eq!(r.pinning_warning(), None);
+    }
+
+    #[test]
+    fn checkpoint_lines_say_what_there_is() {
+        let mut r = RunReport {
+            mode: "at-least-once".into(),
+            ..RunReport::default()
+        };
+        r.checkpoints.aborted = 1;
+        r.checkpoints.aborted_by_reason.insert("timeout".into(), 1);
+        let h = r.human();
+        assert!(h.contains("0 completed, 1 aborted (timeout)"), "{h}");
+        assert!(h.contains("none completed"), "{h}");
+        assert!(!h.contains("end-to-end"), "{h}");
+        r.checkpoints.aborted = 3;
+        r.checkpoints.aborted_by_reason.insert("subsumed".into(), 2);
+        r.checkpoints.completed = 4;
+        let h = r.human();
+        assert!(h.contains("3 aborted (2 subsumed, 1 timeout)"), "{h}");
+        // At-least-once counts barriers and never blocks: no alignment.
+        assert!(h.contains("alignment   none (at-least-once"), "{h}");
+        assert!(h.contains("end-to-end"), "{h}");
+        r.mode = "exactly-once".into();
+        assert!(r.human().contains("alignment   p50"));
     }
 }

@@ -276,11 +276,23 @@ fn read_entry(dir: &Path, entry: &StateFileEntry) -> Result<Vec<u8>> {
     Ok(payload)
 }
 
+/// Creates a staging folder (or finds it there) inside the root, never the
+/// root itself: a root removed under a running job (a second Ctrl-C of the
+/// load generator removes its temporary one) fails the write instead of
+/// coming back.
+fn create_staging(dir: &Path) -> Result<()> {
+    match fs::create_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(StorageError::io("creating", dir, e)),
+    }
+}
+
 impl CheckpointStorage for LocalDirStorage {
     fn write_part(&self, id: CheckpointId, key: &TaskStateKey, bytes: &[u8]) -> Result<PartHandle> {
         validate_id(id)?;
         let dir = self.staging_dir(id);
-        fs::create_dir_all(&dir).map_err(|e| StorageError::io("creating", &dir, e))?;
+        create_staging(&dir)?;
         let file = state_file_name(key);
         let crc32c = write_framed(&dir.join(&file), bytes)?;
         Ok(PartHandle {
@@ -304,7 +316,7 @@ impl CheckpointStorage for LocalDirStorage {
             });
         }
         let dir = self.staging_dir(meta.id);
-        fs::create_dir_all(&dir).map_err(|e| StorageError::io("creating", &dir, e))?;
+        create_staging(&dir)?;
         let mut names = HashSet::with_capacity(parts.len());
         for p in parts {
             if !is_safe_file_name(&p.file) || !names.insert(p.file.to_ascii_lowercase()) {

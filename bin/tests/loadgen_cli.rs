@@ -602,7 +602,11 @@ fn a_second_ctrl_c_quits_at_once_and_removes_the_temporary_folder() {
     assert_eq!(
         std::fs::read_dir(tmp.path()).unwrap().count(),
         0,
-        "the temporary checkpoint folder is left behind: {:?} {rest} {out}", std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect::<Vec<_>>()
+        "the temporary checkpoint folder is left behind: {:?} {rest} {out}",
+        std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect::<Vec<_>>()
     );
 }
 
@@ -627,7 +631,11 @@ fn spinning_with_more_task_threads_than_cores_is_warned_about() {
     let (_, err) = text(&o);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     // 2 sources, 2 keyed sums, 1 sink.
-    assert_eq!(err.contains("--wait-strategy spin with 5 task threads"), cores < 5, "{err}");
+    assert_eq!(
+        err.contains("--wait-strategy spin with 5 task threads"),
+        cores < 5,
+        "{err}"
+    );
 }
 
 /// Every bad input is refused before the run, with exit code 2 and a

@@ -81,7 +81,10 @@ pub(crate) fn run(args: Args) -> u8 {
                         }
                     }
                     if let Err(e) = left {
-                        eprintln!("cannot remove the temporary checkpoint folder {}: {e}", t.display());
+                        eprintln!(
+                            "cannot remove the temporary checkpoint folder {}: {e}",
+                            t.display()
+                        );
                     }
                 }
                 let p = results.progress();

@@ -71,56 +71,99 @@ fn plot(svg: &Path, runs: &[(String, RunReport)]) -> Result<(), String> {
         .map_err(|e| format!("writing {}: {e}", svg.display()))
 }
 
-/// One row of the comparison: a label and how to read the figure.
-type Figure = (&'static str, fn(&RunReport) -> f64, bool);
+/// One row of the comparison: a label, the figure, whether it is in ns,
+/// and whether higher is better.
+type Figure = (&'static str, fn(&RunReport) -> f64, bool, bool);
 
 fn figures() -> Vec<Figure> {
     vec![
-        ("records/s", |r| r.records_per_s, false),
-        ("achieved rate", |r| r.achieved_rate, false),
-        ("latency p50", |r| r.latency_ns.p50 as f64, true),
-        ("latency p90", |r| r.latency_ns.p90 as f64, true),
-        ("latency p99", |r| r.latency_ns.p99 as f64, true),
-        ("latency p99.9", |r| r.latency_ns.p999 as f64, true),
-        ("latency p99.99", |r| r.latency_ns.p9999 as f64, true),
-        ("latency max", |r| r.latency_ns.max as f64, true),
+        ("records/s", |r| r.records_per_s, false, true),
+        ("achieved rate", |r| r.achieved_rate, false, true),
+        ("latency p50", |r| r.latency_ns.p50 as f64, true, false),
+        ("latency p90", |r| r.latency_ns.p90 as f64, true, false),
+        ("latency p99", |r| r.latency_ns.p99 as f64, true, false),
+        ("latency p99.9", |r| r.latency_ns.p999 as f64, true, false),
+        ("latency p99.99", |r| r.latency_ns.p9999 as f64, true, false),
+        ("latency max", |r| r.latency_ns.max as f64, true, false),
         (
             "uncorrected p99",
             |r| r.latency_uncorrected_ns.p99 as f64,
             true,
+            false,
         ),
         (
             "checkpoints completed",
             |r| r.checkpoints.completed as f64,
             false,
+            true,
         ),
         (
             "alignment p99",
             |r| r.checkpoints.alignment_ns.p99 as f64,
             true,
+            false,
         ),
         (
             "checkpoint p99",
             |r| r.checkpoints.duration_ns.p99 as f64,
             true,
+            false,
         ),
         (
             "peak RSS MiB",
             |r| r.peak_rss_bytes as f64 / 1048576.0,
             false,
+            false,
         ),
     ]
 }
 
+/// A warning when the runs are not like for like (another workload or
+/// checkpointing mode than the first run's), naming each.
+fn mismatch_warning(runs: &[(String, RunReport)]) -> Option<String> {
+    let (_, first) = runs.first()?;
+    let odd: Vec<String> = runs
+        .iter()
+        .filter(|(_, r)| r.workload != first.workload || r.mode != first.mode)
+        .map(|(n, r)| format!("{n} is {} {}", r.workload, r.mode))
+        .collect();
+    (!odd.is_empty()).then(|| {
+        format!(
+            "WARNING: the runs differ from the first ({} {}): {}; their figures are not like for like",
+            first.workload,
+            first.mode,
+            odd.join(", ")
+        )
+    })
+}
+
+/// Refuses an output path that cannot be written, before anything is
+/// printed.
+fn check_output(path: &Path) -> Result<(), String> {
+    if path.is_dir() {
+        return Err(format!("{}: is a folder", path.display()));
+    }
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| format!("{}: cannot write: {e}", path.display()))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
 fn compare(runs: &[(String, RunReport)]) -> String {
     const W: usize = 24;
-    let mut out = format!("{:<22}", "");
+    let mut out = format!("{:<26}", "");
     for (name, _) in runs {
         out += &format!("{:>W$}", truncate(name, W - 1));
     }
     out.push('\n');
     let mut line = |label: &str, cells: Vec<String>| {
-        out += &format!("{label:<22}");
+        out += &format!("{label:<26}");
         for c in cells {
             out += &format!("{c:>W$}");
         }
@@ -139,10 +182,11 @@ fn compare(runs: &[(String, RunReport)]) -> String {
             .collect(),
     );
     let base = &runs[0].1;
-    for (label, get, is_ns) in figures() {
+    for (label, get, is_ns, higher_better) in figures() {
         let b = get(base);
+        let arrow = if higher_better { "↑" } else { "↓" };
         line(
-            label,
+            &format!("{label} {arrow}"),
             runs.iter()
                 .enumerate()
                 .map(|(i, (_, r))| {
@@ -178,6 +222,7 @@ fn compare(runs: &[(String, RunReport)]) -> String {
             })
             .collect(),
     );
+    out += "(↑: higher is better, ↓: lower is better; ratios to the first run)\n";
     out
 }
 
@@ -193,6 +238,9 @@ fn truncate(s: &str, n: usize) -> String {
 pub(crate) fn run(args: Args) -> u8 {
     let res = match args.command {
         ReportCommand::Show { run, svg } => load(&run).and_then(|r| {
+            if let Some(svg) = &svg {
+                check_output(svg)?;
+            }
             println!("{}", r.human());
             match svg {
                 Some(svg) => plot(&svg, &[(name_of(&run), r)]),
@@ -204,6 +252,12 @@ pub(crate) fn run(args: Args) -> u8 {
             .map(|p| load(p).map(|r| (name_of(p), r)))
             .collect::<Result<Vec<_>, _>>()
             .and_then(|loaded| {
+                if let Some(svg) = &svg {
+                    check_output(svg)?;
+                }
+                if let Some(w) = mismatch_warning(&loaded) {
+                    eprintln!("{w}");
+                }
                 print!("{}", compare(&loaded));
                 match svg {
                     Some(svg) => plot(&svg, &loaded),

@@ -244,6 +244,39 @@ fn w2_exactly_once_writes_json_hgrm_hlog_and_svg() {
     let (out, err) = text(&cmp);
     assert_eq!(cmp.status.code(), Some(0), "{err}");
     assert!(out.contains("(1.00x)"), "{out}");
+    assert!(
+        out.contains("latency p99 ↓") && out.contains("records/s ↑"),
+        "{out}"
+    );
+    assert!(!err.contains("WARNING"), "{err}");
+    // Runs of another mode are not like for like: a warning names them.
+    let mut other = j.clone();
+    other["mode"] = "none".into();
+    let other_path = p("other.json");
+    std::fs::write(&other_path, serde_json::to_vec(&other).unwrap()).unwrap();
+    let cmp = bin()
+        .args(["report", "compare", &json, &other_path])
+        .output()
+        .unwrap();
+    let (_, err) = text(&cmp);
+    assert_eq!(cmp.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("WARNING") && err.contains("other is W2 none"),
+        "{err}"
+    );
+    // An --svg that cannot be written is refused before anything prints.
+    for cmd in [
+        vec!["report", "show", &json],
+        vec!["report", "compare", &json, &json],
+    ] {
+        let mut args = cmd.clone();
+        args.extend(["--svg", "/nonexistent-folder/x.svg"]);
+        let o = bin().args(&args).output().unwrap();
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert!(err.contains("/nonexistent-folder/x.svg"), "{err}");
+    }
     let bad = bin().args(["report", "show", &hgrm]).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
 

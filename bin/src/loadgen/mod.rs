@@ -238,6 +238,9 @@ fn finish(plan: &args::Plan, args: &Args, r: &RefJobReport, wall_start: SystemTi
     if let Some(w) = saved.rate_warning() {
         eprintln!("{w}");
     }
+    if let Some(w) = saved.behind_warning() {
+        eprintln!("{w}");
+    }
     if let Some(w) = saved.pinning_warning() {
         eprintln!("{w}");
     }

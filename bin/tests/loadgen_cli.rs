@@ -390,30 +390,31 @@ fn injected_failures_at_least_once_lose_nothing() {
     assert_eq!(j["lost"], 0);
 }
 
-/// Waits until `dir` holds a `chk-*` folder (a completed checkpoint).
-fn wait_for_checkpoint(dir: &Path, child: &mut std::process::Child) {
+/// Waits until `dir` holds `n` `chk-*` folders (completed checkpoints).
+fn wait_for_checkpoint(dir: &Path, child: &mut std::process::Child, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let found = std::fs::read_dir(dir)
             .map(|it| {
                 it.flatten()
-                    .any(|e| e.file_name().to_string_lossy().starts_with("chk-"))
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("chk-"))
+                    .count()
             })
-            .unwrap_or(false);
-        if found {
+            .unwrap_or(0);
+        if found >= n {
             return;
         }
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("the run ended ({status}) before any checkpoint");
+            panic!("the run ended ({status}) before {n} checkpoints");
         }
-        assert!(Instant::now() < deadline, "no checkpoint after 60 s");
+        assert!(Instant::now() < deadline, "not {n} checkpoints after 60 s");
         std::thread::sleep(Duration::from_millis(10));
     }
 }
 
-/// Runs `loadgen RUN_ARGS --checkpoint-dir CHK` and kills it (SIGKILL)
-/// once a checkpoint is in `chk`.
-fn kill_after_a_checkpoint(run_args: &[&str], chk: &Path) {
+/// Starts `loadgen` with `run_args` and `--checkpoint-dir chk`, and kills
+/// it (SIGKILL) once `n` checkpoints are there.
+fn kill_after_checkpoints(run_args: &[&str], chk: &Path, n: usize) {
     let mut child = bin()
         .arg("loadgen")
         .args(run_args)
@@ -423,7 +424,7 @@ fn kill_after_a_checkpoint(run_args: &[&str], chk: &Path) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_for_checkpoint(chk, &mut child);
+    wait_for_checkpoint(chk, &mut child, n);
     child.kill().unwrap(); // SIGKILL
     let _ = child.wait();
 }
@@ -444,25 +445,90 @@ fn restore_after_a_killed_run_finishes_exactly() {
         "--checkpoint-interval-ms",
         "50",
     ];
-    kill_after_a_checkpoint(&run_args, &chk);
-    let mut args = run_args.to_vec();
-    args.extend(["--restore", chk_s]);
-    let o = loadgen(&args);
-    assert_ok(&o);
-    // Another configuration cannot resume from these checkpoints.
+    kill_after_checkpoints(&run_args, &chk, 2);
+    // Other flags than the run's are refused, each difference named; the
+    // outputs and the failure plan may differ.
     let o = loadgen(&[
-        "--duration",
-        "3",
-        "--warmup",
-        "0",
         "--rate",
         "30000",
+        "--workload",
+        "w3",
+        "--seed",
+        "9",
         "--restore",
         chk_s,
     ]);
-    let (_, err) = text(&o);
+    let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("another configuration"), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("rate: 20000 → 30000") && err.contains("workload: w2 → w3"),
+        "{err}"
+    );
+    assert!(!err.contains("seed"), "{err}");
+    // A newest checkpoint that does not load is skipped, said on stderr
+    // even with --quiet, and kept aside (not deleted by retention).
+    let mut ids: Vec<u64> = std::fs::read_dir(&chk)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            name.strip_prefix("chk-").and_then(|n| n.parse().ok())
+        })
+        .collect();
+    ids.sort_unstable();
+    let newest = *ids.last().unwrap();
+    let victim = chk.join(format!("chk-{newest}")).join("source-0.state");
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x5a;
+    std::fs::write(&victim, bytes).unwrap();
+    // --restore alone is enough: the flags come from the checkpoint.
+    let json = dir.path().join("r.json");
+    let o = loadgen(&[
+        "--restore",
+        chk_s,
+        "--json",
+        json.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let (out, err) = text(&o);
+    assert_eq!(out.trim(), "result: ok", "{err}");
+    assert!(
+        err.contains(&format!("warning: chk-{newest} does not load"))
+            && err.contains(&format!("corrupt-chk-{newest}")),
+        "{err}"
+    );
+    assert!(chk.join(format!("corrupt-chk-{newest}")).is_dir());
+    let show = bin()
+        .args(["report", "show", json.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let (out, _) = text(&show);
+    let j = read_json(&json);
+    assert!(j["restored_checkpoint"].as_u64().unwrap() < newest);
+    assert_eq!(j["config"]["rate"], 20_000);
+    assert_eq!(j["config"]["checkpoint_interval_ms"], 50);
+    let id = j["restored_checkpoint"]
+        .as_u64()
+        .expect("restored from a checkpoint");
+    let before = j["restored_records"].as_u64().unwrap();
+    assert!(before > 0 && before < 60_000, "{before}");
+    assert!(
+        out.contains(&format!(
+            "restored:    from chk-{id} ({before} records before it)"
+        )),
+        "{out}"
+    );
+    // Restoring the finished run's final checkpoint: nothing left to do.
+    let o = loadgen(&["--restore", chk_s]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        out.trim()
+            .starts_with("nothing left to do: the run had finished (chk-"),
+        "{out}"
+    );
+    assert_eq!(out.trim().lines().count(), 1, "{out}");
 }
 
 #[test]
@@ -486,7 +552,7 @@ fn an_at_least_once_restore_after_a_kill_may_duplicate_but_not_lose() {
         "--checkpoint-interval-ms",
         "200",
     ];
-    kill_after_a_checkpoint(&run_args, &chk);
+    kill_after_checkpoints(&run_args, &chk, 1);
     let json = dir.path().join("r.json");
     let mut args = run_args.to_vec();
     args.extend(["--restore", chk_s, "--json", json.to_str().unwrap()]);

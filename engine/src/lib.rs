@@ -87,7 +87,7 @@ pub use operator::{
     SourcePoll, StateSnapshot,
 };
 pub use protocol::OperatorSnapshot;
-pub use runtime::{JobFailure, JobHandle, JobMetrics};
+pub use runtime::{JobFailure, JobHandle, JobMetrics, SkippedCheckpoint};
 pub use state::{
     key_group, KeyedState, Managed, ManagedState, StateError, StatefulOperator, ValueState,
     DEFAULT_MAX_PARALLELISM,

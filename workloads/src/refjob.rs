@@ -491,6 +491,9 @@ struct Shared {
     first_recorded_n: u64,
     /// The schedule's `t0` of a fresh job (first poll of any source).
     t0: OnceLock<u64>,
+    /// What the first attempt's sink restored (a `--restore` in a new
+    /// process): the checkpoint and the distinct records it had received.
+    process_restore: OnceLock<(CheckpointId, u64)>,
     sources: Vec<SourceStats>,
     slots: Vec<Mutex<SinkSlot>>,
 }
@@ -588,6 +591,9 @@ pub struct RefJobReport {
     /// The run's first emission, ns on the clock of [`lockgate::now_ns`]
     /// (0: nothing was emitted).
     pub started_ns: u64,
+    /// With a restore in a new process: the checkpoint restored and the
+    /// records the sink had received before it (distinct).
+    pub restored_from: Option<(CheckpointId, u64)>,
 }
 
 /// A task failure of the run and how long the job took to recover.
@@ -676,6 +682,7 @@ impl RefJobResults {
                 total,
                 first_recorded_n: cfg.first_recorded_n(),
                 t0: OnceLock::new(),
+                process_restore: OnceLock::new(),
                 sources: (0..cfg.parallelism)
                     .map(|_| SourceStats::default())
                     .collect(),
@@ -892,6 +899,7 @@ impl RefJobResults {
             failures_struck: self.failures_struck(&metrics_failures),
             recoveries: self.recoveries(&metrics_failures),
             started_ns: first_emit,
+            restored_from: self.shared.process_restore.get().copied(),
         })
     }
 }
@@ -1226,6 +1234,9 @@ impl Checkpointed for RefSink {
             }
         }
         let mut slot = lock(&self.shared.slots[self.slot]);
+        if let (1, Some(id)) = (slot.attempts, restored) {
+            let _ = self.shared.process_restore.set((id, check.distinct()));
+        }
         slot.check = check;
         if std::mem::take(&mut self.roll_back) {
             slot.roll_back(restored)?;
@@ -1393,7 +1404,10 @@ fn build_typed<P: Payload>(results: &RefJobResults, job: &JobBuilder) -> Result<
 }
 
 /// Builds the job named [`JOB_NAME`] with `job_config` and `failures`,
-/// starts it, and returns its handle and results.
+/// starts it, and returns its handle and results. `run` (when not null)
+/// is recorded in every checkpoint beside [`RefJobConfig::app_config_json`]
+/// as its `run` key (the load generator's flags), so a restore must match
+/// it too.
 ///
 /// # Errors
 /// An invalid configuration; the engine's refusal to start (bad config,
@@ -1402,9 +1416,14 @@ pub fn start_reference_job(
     cfg: &RefJobConfig,
     job_config: JobConfig,
     failures: FailurePlan,
+    run: serde_json::Value,
 ) -> Result<(JobHandle, RefJobResults), RefJobError> {
+    let mut app = cfg.app_config_json();
+    if !run.is_null() {
+        app["run"] = run;
+    }
     let job = JobBuilder::new(JOB_NAME, job_config)
-        .with_app_config(cfg.app_config_json())
+        .with_app_config(app)
         .with_failures(failures);
     let results = build_reference_job(cfg, &job)?;
     // Compute the closed form before the clock starts mattering.
@@ -1468,6 +1487,7 @@ pub fn run_reference_job(
     failures: FailurePlan,
 ) -> Result<RefJobReport, RefJobError> {
     let planned = failures.failures.len();
-    let (handle, results) = start_reference_job(cfg, job_config, failures)?;
+    let (handle, results) =
+        start_reference_job(cfg, job_config, failures, serde_json::Value::Null)?;
     wait_reference_job(handle, &results, false, planned)
 }

@@ -7,6 +7,7 @@
 
 pub(crate) mod args;
 pub(crate) mod report;
+pub(crate) mod restore;
 
 pub(crate) use args::Args;
 
@@ -30,6 +31,14 @@ pub(crate) const EXIT_INTERRUPTED: u8 = 130;
 
 /// Runs `lockgate loadgen` and returns its exit code.
 pub(crate) fn run(args: Args) -> u8 {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let args = match restore::resolve(args, &argv) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_USAGE;
+        }
+    };
     let plan = match args.plan() {
         Ok(p) => p,
         Err(e) => {
@@ -44,7 +53,12 @@ pub(crate) fn run(args: Args) -> u8 {
     let failures = seeded_failures(&plan.refjob, plan.seed, plan.failures);
     let planned = failures.failures.len();
     let wall_start = SystemTime::now();
-    let (handle, results) = match start_reference_job(&plan.refjob, plan.job.clone(), failures) {
+    let (handle, results) = match start_reference_job(
+        &plan.refjob,
+        plan.job.clone(),
+        failures,
+        restore::recorded_flags(&plan.config_json),
+    ) {
         Ok(x) => x,
         Err(e) => {
             let msg = match &e {
@@ -57,6 +71,19 @@ pub(crate) fn run(args: Args) -> u8 {
             return EXIT_USAGE;
         }
     };
+    // On stderr even with --quiet: a restore went past the newest
+    // checkpoints, and the user should know which and why.
+    for skipped in handle.metrics().restore_skipped {
+        eprintln!(
+            "warning: chk-{} does not load, restored an older checkpoint ({}){}",
+            skipped.id,
+            skipped.reason,
+            skipped
+                .kept_at
+                .map(|at| format!("; kept as {at}"))
+                .unwrap_or_default()
+        );
+    }
     {
         let flag = interrupted.clone();
         let results = results.clone();
@@ -244,7 +271,16 @@ fn finish(plan: &args::Plan, args: &Args, r: &RefJobReport, wall_start: SystemTi
     if let Some(w) = saved.pinning_warning() {
         eprintln!("{w}");
     }
-    if plan.quiet {
+    if saved.ok && saved.nothing_left_after_restore() {
+        // The restored checkpoint is the final one of a run that ended.
+        println!(
+            "nothing left to do: the run had finished ({})",
+            saved.restored_checkpoint.map_or_else(
+                || "its final checkpoint".to_string(),
+                |id| format!("chk-{id}")
+            )
+        );
+    } else if plan.quiet {
         println!("{}", saved.result_line());
     } else {
         println!("{}", saved.human());

@@ -304,6 +304,12 @@ pub(crate) struct RunReport {
     /// `at_ns` (0: nothing emitted).
     #[serde(default)]
     pub started_ns: u64,
+    /// With `--restore`: the checkpoint id restored.
+    #[serde(default)]
+    pub restored_checkpoint: Option<u64>,
+    /// With `--restore`: the records received before that checkpoint.
+    #[serde(default)]
+    pub restored_records: Option<u64>,
     /// The requested rate, records/s (W2/W3).
     pub requested_rate: Option<u64>,
     /// What the sources emitted per second (replays included).
@@ -391,6 +397,8 @@ impl RunReport {
                 })
                 .collect(),
             started_ns: r.started_ns,
+            restored_checkpoint: r.restored_from.map(|(id, _)| id.get()),
+            restored_records: r.restored_from.map(|(_, n)| n),
             requested_rate: paced.then_some(r.config.rate),
             achieved_rate: r.sources.achieved_rate,
             behind_schedule_max_ns: r.sources.max_behind_ns,
@@ -431,7 +439,7 @@ impl RunReport {
 
     /// True for a run restored from the final checkpoint of a run that had
     /// ended: its input was all done, so it delivered nothing.
-    fn nothing_left_after_restore(&self) -> bool {
+    pub(crate) fn nothing_left_after_restore(&self) -> bool {
         self.records == 0 && self.config.get("restore").is_some_and(|r| !r.is_null())
     }
 
@@ -560,9 +568,13 @@ impl RunReport {
             get("wait_strategy").as_str().unwrap_or("?"),
         );
         if let Some(dir) = get("restore").as_str() {
+            let which = match (self.restored_checkpoint, self.restored_records) {
+                (Some(id), Some(n)) => format!("from chk-{id} ({n} records before it) in {dir}"),
+                _ => format!("from the latest complete checkpoint in {dir}"),
+            };
             let _ = writeln!(
                 s,
-                "  restored:    from the latest complete checkpoint in {dir}{}",
+                "  restored:    {which}{}",
                 if self.nothing_left_after_restore() {
                     " (it is the run's final checkpoint: nothing was left to run)"
                 } else {

@@ -52,6 +52,21 @@ pub struct JobMetrics {
     /// The task failures so far, oldest first: one per restart, and the
     /// last one too when it ended the job.
     pub failures: Vec<JobFailure>,
+    /// Checkpoints newer than the one restored at start that did not load,
+    /// newest first (empty without a restore).
+    pub restore_skipped: Vec<SkippedCheckpoint>,
+}
+
+/// A checkpoint a restore at start skipped because it did not load.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SkippedCheckpoint {
+    /// Its id.
+    pub id: CheckpointId,
+    /// Why it was skipped (the storage's or the decoder's message).
+    pub reason: String,
+    /// Where the storage kept it, out of the way of restores and retention
+    /// ([`CheckpointStorage::set_aside`]); `None` where it is left as it was.
+    pub kept_at: Option<String>,
 }
 
 /// A task failure, as [`JobMetrics::failures`] lists it; displays as
@@ -100,6 +115,7 @@ pub(crate) struct Shared {
     pub(crate) metrics: Vec<Arc<TaskMetrics>>,
     pub(crate) checkpoints: Mutex<Vec<CheckpointStats>>,
     pub(crate) restarts: Mutex<(u32, Vec<JobFailure>)>,
+    pub(crate) restore_skipped: Vec<SkippedCheckpoint>,
 }
 
 impl Shared {
@@ -110,6 +126,7 @@ impl Shared {
             checkpoints: self.checkpoints.lock().expect("not poisoned").clone(),
             restarts,
             failures,
+            restore_skipped: self.restore_skipped.clone(),
         }
     }
 }
@@ -221,8 +238,10 @@ pub(crate) fn start(
     restored: Option<RestoredState>,
     coordinator: Coordinator,
     publisher: Option<Publisher>,
+    restore_skipped: Vec<SkippedCheckpoint>,
 ) -> JobHandle {
     let shared = Arc::new(Shared {
+        restore_skipped,
         metrics: graph
             .task_ids()
             .into_iter()
@@ -926,6 +945,7 @@ pub(crate) fn prepare_and_start(
     };
     let mut publisher: Option<Publisher> = None;
     let mut next_id = None;
+    let mut restore_skipped = Vec::new();
     if config.checkpoint.restore && storage.is_none() && config.checkpoint.dir.is_none() {
         return Err(JobError::Config(
             "checkpoint.restore needs checkpoint.dir (or a storage)".into(),
@@ -952,6 +972,22 @@ pub(crate) fn prepare_and_start(
                 )));
             };
             restored = Some(r);
+            // Newer checkpoints that do not load are kept aside, as
+            // evidence: neither restored again nor deleted by retention.
+            for (id, reason) in corrupt {
+                let kept_at = match storage.set_aside(id) {
+                    Ok(at) => at,
+                    Err(e) => {
+                        tracing::warn!(checkpoint = %id, error = %e, "cannot set aside a checkpoint that does not load");
+                        None
+                    }
+                };
+                restore_skipped.push(SkippedCheckpoint {
+                    id,
+                    reason,
+                    kept_at,
+                });
+            }
         } else if !existing.is_empty() {
             return Err(JobError::FolderInUse(where_));
         }
@@ -993,6 +1029,7 @@ pub(crate) fn prepare_and_start(
         restored,
         coordinator,
         publisher,
+        restore_skipped,
     ))
 }
 

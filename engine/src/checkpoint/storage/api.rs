@@ -542,6 +542,19 @@ pub trait CheckpointStorage: Send + Sync {
     /// [`StorageError::Io`] if it cannot be deleted.
     fn remove(&self, id: CheckpointId) -> Result<()>;
 
+    /// Moves published checkpoint `id`, which a restore found unusable, out
+    /// of the way of restores, listings and retention, keeping it for
+    /// inspection; returns where it is now (`None`: this storage keeps no
+    /// such copies and leaves `id` as it is, the default).
+    ///
+    /// # Errors
+    /// [`StorageError::NotFound`] if `id` is not published,
+    /// [`StorageError::Io`] if it cannot be moved.
+    fn set_aside(&self, id: CheckpointId) -> Result<Option<String>> {
+        let _ = id;
+        Ok(None)
+    }
+
     /// Removes leftovers of interrupted writes and deletions (`.tmp-*`
     /// entries); returns how many were removed. Call it at startup, never
     /// while a write is in progress. The default does nothing.
@@ -658,6 +671,9 @@ impl<S: CheckpointStorage + ?Sized> CheckpointStorage for std::sync::Arc<S> {
     }
     fn remove(&self, id: CheckpointId) -> Result<()> {
         (**self).remove(id)
+    }
+    fn set_aside(&self, id: CheckpointId) -> Result<Option<String>> {
+        (**self).set_aside(id)
     }
     fn clean_temporaries(&self) -> Result<usize> {
         (**self).clean_temporaries()

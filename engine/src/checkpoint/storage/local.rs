@@ -458,6 +458,29 @@ impl CheckpointStorage for LocalDirStorage {
         fs::remove_dir_all(&tmp).map_err(|e| StorageError::io("deleting", &tmp, e))
     }
 
+    /// Renames `chk-<id>` to `corrupt-chk-<id>` (`corrupt-chk-<id>-2`, ...
+    /// when taken), a name no listing, restore or retention reads.
+    fn set_aside(&self, id: CheckpointId) -> Result<Option<String>> {
+        let dir = self.checkpoint_dir(id);
+        if !dir.is_dir() {
+            return Err(StorageError::NotFound {
+                id,
+                root: self.root.clone(),
+            });
+        }
+        let base = format!("corrupt-{CHK_PREFIX}{}", id.get());
+        let target = (1u64..)
+            .map(|n| match n {
+                1 => self.root.join(&base),
+                n => self.root.join(format!("{base}-{n}")),
+            })
+            .find(|p| !p.exists())
+            .expect("some name is free");
+        fs::rename(&dir, &target).map_err(|e| StorageError::io("setting aside", &dir, e))?;
+        sync_dir(&self.root)?;
+        Ok(Some(target.display().to_string()))
+    }
+
     fn clean_temporaries(&self) -> Result<usize> {
         let entries =
             fs::read_dir(&self.root).map_err(|e| StorageError::io("listing", &self.root, e))?;

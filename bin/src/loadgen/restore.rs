@@ -1,0 +1,164 @@
+//! `--restore DIR` without guessing: the run's flags come from the
+//! checkpoint it restores.
+//!
+//! A run with a checkpoint folder records its flags in every checkpoint's
+//! metadata (the application config's `run` object: every flag of the
+//! JSON `config` but those in [`MAY_DIFFER`]). On `--restore`, a flag not
+//! given takes the recorded value; a flag given with another value is
+//! refused, each difference named as `flag: recorded → given`. A folder
+//! written by a build that recorded no flags restores with the flags as
+//! given (the engine still refuses another workload configuration).
+
+use super::Args;
+use clap::{CommandFactory, Parser};
+use lockgate::{CheckpointStorage, LocalDirStorage};
+use serde_json::{Map, Value};
+use std::ffi::OsString;
+use std::path::Path;
+
+/// Flags that may differ between a run and its restore (outputs, the
+/// failure plan, the folders themselves); the rest must match.
+pub(crate) const MAY_DIFFER: &[&str] = &[
+    "inject_failures",
+    "seed",
+    "restore",
+    "checkpoint_dir",
+    "json",
+    "hgrm",
+    "hlog",
+    "svg",
+    "progress",
+    "quiet",
+];
+
+/// The flags in the JSON `config` that a checkpoint records: all but
+/// [`MAY_DIFFER`].
+pub(crate) fn recorded_flags(config_json: &Value) -> Value {
+    let mut m = config_json.as_object().cloned().unwrap_or_default();
+    m.retain(|k, _| !MAY_DIFFER.contains(&k.as_str()));
+    Value::Object(m)
+}
+
+/// `loadgen`'s flags alone, to parse its part of the command line again.
+#[derive(Parser, Debug)]
+#[command(name = "loadgen", allow_negative_numbers = true)]
+struct LoadgenLine {
+    #[command(flatten)]
+    args: Args,
+    /// The global -v (it may follow the subcommand).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+/// The flags `dir`'s newest readable checkpoint recorded (`None`: none
+/// recorded them, or no checkpoint's metadata reads: the engine reports
+/// that when it restores).
+fn recorded_in(dir: &Path) -> Option<Map<String, Value>> {
+    // Opening creates a missing folder: a missing one is the plan's error.
+    if !dir.is_dir() {
+        return None;
+    }
+    let storage = LocalDirStorage::open(dir).ok()?;
+    let ids = storage.list().ok()?;
+    ids.iter().rev().find_map(|id| {
+        let meta = storage.load_metadata(*id).ok()?;
+        meta.job.config.get("run")?.as_object().cloned()
+    })
+}
+
+/// `incremental: {incremental, full_every, max_chain_ratio}` as three
+/// flags, as the command line has them.
+fn flat(m: &Map<String, Value>) -> Map<String, Value> {
+    let mut out = Map::new();
+    for (k, v) in m {
+        match (k.as_str(), v) {
+            ("incremental", Value::Object(inner)) => {
+                out.extend(inner.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+            _ => {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    out
+}
+
+fn shown(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "(not set)".into(),
+        other => other.to_string(),
+    }
+}
+
+/// The arguments after the `loadgen` subcommand in `argv`.
+fn loadgen_tail(argv: &[OsString]) -> Option<Vec<OsString>> {
+    let at = argv.iter().position(|a| a == "loadgen")?;
+    Some(argv[at + 1..].to_vec())
+}
+
+/// With `--restore`, `args` completed from the flags its checkpoint
+/// recorded; without, `args` as they are. `argv` is the process's command
+/// line.
+///
+/// # Errors
+/// A flag given with another value than the checkpoint's, naming every
+/// such difference (the caller exits with code 2).
+pub(crate) fn resolve(args: Args, argv: &[OsString]) -> Result<Args, String> {
+    let Some(dir) = args.restore.clone() else {
+        return Ok(args);
+    };
+    let Some(recorded) = recorded_in(&dir) else {
+        return Ok(args);
+    };
+    let Some(tail) = loadgen_tail(argv) else {
+        return Ok(args);
+    };
+    let mut line = vec![OsString::from("loadgen")];
+    line.extend(tail);
+    let matches = LoadgenLine::command()
+        .try_get_matches_from(&line)
+        .map_err(|e| e.to_string())?;
+    let given =
+        |flag: &str| matches.value_source(flag) == Some(clap::parser::ValueSource::CommandLine);
+    let recorded = flat(&recorded);
+    // Every recorded flag not given takes the recorded value.
+    for (flag, value) in &recorded {
+        if !MAY_DIFFER.contains(&flag.as_str()) && !given(flag) && !value.is_null() {
+            line.push(format!("--{}", flag.replace('_', "-")).into());
+            line.push(shown(value).into());
+        }
+    }
+    let completed = LoadgenLine::try_parse_from(&line)
+        .map(|l| l.args)
+        .map_err(|e| {
+            format!(
+                "--restore {}: the recorded flags do not parse: {e}",
+                dir.display()
+            )
+        })?;
+    // A given flag must have the recorded value (as the run saw it).
+    let mine = flat(
+        completed
+            .plan()?
+            .config_json
+            .as_object()
+            .ok_or("the run's config is not an object")?,
+    );
+    let differences: Vec<String> = recorded
+        .iter()
+        .filter(|(flag, _)| !MAY_DIFFER.contains(&flag.as_str()) && given(flag))
+        .filter_map(|(flag, value)| {
+            let here = mine.get(flag).unwrap_or(&Value::Null);
+            (here != value).then(|| format!("{flag}: {} → {}", shown(value), shown(here)))
+        })
+        .collect();
+    if !differences.is_empty() {
+        return Err(format!(
+            "--restore {}: the checkpoint was taken with other flags ({}); give them as recorded, or leave them out to take the recorded values",
+            dir.display(),
+            differences.join(", ")
+        ));
+    }
+    Ok(completed)
+}

@@ -83,9 +83,10 @@ pub(crate) struct Args {
     /// Where checkpoints are written (default: kept in memory).
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
-    /// Resume from the latest complete checkpoint in --checkpoint-dir.
-    #[arg(long)]
-    pub restore: bool,
+    /// Resume from the latest complete checkpoint in DIR (as `loadgen
+    /// --restore`); the run goes on writing checkpoints there.
+    #[arg(long, value_name = "DIR")]
+    pub restore: Option<PathBuf>,
     /// Task failures to inject (seeded; the job restarts from its last
     /// checkpoint after each).
     #[arg(long, default_value_t = 0, value_name = "N")]
@@ -95,6 +96,12 @@ pub(crate) struct Args {
     pub seed: u64,
     #[command(flatten)]
     pub incremental: crate::incremental_args::IncrementalArgs,
+}
+
+/// `path` absolute and without `.`, `..` or links when it exists (as
+/// printed and recorded), else as given.
+fn normalised(path: &std::path::Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 fn usage_error(msg: &str) -> ExitCode {
@@ -155,20 +162,31 @@ pub(crate) fn run(args: Args) -> ExitCode {
     if interval_ms == 0 {
         return usage_error("--checkpoint-interval-ms must be positive");
     }
-    if args.restore && args.checkpoint_dir.is_none() {
-        return usage_error("--restore needs --checkpoint-dir");
-    }
-    if args.restore && args.checkpoint == CheckpointArg::None {
+    if args.restore.is_some() && args.checkpoint == CheckpointArg::None {
         return usage_error(
             "--restore needs checkpoints (--checkpoint exactly-once or at-least-once)",
         );
     }
+    let checkpoint_dir = match (&args.restore, &args.checkpoint_dir) {
+        (Some(r), _) if !r.is_dir() => {
+            return usage_error(&format!("--restore {}: no such folder", r.display()));
+        }
+        (Some(r), Some(c)) if normalised(r) != normalised(c) => {
+            return usage_error(&format!(
+                "--restore {} and --checkpoint-dir {} differ: a restored run goes on writing checkpoints to the folder it restores from",
+                r.display(),
+                c.display()
+            ));
+        }
+        (Some(r), _) => Some(r.clone()),
+        (None, c) => c.clone(),
+    };
     let Some(bound_ms) = args.max_out_of_orderness_min.checked_mul(60_000) else {
         return usage_error("--max-out-of-orderness-min is too large");
     };
     let spec = FlightsJobSpec {
-        flights,
-        weather,
+        flights: normalised(&flights),
+        weather: normalised(&weather),
         out_dir: args.out.clone(),
         parallelism: args.parallelism,
         max_out_of_orderness_ms: bound_ms,
@@ -186,8 +204,8 @@ pub(crate) fn run(args: Args) -> ExitCode {
     if config.checkpoint.mode != CheckpointMode::None {
         config.checkpoint.interval = Some(Duration::from_millis(interval_ms));
     }
-    config.checkpoint.dir = args.checkpoint_dir.clone();
-    config.checkpoint.restore = args.restore;
+    config.checkpoint.dir = checkpoint_dir;
+    config.checkpoint.restore = args.restore.is_some();
     if let Some(flag) = args.incremental.given() {
         if config.checkpoint.mode == CheckpointMode::None {
             return usage_error(&format!(
@@ -210,6 +228,10 @@ pub(crate) fn run(args: Args) -> ExitCode {
             args.out.display()
         ));
     }
+    let spec = FlightsJobSpec {
+        out_dir: normalised(&args.out),
+        ..spec
+    };
     let plan = seeded_failures(&spec, args.seed, args.inject_failures, FAILURE_MAX_RECORDS);
     let result = run_job(&spec, config, plan);
     let r = match result {

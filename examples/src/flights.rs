@@ -36,7 +36,8 @@ pub const BY_VISIBILITY_FILE: &str = "by_visibility.csv";
 /// The file name of the per-(origin, UTC date) output.
 pub const DAILY_FILE: &str = "daily.csv";
 /// The header line (without its LF) of [`BY_VISIBILITY_FILE`].
-pub const BY_VISIBILITY_HEADER: &str = "origin,visibility,flights,cancelled,mean_dep_delay_min";
+/// (`departed` and `cancelled` as in [`DAILY_HEADER`]: together, every flight.)
+pub const BY_VISIBILITY_HEADER: &str = "origin,visibility,departed,cancelled,mean_dep_delay_min";
 /// The header line (without its LF) of [`DAILY_FILE`].
 pub const DAILY_HEADER: &str = "origin,date,departed,cancelled,mean_dep_delay_min";
 
@@ -630,7 +631,7 @@ pub fn render_by_visibility_csv(rows: &[ByVisibilityRow]) -> String {
             "{},{},{},{},{}\n",
             r.origin,
             r.visibility.name(),
-            r.stats.flights(),
+            r.stats.departed,
             r.stats.cancelled,
             r.stats.mean_text()
         ));

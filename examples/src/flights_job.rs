@@ -76,8 +76,12 @@ impl FlightsJobSpec {
 
     /// The job's configuration as recorded in checkpoints: a restore from a
     /// checkpoint of another configuration is refused by the engine.
+    /// The output folder is part of it (made absolute when it exists):
+    /// the committed parts a restore goes on with live there.
     pub fn app_config(&self) -> serde_json::Value {
+        let out = std::fs::canonicalize(&self.out_dir).unwrap_or_else(|_| self.out_dir.clone());
         serde_json::json!({
+            "out": out.display().to_string(),
             "flights": self.flights.display().to_string(),
             "weather": self.weather.display().to_string(),
             "parallelism": self.parallelism,
@@ -385,6 +389,18 @@ pub fn prepare_output(spec: &FlightsJobSpec, keep: bool) -> Result<(), FlightsEr
     Ok(())
 }
 
+/// Removes the part folders that hold nothing (`remove_dir` removes only
+/// empty folders), deepest first.
+fn remove_empty_parts(spec: &FlightsJobSpec) {
+    for d in [
+        spec.daily_parts(),
+        spec.by_visibility_parts(),
+        spec.out_dir.join(PARTS_DIR),
+    ] {
+        let _ = std::fs::remove_dir(d);
+    }
+}
+
 /// The rows of the committed parts.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CommittedRows {
@@ -567,10 +583,13 @@ pub fn run(
     let metrics = match result {
         Ok(m) => m,
         Err(e) => {
+            // A run refused or failed before it committed anything leaves
+            // no empty part folders behind.
+            remove_empty_parts(spec);
             return Err(match probes.input_error() {
                 Some(msg) => FlightsJobError::Input(msg),
                 None => FlightsJobError::Job(e),
-            })
+            });
         }
     };
     let rows = read_committed_rows(spec).map_err(FlightsJobError::Output)?;

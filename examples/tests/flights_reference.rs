@@ -384,12 +384,12 @@ EWR,10,2013-01-01T10:00:00Z
     );
     assert_eq!(
         render_by_visibility_csv(&by_vis),
-        "origin,visibility,flights,cancelled,mean_dep_delay_min\n\
-         EWR,low,2,1,10.000\n\
+        "origin,visibility,departed,cancelled,mean_dep_delay_min\n\
+         EWR,low,1,1,10.000\n\
          EWR,reduced,1,0,-4.000\n\
          JFK,good,1,0,7.000\n\
          JFK,unknown,1,0,2.000\n\
-         LGA,unknown,1,1,\n"
+         LGA,unknown,0,1,\n"
     );
     assert_eq!(
         render_daily_csv(&daily),

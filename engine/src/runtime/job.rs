@@ -1131,11 +1131,50 @@ fn check_compatible(
     }
     if stored.config != now.config {
         return Err(JobError::Restore(format!(
-            "{} was taken with another configuration: {} (now {})",
+            "{} was taken with another configuration: {}",
             path.display(),
-            stored.config,
-            now.config
+            config_differences(&stored.config, &now.config).join(", ")
         )));
     }
     Ok(())
+}
+
+/// What differs between two application configs, as `key: stored → now`
+/// per differing key of an object (nested objects as `a.b`), or the two
+/// values whole.
+fn config_differences(stored: &serde_json::Value, now: &serde_json::Value) -> Vec<String> {
+    fn walk(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+        use serde_json::Value;
+        match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+                for k in keys {
+                    let name = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    let (va, vb) = (
+                        x.get(k).unwrap_or(&Value::Null),
+                        y.get(k).unwrap_or(&Value::Null),
+                    );
+                    if va != vb {
+                        walk(&name, va, vb, out);
+                    }
+                }
+            }
+            _ => {
+                let shown = |v: &Value| match v {
+                    Value::String(s) => s.clone(),
+                    Value::Null => "(none)".into(),
+                    other => other.to_string(),
+                };
+                let name = if prefix.is_empty() { "config" } else { prefix };
+                out.push(format!("{name}: {} → {}", shown(a), shown(b)));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk("", stored, now, &mut out);
+    out
 }

@@ -1,8 +1,8 @@
 //! `lockgate report`: shows a saved run (`loadgen --json`) or compares
 //! several side by side.
 
+use crate::loadgen::pages;
 use crate::loadgen::report::{fmt_ns, RunReport};
-use lockgate_workloads::latency::{histogram_from_base64, write_percentile_plot_svg};
 use std::path::{Path, PathBuf};
 
 /// `lockgate report`: shows or compares saved runs. Exit codes: 0 done, 2
@@ -19,9 +19,15 @@ enum ReportCommand {
     Show {
         /// The run (`loadgen --json` output).
         run: PathBuf,
-        /// Also writes its latency by percentile as an SVG plot.
+        /// Also writes its latency by percentile as an SVG chart.
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
+        /// Also writes its latency timeline as an SVG chart (W2/W3).
+        #[arg(long, value_name = "FILE")]
+        timeline: Option<PathBuf>,
+        /// Also writes one self-contained HTML page of the run.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
     },
     /// Prints runs side by side with the ratio of each figure to the
     /// first run's.
@@ -29,9 +35,13 @@ enum ReportCommand {
         /// Two or more runs.
         #[arg(required = true, num_args = 2..)]
         runs: Vec<PathBuf>,
-        /// Also writes their latencies by percentile in one SVG plot.
+        /// Also writes their latencies by percentile in one SVG chart.
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
+        /// Also writes one self-contained HTML page of the runs (their
+        /// percentiles overlaid, then each run).
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
     },
 }
 
@@ -58,17 +68,17 @@ fn name_of(path: &Path) -> String {
     )
 }
 
-fn plot(svg: &Path, runs: &[(String, RunReport)]) -> Result<(), String> {
-    let mut hists = Vec::new();
-    for (name, r) in runs {
-        let h = histogram_from_base64(&r.latency_histogram)
-            .map_err(|e| format!("the latency histogram of {name}: {e}"))?;
-        hists.push((name.clone(), h));
+/// [`pages::write_outputs`], its failures as one error.
+fn write_outputs(outputs: &[pages::Output<'_>]) -> Result<(), String> {
+    let failed: Vec<String> = pages::write_outputs(outputs)
+        .into_iter()
+        .map(|(path, e)| format!("writing {path}: {e}"))
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("; "))
     }
-    let series: Vec<(&str, &hdrhistogram::Histogram<u64>)> =
-        hists.iter().map(|(n, h)| (n.as_str(), h)).collect();
-    write_percentile_plot_svg(svg, "lockgate latency by percentile", &series)
-        .map_err(|e| format!("writing {}: {e}", svg.display()))
 }
 
 /// One row of the comparison: a label, the figure, whether it is in ns,
@@ -237,32 +247,39 @@ fn truncate(s: &str, n: usize) -> String {
 /// Runs `lockgate report` and returns its exit code.
 pub(crate) fn run(args: Args) -> u8 {
     let res = match args.command {
-        ReportCommand::Show { run, svg } => load(&run).and_then(|r| {
-            if let Some(svg) = &svg {
-                check_output(svg)?;
+        ReportCommand::Show {
+            run,
+            svg,
+            timeline,
+            html,
+        } => load(&run).and_then(|r| {
+            for p in [&svg, &timeline, &html].into_iter().flatten() {
+                check_output(p)?;
             }
             println!("{}", r.human());
-            match svg {
-                Some(svg) => plot(&svg, &[(name_of(&run), r)]),
-                None => Ok(()),
-            }
+            let runs = [(name_of(&run), r)];
+            write_outputs(&[
+                (&svg, &|| pages::percentile_svg(&runs)),
+                (&timeline, &|| pages::timeline_svg(&runs[0].0, &runs[0].1)),
+                (&html, &|| pages::html_page(&runs)),
+            ])
         }),
-        ReportCommand::Compare { runs, svg } => runs
+        ReportCommand::Compare { runs, svg, html } => runs
             .iter()
             .map(|p| load(p).map(|r| (name_of(p), r)))
             .collect::<Result<Vec<_>, _>>()
             .and_then(|loaded| {
-                if let Some(svg) = &svg {
-                    check_output(svg)?;
+                for p in [&svg, &html].into_iter().flatten() {
+                    check_output(p)?;
                 }
                 if let Some(w) = mismatch_warning(&loaded) {
                     eprintln!("{w}");
                 }
                 print!("{}", compare(&loaded));
-                match svg {
-                    Some(svg) => plot(&svg, &loaded),
-                    None => Ok(()),
-                }
+                write_outputs(&[
+                    (&svg, &|| pages::percentile_svg(&loaded)),
+                    (&html, &|| pages::html_page(&loaded)),
+                ])
             }),
     };
     match res {

@@ -95,12 +95,35 @@ fn w1_without_checkpoints_is_exact() {
     assert!((intervals[0].max - max_ms).abs() <= 0.001 + max_ms * 1e-3);
 }
 
+/// `page` is a whole HTML document with `charts` inline SVG charts and
+/// nothing fetched or run: no script, no external link or source.
+fn check_page(page: &str, charts: usize) {
+    assert!(page.starts_with("<!DOCTYPE html>"), "{}", &page[..100]);
+    assert!(page.trim_end().ends_with("</html>"));
+    assert_eq!(page.matches("<svg").count(), charts);
+    assert_eq!(page.matches("</svg>").count(), charts);
+    for banned in [
+        "<script", "<link", "<img", "<iframe", "src=", "href=", "url(",
+    ] {
+        assert!(!page.contains(banned), "the page has {banned}");
+    }
+    // The only URL is SVG's namespace, which is never fetched.
+    assert_eq!(
+        page.matches("http").count(),
+        page.matches("xmlns=\"http://www.w3.org/2000/svg\"").count()
+    );
+    assert!(page.contains("<table class=\"checkpoints\">"));
+    assert!(page.contains("<table class=\"config\">"));
+    assert!(page.contains("<table class=\"environment\">"));
+}
+
 #[test]
 fn w2_exactly_once_writes_json_hgrm_hlog_and_svg() {
     let _g = heavy();
     let dir = tempfile::tempdir().unwrap();
     let p = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
     let (json, hgrm, hlog, svg) = (p("r.json"), p("r.hgrm"), p("r.hlog"), p("r.svg"));
+    let (timeline, html) = (p("t.svg"), p("r.html"));
     let mut args = SHORT_W2.to_vec();
     args.extend([
         "--json",
@@ -111,6 +134,10 @@ fn w2_exactly_once_writes_json_hgrm_hlog_and_svg() {
         &hlog,
         "--svg",
         &svg,
+        "--timeline",
+        &timeline,
+        "--html",
+        &html,
         "--checkpoint-interval-ms",
         "50",
     ]);
@@ -217,17 +244,46 @@ fn w2_exactly_once_writes_json_hgrm_hlog_and_svg() {
     assert!(!intervals.is_empty());
     let total: u64 = intervals.iter().map(|i| i.histogram.len()).sum();
     assert_eq!(total, 20_000);
-    // Its max column is in ms, as its header says; the largest is the run's.
+    // Its max column is in ms, as its header says; the largest is the run's
+    // (to the 2 significant digits of an interval's histogram).
     let log_max = intervals.iter().map(|i| i.max).fold(0.0, f64::max);
     assert!(
-        (log_max - max_ms).abs() <= 0.001 + max_ms * 1e-3,
+        (log_max - max_ms).abs() <= 0.001 + max_ms * 1e-2,
         "{log_max} vs {max_ms}"
     );
     for i in &intervals {
         let ms = i.histogram.max() as f64 / 1e6;
         assert!((i.max - ms).abs() <= 0.001 + ms * 1e-3, "{} vs {ms}", i.max);
     }
-    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        chart.contains("<svg") && chart.contains("log scale"),
+        "{chart}"
+    );
+    assert!(chart.contains("W2") && chart.contains("parallelism 2"));
+    // The timeline: every recorded latency in its 100 ms points, and every
+    // checkpoint a band of the chart.
+    let points = j["timeline"]["points"].as_array().unwrap();
+    assert_eq!(j["timeline"]["interval_ns"], 100_000_000);
+    let counted: u64 = points.iter().map(|p| p["count"].as_u64().unwrap()).sum();
+    assert_eq!(counted, 20_000);
+    let t = std::fs::read_to_string(&timeline).unwrap();
+    assert!(t.contains("latency over time") && t.contains("checkpoint (trigger to completion)"));
+    // The page stands alone: no script, no external resource; both charts,
+    // one checkpoint table row per checkpoint, the configuration.
+    let page = std::fs::read_to_string(&html).unwrap();
+    check_page(&page, 2);
+    let rows = page
+        .split("<table class=\"checkpoints\">")
+        .nth(1)
+        .unwrap()
+        .split("</table>")
+        .next()
+        .unwrap()
+        .matches("<tr><td>")
+        .count();
+    assert_eq!(rows, list.len(), "one row per checkpoint");
+    assert!(page.contains("<th>checkpoint_interval_ms</th><td>50</td>"));
 
     // report show prints the same run; compare puts two side by side.
     let show = bin().args(["report", "show", &json]).output().unwrap();
@@ -237,13 +293,22 @@ fn w2_exactly_once_writes_json_hgrm_hlog_and_svg() {
         out.contains("W2") && last_line(&out) == "result: ok",
         "{out}"
     );
+    let (shown, compared) = (p("show.html"), p("compare.html"));
+    let show = bin()
+        .args(["report", "show", &json, "--html", &shown])
+        .output()
+        .unwrap();
+    assert_eq!(show.status.code(), Some(0));
+    check_page(&std::fs::read_to_string(&shown).unwrap(), 2);
     let cmp = bin()
-        .args(["report", "compare", &json, &json])
+        .args(["report", "compare", &json, &json, "--html", &compared])
         .output()
         .unwrap();
     let (out, err) = text(&cmp);
     assert_eq!(cmp.status.code(), Some(0), "{err}");
     assert!(out.contains("(1.00x)"), "{out}");
+    // Two runs: the overlaid percentiles, then each run's timeline.
+    check_page(&std::fs::read_to_string(&compared).unwrap(), 3);
     assert!(
         out.contains("latency p99 ↓") && out.contains("records/s ↑"),
         "{out}"
@@ -770,6 +835,10 @@ fn bad_inputs_are_refused_with_exit_code_2() {
         (vec!["--workload", "w1", "--warmup", "1"], "--warmup"),
         (vec!["--records", "10"], "--records"),
         (vec!["--workload", "w1", "--records", "0"], "--records"),
+        (
+            vec!["--workload", "w1", "--timeline", "/tmp/x.svg"],
+            "--timeline is for W2/W3",
+        ),
         (
             vec!["--inject-failures", "1", "--checkpoint", "none"],
             "--inject-failures",

@@ -15,10 +15,12 @@
 //! - [`HlogWriter`] / [`read_hlog`]: interval logs (`.hlog`), V2 compressed.
 //! - [`histogram_to_base64`] / [`histogram_from_base64`]: a histogram in
 //!   JSON.
-//! - [`percentile_plot_svg`]: latency by percentile as an SVG plot.
+//! - [`new_interval_histogram`]: the smaller histogram of one interval of
+//!   a timeline or interval log.
+//!
+//! The charts are in [`crate::charts`].
 
 use std::io::{self, Write};
-use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
@@ -81,6 +83,16 @@ pub enum LatencyError {
     /// The plotting library failed.
     #[error("cannot draw the plot: {0}")]
     Plot(String),
+}
+
+/// An empty histogram for one interval of a run (its timeline and `.hlog`
+/// line): [`LOWEST_NS`] .. [`HIGHEST_NS`] with 2 significant digits (1 %
+/// of a value), about 27 KiB against about 210 KiB for
+/// [`new_histogram`]'s 3 digits, since a run keeps one every 100 ms.
+pub fn new_interval_histogram() -> Histogram<u64> {
+    // Constant, valid bounds: this cannot fail.
+    Histogram::new_with_bounds(LOWEST_NS, HIGHEST_NS, 2)
+        .expect("constant histogram bounds are valid")
 }
 
 /// An empty latency histogram: [`LOWEST_NS`] .. [`HIGHEST_NS`],
@@ -514,152 +526,8 @@ pub fn read_hlog(bytes: &[u8]) -> Result<Vec<LoggedInterval>, LatencyError> {
     Ok(intervals)
 }
 
-// ---------------------------------------------------------------------------
-// SVG plot
-// ---------------------------------------------------------------------------
-
-/// The size of the SVG plots, in px.
-pub const PLOT_SIZE: (u32, u32) = (960, 600);
-/// The most "nines" the x axis of a plot shows: 7 (99.99999%).
-const MAX_NINES: u32 = 7;
-
-/// The x axis label of `nines` (the x position `log10(1/(1-p))`): 0 → "0%",
-/// 1 → "90%", 2 → "99%", 3 → "99.9%", …
-fn percentile_label(nines: u32) -> String {
-    match nines {
-        0 => "0%".to_string(),
-        1 => "90%".to_string(),
-        2 => "99%".to_string(),
-        k => format!("99.{}%", "9".repeat(k as usize - 2)),
-    }
-}
-
-/// Draws latency by percentile, one line per `(name, histogram)` series
-/// (several for `report compare`), as an SVG document.
-///
-/// As HdrHistogram's plots: the x axis is `1/(1-p)` on a log scale, with
-/// ticks labelled 90%, 99%, 99.9%, … (points at [`TICKS_PER_HALF_DISTANCE`]
-/// ticks per half distance; the 100% point, at infinity, is left out and
-/// the max is given in the legend); the y axis is latency, linear, in µs
-/// when every plotted value is below 10 ms, else in ms. Text is emitted as
-/// SVG `<text>` elements (no font is loaded; the viewer renders it), so
-/// label widths are estimates. Empty histograms are skipped.
-///
-/// Errors: [`LatencyError::NothingToPlot`], [`LatencyError::Plot`].
-pub fn percentile_plot_svg(
-    title: &str,
-    series: &[(&str, &Histogram<u64>)],
-) -> Result<String, LatencyError> {
-    use plotters::prelude::*;
-
-    struct Line {
-        name: String,
-        points: Vec<(f64, f64)>,
-    }
-    let mut lines = Vec::new();
-    let (mut x_max, mut y_max_ns) = (0.0_f64, 0u64);
-    for (name, h) in series.iter().filter(|(_, h)| !h.is_empty()) {
-        let points: Vec<(f64, u64)> = h
-            .iter_quantiles(TICKS_PER_HALF_DISTANCE)
-            .map(|v| (v.quantile_iterated_to(), v.value_iterated_to()))
-            .filter(|(q, _)| *q < 1.0)
-            .map(|(q, value)| ((1.0 / (1.0 - q)).log10().min(f64::from(MAX_NINES)), value))
-            .collect();
-        for (x, y) in &points {
-            x_max = x_max.max(*x);
-            y_max_ns = y_max_ns.max(*y);
-        }
-        let max_ms = h.max() as f64 / NS_PER_MS;
-        lines.push((format!("{name} (max {max_ms:.3} ms)"), points));
-    }
-    if lines.is_empty() {
-        return Err(LatencyError::NothingToPlot);
-    }
-    // Values below 10 ms read best in µs.
-    let (unit, per_unit) = if y_max_ns < 10_000_000 {
-        ("µs", 1_000.0)
-    } else {
-        ("ms", NS_PER_MS)
-    };
-    let lines: Vec<Line> = lines
-        .into_iter()
-        .map(|(name, points)| Line {
-            name,
-            points: points
-                .into_iter()
-                .map(|(x, y)| (x, y as f64 / per_unit))
-                .collect(),
-        })
-        .collect();
-    // At least up to 99.9%, rounded up to whole nines.
-    let nines = (x_max.ceil() as u32).clamp(3, MAX_NINES);
-    let y_top = (y_max_ns as f64 / per_unit * 1.1).max(1.0);
-
-    let plot_err = |e: &dyn std::fmt::Display| LatencyError::Plot(e.to_string());
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, PLOT_SIZE).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| plot_err(&e))?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 22))
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0f64..f64::from(nines), 0f64..y_top)
-            .map_err(|e| plot_err(&e))?;
-        let x_fmt = |x: &f64| {
-            let k = x.round();
-            if (x - k).abs() < 1e-9 && k >= 0.0 {
-                percentile_label(k as u32)
-            } else {
-                String::new()
-            }
-        };
-        chart
-            .configure_mesh()
-            .x_labels(nines as usize + 1)
-            .x_label_formatter(&x_fmt)
-            .x_desc("percentile")
-            .y_desc(format!("latency ({unit})"))
-            .label_style(("sans-serif", 15))
-            .axis_desc_style(("sans-serif", 17))
-            .draw()
-            .map_err(|e| plot_err(&e))?;
-        for (i, line) in lines.into_iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(line.points, color.stroke_width(2)))
-                .map_err(|e| plot_err(&e))?
-                .label(line.name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.8))
-            .label_font(("sans-serif", 15))
-            .draw()
-            .map_err(|e| plot_err(&e))?;
-        root.present().map_err(|e| plot_err(&e))?;
-    }
-    Ok(svg)
-}
-
-/// [`percentile_plot_svg`] written to `path`.
-///
-/// Errors: those of [`percentile_plot_svg`], [`LatencyError::Io`].
-pub fn write_percentile_plot_svg(
-    path: &Path,
-    title: &str,
-    series: &[(&str, &Histogram<u64>)],
-) -> Result<(), LatencyError> {
-    let svg = percentile_plot_svg(title, series)?;
-    std::fs::write(path, svg)?;
-    Ok(())
-}
+/// The most "nines" a percentile chart's x axis shows: 7 (99.99999%).
+pub(crate) const MAX_NINES: u32 = 7;
 
 #[cfg(test)]
 mod tests {
@@ -799,28 +667,5 @@ mod tests {
         }
         assert_eq!(read[1].tag.as_deref(), Some("sink"));
         assert!(read_hlog(b"garbage line\n").is_err());
-    }
-
-    #[test]
-    fn svg_plot_is_produced() {
-        let a = sample(9, 10_000);
-        let b = sample(10, 10_000);
-        let svg = percentile_plot_svg(
-            "W2 latency",
-            &[("exactly-once", a.histogram()), ("none", b.histogram())],
-        )
-        .unwrap();
-        assert!(svg.contains("<svg"));
-        assert!(svg.contains("99.9%"));
-        assert!(svg.contains("exactly-once"));
-        assert!(svg.contains("latency (ms)"));
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("plot.svg");
-        write_percentile_plot_svg(&path, "one", &[("a", a.histogram())]).unwrap();
-        assert!(std::fs::read_to_string(&path).unwrap().contains("<svg"));
-        assert!(matches!(
-            percentile_plot_svg("empty", &[("x", &new_histogram())]),
-            Err(LatencyError::NothingToPlot)
-        ));
     }
 }

@@ -60,7 +60,7 @@
 //! first `ceil(warmup × rate)` sequence numbers are the warm-up). The clock
 //! is read once per batch at the sink.
 
-use crate::latency::{merge, new_histogram, LatencyError, LatencyRecorder, Percentiles};
+use crate::latency::{merge, new_interval_histogram, LatencyError, LatencyRecorder, Percentiles};
 use crate::workload::{
     due_until, scheduled_offset_ns, seq_of_mapped_value, CheckReport, ExpectedResult, Generator,
     KeyDist, KeySpace, SinkChanges, SinkCheck, SumRecord, Workload, WorkloadError,
@@ -83,6 +83,10 @@ use std::time::Duration;
 /// The name of the reference job (in checkpoint metadata: a restore from
 /// another job's checkpoint is refused).
 pub const JOB_NAME: &str = "lockgate-reference";
+/// The length of the sink's latency intervals (the timeline's points and
+/// the `.hlog`'s lines), 100 ms: ten a second show what one checkpoint
+/// every 100 ms does, at about 27 KiB an interval.
+pub const INTERVAL_NS: u64 = 100_000_000;
 /// The default source tick of W2/W3, 50 µs (see the module doc).
 pub const DEFAULT_TICK: Duration = Duration::from_micros(50);
 /// The most payload bytes per record: 1 MiB (a bound against typos that
@@ -379,16 +383,17 @@ struct SourceStats {
 
 /// Latencies recorded over a span of deliveries: the run's, or one
 /// checkpoint interval's (kept to be taken out again when a restart rolls
-/// the sink back before it). Two [`new_histogram`]s and one per second
-/// touched, about 210 KiB each, zeroed lazily by the allocator.
+/// the sink back before it). Two full histograms (about 210 KiB each) and
+/// one [`new_interval_histogram`] (about 27 KiB) per interval touched,
+/// zeroed lazily by the allocator.
 #[derive(Debug)]
 struct Recorded {
     /// From the intended send time.
     latency: LatencyRecorder,
     /// From the actual send time (W2/W3).
     uncorrected: LatencyRecorder,
-    /// From the intended send time, per second since the job's start
-    /// (W2/W3).
+    /// From the intended send time, per [`INTERVAL_NS`] since the job's
+    /// start (W2/W3).
     intervals: std::collections::BTreeMap<usize, Histogram<u64>>,
 }
 
@@ -402,14 +407,15 @@ impl Recorded {
     }
 
     /// Records one delivery `lat` ns after its intended time; `paced`:
-    /// `(second since the start, now, actual send time)` of a W2/W3 record.
+    /// `(interval since the start, now, actual send time)` of a W2/W3
+    /// record.
     #[inline]
     fn record(&mut self, lat: u64, paced: Option<(usize, u64, u64)>) {
         self.latency.record_latency(lat);
-        if let Some((second, now, sent_ns)) = paced {
+        if let Some((interval, now, sent_ns)) = paced {
             self.intervals
-                .entry(second)
-                .or_insert_with(new_histogram)
+                .entry(interval)
+                .or_insert_with(new_interval_histogram)
                 .saturating_record(lat);
             self.uncorrected.record(now, sent_ns);
         }
@@ -420,8 +426,8 @@ impl Recorded {
         let e = |e: hdrhistogram::SubtractionError| format!("the sink's latency rollback: {e:?}");
         self.latency.subtract(&undone.latency).map_err(e)?;
         self.uncorrected.subtract(&undone.uncorrected).map_err(e)?;
-        for (second, h) in &undone.intervals {
-            if let Some(mine) = self.intervals.get_mut(second) {
+        for (interval, h) in &undone.intervals {
+            if let Some(mine) = self.intervals.get_mut(interval) {
                 mine.subtract(h).map_err(e)?;
             }
         }
@@ -494,6 +500,9 @@ struct Shared {
     /// What the first attempt's sink restored (a `--restore` in a new
     /// process): the checkpoint and the distinct records it had received.
     process_restore: OnceLock<(CheckpointId, u64)>,
+    /// Where the sink's interval 0 starts (its first delivery's view of
+    /// the schedule's start).
+    intervals_start: OnceLock<u64>,
     sources: Vec<SourceStats>,
     slots: Vec<Mutex<SinkSlot>>,
 }
@@ -564,8 +573,13 @@ pub struct RefJobReport {
     pub latency: Histogram<u64>,
     /// Latency `now - actual send time`, the uncorrected figure.
     pub latency_uncorrected: Histogram<u64>,
-    /// Latency per second since the start (index = second), merged.
+    /// Latency per [`INTERVAL_NS`] since [`RefJobReport::intervals_start_ns`]
+    /// (index = interval), merged; W2/W3 only ([`new_interval_histogram`]s:
+    /// 2 significant digits).
     pub intervals: Vec<Histogram<u64>>,
+    /// Where interval 0 starts, ns on the clock of [`lockgate::now_ns`] (0:
+    /// nothing recorded).
+    pub intervals_start_ns: u64,
     /// Records in the recorded window (post-warm-up deliveries; W1: all).
     pub recorded_records: u64,
     /// The recorded window, s: W1, first emission to last delivery; W2/W3,
@@ -683,6 +697,7 @@ impl RefJobResults {
                 first_recorded_n: cfg.first_recorded_n(),
                 t0: OnceLock::new(),
                 process_restore: OnceLock::new(),
+                intervals_start: OnceLock::new(),
                 sources: (0..cfg.parallelism)
                     .map(|_| SourceStats::default())
                     .collect(),
@@ -841,7 +856,7 @@ impl RefJobResults {
             });
             for (&i, h) in &r.intervals {
                 if intervals.len() <= i {
-                    intervals.resize_with(i + 1, new_histogram);
+                    intervals.resize_with(i + 1, new_interval_histogram);
                 }
                 intervals[i]
                     .add(h)
@@ -899,6 +914,7 @@ impl RefJobResults {
             failures_struck: self.failures_struck(&metrics_failures),
             recoveries: self.recoveries(&metrics_failures),
             started_ns: first_emit,
+            intervals_start_ns: self.shared.intervals_start.get().copied().unwrap_or(0),
             restored_from: self.shared.process_restore.get().copied(),
         })
     }
@@ -1124,16 +1140,18 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
     fn write(&mut self, input: &mut Vec<RefSum<P>>) -> Result<(), BoxError> {
         let now = now_ns();
         let first_rec = self.shared.first_recorded_n;
-        let start = self.shared.t0.get().copied().unwrap_or_else(|| {
-            self.shared
-                .sources
-                .iter()
-                .map(|s| s.first_emit_ns.load(Relaxed))
-                .filter(|t| *t > 0)
-                .min()
-                .unwrap_or(now)
+        let start = *self.shared.intervals_start.get_or_init(|| {
+            self.shared.t0.get().copied().unwrap_or_else(|| {
+                self.shared
+                    .sources
+                    .iter()
+                    .map(|s| s.first_emit_ns.load(Relaxed))
+                    .filter(|t| *t > 0)
+                    .min()
+                    .unwrap_or(now)
+            })
         });
-        let second = (now.saturating_sub(start) / 1_000_000_000) as usize;
+        let interval = (now.saturating_sub(start) / INTERVAL_NS) as usize;
         let paced = self.shared.cfg.workload.is_paced();
         let first_write = std::mem::take(&mut self.first_write);
         let mut s = open_slot(&self.shared, self.slot, &mut self.roll_back)?;
@@ -1153,7 +1171,7 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
                 let lat = now.saturating_sub(r.ts_ns);
                 // W1 is not a latency test: one histogram, as the raw
                 // baseline keeps; no per-second intervals.
-                let p = paced.then_some((second, now, r.sent_ns));
+                let p = paced.then_some((interval, now, r.sent_ns));
                 s.recorded.record(lat, p);
                 if let Some(open) = &mut s.undo_open {
                     open.record(lat, p);

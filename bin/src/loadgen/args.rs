@@ -183,6 +183,14 @@ pub(crate) struct Args {
     /// Writes latency by percentile as an SVG plot.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// Writes the latency timeline as an SVG chart: p50, p99 and max every
+    /// 100 ms, checkpoints and recoveries as bands (W2/W3).
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
+    /// Writes one self-contained HTML page: both charts, the checkpoint
+    /// table, the configuration and the environment.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// A progress line a second on stderr (auto: only on a terminal).
     #[arg(long, value_enum, default_value = "auto")]
     pub progress: ProgressArg,
@@ -536,7 +544,15 @@ impl Args {
             ("hgrm", &self.hgrm),
             ("hlog", &self.hlog),
             ("svg", &self.svg),
+            ("timeline", &self.timeline),
+            ("html", &self.html),
         ] {
+            if flag == "timeline" && p.is_some() && !paced {
+                return Err(
+                    "--timeline is for W2/W3: W1 is a closed loop, with no latency over time"
+                        .into(),
+                );
+            }
             if let Some(p) = p {
                 check_writable(p, flag)?;
             }
@@ -584,6 +600,8 @@ impl Args {
             "hgrm": path(&self.hgrm),
             "hlog": path(&self.hlog),
             "svg": path(&self.svg),
+            "timeline": path(&self.timeline),
+            "html": path(&self.html),
             "progress": match self.progress {
                 ProgressArg::Auto => "auto",
                 ProgressArg::Always => "always",

@@ -6,13 +6,15 @@
 //! input (nothing ran), 130 interrupted by Ctrl-C.
 
 pub(crate) mod args;
+pub(crate) mod pages;
 pub(crate) mod report;
 pub(crate) mod restore;
 
 pub(crate) use args::Args;
 
 use lockgate::JobError;
-use lockgate_workloads::latency::{write_hgrm, write_percentile_plot_svg, HlogWriter, NS_PER_MS};
+use lockgate_workloads::latency::{write_hgrm, HlogWriter, NS_PER_MS};
+use lockgate_workloads::refjob::INTERVAL_NS;
 use lockgate_workloads::refjob::{
     seeded_failures, start_reference_job, wait_reference_job, RefJobError, RefJobReport,
 };
@@ -182,6 +184,14 @@ pub(crate) fn run(args: Args) -> u8 {
     }
 }
 
+/// The run's name in charts: the `--json` file's stem, else `lockgate`.
+fn run_name(args: &Args) -> String {
+    args.json
+        .as_ref()
+        .and_then(|p| p.file_stem())
+        .map_or_else(|| "lockgate".into(), |s| s.to_string_lossy().into_owned())
+}
+
 /// Prints and writes the report; returns 0 or [`EXIT_FAILED`].
 fn finish(plan: &args::Plan, args: &Args, r: &RefJobReport, wall_start: SystemTime) -> u8 {
     let saved = match RunReport::new(
@@ -227,8 +237,8 @@ fn finish(plan: &args::Plan, args: &Args, r: &RefJobReport, wall_start: SystemTi
             let f = std::io::BufWriter::new(std::fs::File::create(p)?);
             let mut w = HlogWriter::new(f, wall_start)?;
             if r.intervals.is_empty() && !r.latency.is_empty() {
-                // W1 (closed loop) keeps no per-second histograms: its
-                // whole run is one interval.
+                // W1 (closed loop) keeps no interval histograms: its whole
+                // run is one interval.
                 w.write_interval(
                     &r.latency,
                     Duration::ZERO,
@@ -239,8 +249,8 @@ fn finish(plan: &args::Plan, args: &Args, r: &RefJobReport, wall_start: SystemTi
             for (i, h) in r.intervals.iter().enumerate() {
                 w.write_interval(
                     h,
-                    Duration::from_secs(i as u64),
-                    Duration::from_secs(1),
+                    Duration::from_nanos(i as u64 * INTERVAL_NS),
+                    Duration::from_nanos(INTERVAL_NS),
                     None,
                 )?;
             }
@@ -251,16 +261,15 @@ fn finish(plan: &args::Plan, args: &Args, r: &RefJobReport, wall_start: SystemTi
             fail(&p.display().to_string(), &e);
         }
     }
-    if let Some(p) = &args.svg {
-        let title = format!(
-            "lockgate {} {} — latency by percentile",
-            saved.workload, saved.mode
-        );
-        if r.latency.is_empty() {
-            fail(&p.display().to_string(), &"no latency was recorded");
-        } else if let Err(e) = write_percentile_plot_svg(p, &title, &[("lockgate", &r.latency)]) {
-            fail(&p.display().to_string(), &e);
-        }
+    let runs = [(run_name(args), saved.clone())];
+    for (path, e) in pages::write_outputs(&[
+        (&args.svg, &|| pages::percentile_svg(&runs)),
+        (&args.timeline, &|| {
+            pages::timeline_svg(&runs[0].0, &runs[0].1)
+        }),
+        (&args.html, &|| pages::html_page(&runs)),
+    ]) {
+        fail(&path, &e);
     }
     if let Some(w) = saved.rate_warning() {
         eprintln!("{w}");

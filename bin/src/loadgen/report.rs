@@ -240,6 +240,17 @@ impl CheckpointsJson {
     }
 }
 
+/// The latency timeline of a run (W2/W3): p50, p99 and max per interval.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct TimelineJson {
+    /// Where interval 0 starts, ns, on the clock of `trigger_ns`.
+    pub start_ns: u64,
+    /// The intervals' length, ns (100 ms).
+    pub interval_ns: u64,
+    /// One per interval from the start, empty ones included (count 0).
+    pub points: Vec<lockgate_workloads::charts::TimelinePoint>,
+}
+
 /// A task failure of a run, as the JSON lists it.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct FailureJson {
@@ -304,6 +315,9 @@ pub(crate) struct RunReport {
     /// `at_ns` (0: nothing emitted).
     #[serde(default)]
     pub started_ns: u64,
+    /// The latency timeline (empty for W1 and in files of older builds).
+    #[serde(default)]
+    pub timeline: TimelineJson,
     /// With `--restore`: the checkpoint id restored.
     #[serde(default)]
     pub restored_checkpoint: Option<u64>,
@@ -397,6 +411,22 @@ impl RunReport {
                 })
                 .collect(),
             started_ns: r.started_ns,
+            timeline: TimelineJson {
+                start_ns: r.intervals_start_ns,
+                interval_ns: lockgate_workloads::refjob::INTERVAL_NS,
+                points: r
+                    .intervals
+                    .iter()
+                    .enumerate()
+                    .map(|(i, h)| {
+                        lockgate_workloads::charts::TimelinePoint::of(
+                            i,
+                            lockgate_workloads::refjob::INTERVAL_NS,
+                            h,
+                        )
+                    })
+                    .collect(),
+            },
             restored_checkpoint: r.restored_from.map(|(id, _)| id.get()),
             restored_records: r.restored_from.map(|(_, n)| n),
             requested_rate: paced.then_some(r.config.rate),

@@ -27,6 +27,8 @@ pub(crate) const MAY_DIFFER: &[&str] = &[
     "hgrm",
     "hlog",
     "svg",
+    "timeline",
+    "html",
     "progress",
     "quiet",
 ];

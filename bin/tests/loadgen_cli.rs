@@ -380,18 +380,43 @@ fn w2_exactly_once_writes_json_hgrm_hlog_and_svg() {
 #[test]
 fn w3_at_least_once_runs_and_quiet_prints_one_line() {
     let _g = heavy();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("alo.json");
     let mut args = SHORT_W2.to_vec();
     args.extend([
         "--workload",
         "w3",
         "--checkpoint",
         "at-least-once",
+        "--checkpoint-interval-ms",
+        "20",
         "--quiet",
+        "--json",
+        json.to_str().unwrap(),
     ]);
     let o = loadgen(&args);
     assert_ok(&o);
     let (out, _) = text(&o);
     assert_eq!(out.trim_end().lines().count(), 1, "{out}");
+    // At-least-once blocks no channel: no alignment, only the spread of
+    // each subtask's barriers (as Flink's BarrierTracker).
+    let j = read_json(&json);
+    assert_eq!(j["checkpoints"]["alignment_ns"]["max"], 0);
+    let subtasks: Vec<&Value> = j["checkpoints"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "completed")
+        .flat_map(|c| c["subtasks"].as_array().unwrap())
+        .collect();
+    assert!(!subtasks.is_empty());
+    assert!(subtasks.iter().all(|t| t["alignment_ns"] == 0));
+    assert!(
+        subtasks
+            .iter()
+            .any(|t| t["barrier_spread_ns"].as_u64().unwrap() > 0),
+        "the sink's two inputs deliver their barriers at different times"
+    );
 }
 
 #[test]

@@ -150,19 +150,7 @@ fn mismatch_warning(runs: &[(String, RunReport)]) -> Option<String> {
 /// Refuses an output path that cannot be written, before anything is
 /// printed.
 fn check_output(path: &Path) -> Result<(), String> {
-    if path.is_dir() {
-        return Err(format!("{}: is a folder", path.display()));
-    }
-    let existed = path.exists();
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(path)
-        .map_err(|e| format!("{}: cannot write: {e}", path.display()))?;
-    if !existed {
-        let _ = std::fs::remove_file(path);
-    }
-    Ok(())
+    crate::loadgen::args::writable(path)
 }
 
 fn compare(runs: &[(String, RunReport)]) -> String {

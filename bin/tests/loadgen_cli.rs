@@ -652,6 +652,20 @@ fn an_at_least_once_restore_after_a_kill_may_duplicate_but_not_lose() {
     assert_eq!(report["lost"], 0, "{report}");
 }
 
+/// The child's stderr, read up to its first progress line (`[  1.0 s] …`):
+/// the run is under way.
+fn after_progress(child: &mut std::process::Child) -> BufReader<std::process::ChildStderr> {
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "stderr closed");
+        if line.starts_with('[') {
+            return err;
+        }
+    }
+}
+
 #[test]
 fn ctrl_c_stops_cleanly_with_a_report() {
     let _g = heavy();
@@ -676,15 +690,8 @@ fn ctrl_c_stops_cleanly_with_a_report() {
         .spawn()
         .unwrap();
     // The first progress line says the run is under way.
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "stderr closed");
-        if line.starts_with('[') {
-            break;
-        }
-    }
+    // Kept open to the end: a closed pipe would end the child.
+    let _err = after_progress(&mut child);
     let st = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
@@ -748,15 +755,8 @@ fn a_second_ctrl_c_quits_at_once_and_removes_the_temporary_folder() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut err = after_progress(&mut child);
     let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "stderr closed");
-        if line.starts_with('[') {
-            break;
-        }
-    }
     // The run's temporary checkpoint folder is under TMPDIR.
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
     let int = || {

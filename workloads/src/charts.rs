@@ -229,22 +229,33 @@ pub fn percentile_chart_svg(
                 .draw_series(LineSeries::new(points, c.stroke_width(2)))
                 .map_err(|e| plot_err(&e))?
                 .label(name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
-                });
+                .legend(line_sample(c));
         }
-        chart
-            .configure_series_labels()
-            // Curves rise to the right: the lower right stays empty.
-            .position(SeriesLabelPosition::LowerRight)
-            .border_style(RGBColor(160, 160, 160))
-            .background_style(WHITE.mix(0.9))
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(|e| plot_err(&e))?;
+        // Curves rise to the right: the lower right stays empty.
+        legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         root.present().map_err(|e| plot_err(&e))?;
     }
     Ok(svg)
+}
+
+/// The legend box, at `position`.
+fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> Result<(), LatencyError> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .border_style(RGBColor(160, 160, 160))
+        .background_style(WHITE.mix(0.9))
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(|e| plot_err(&e))
+}
+
+/// A legend sample: a short line of `c`.
+fn line_sample(c: RGBColor) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+    move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
 }
 
 /// A value with up to 3 significant decimals, without trailing zeros.
@@ -432,21 +443,12 @@ pub fn timeline_chart_svg(
                     .draw_series(LineSeries::new(run, c.stroke_width(2)))
                     .map_err(|e| plot_err(&e))?;
                 if !labelled {
-                    drawn.label(name).legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
-                    });
+                    drawn.label(name).legend(line_sample(c));
                     labelled = true;
                 }
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .border_style(RGBColor(160, 160, 160))
-            .background_style(WHITE.mix(0.9))
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(|e| plot_err(&e))?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         root.present().map_err(|e| plot_err(&e))?;
     }
     Ok(svg)

@@ -274,15 +274,22 @@ fn secs(v: f64, flag: &str, allow_zero: bool) -> Result<Duration, String> {
 /// Checks that `path` can be written (its folder exists, it is not a
 /// folder), creating and removing it when it did not exist.
 fn check_writable(path: &Path, flag: &str) -> Result<(), String> {
+    writable(path).map_err(|e| format!("--{flag} {e}"))
+}
+
+/// Checks that `path` can be written (its folder exists, it is not a
+/// folder), creating and removing it when it did not exist; the error
+/// starts with the path.
+pub(crate) fn writable(path: &Path) -> Result<(), String> {
     if path.is_dir() {
-        return Err(format!("--{flag} {}: is a folder", path.display()));
+        return Err(format!("{}: is a folder", path.display()));
     }
     let existed = path.exists();
     std::fs::OpenOptions::new()
         .append(true)
         .create(true)
         .open(path)
-        .map_err(|e| format!("--{flag} {}: cannot write: {e}", path.display()))?;
+        .map_err(|e| format!("{}: cannot write: {e}", path.display()))?;
     if !existed {
         let _ = std::fs::remove_file(path);
     }

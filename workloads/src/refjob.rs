@@ -447,6 +447,10 @@ struct SinkSlot {
     undo: std::collections::BTreeMap<CheckpointId, Recorded>,
     /// With checkpoints: what was recorded since the last snapshot.
     undo_open: Option<Recorded>,
+    /// An empty [`Recorded`] made by the snapshot thread for the next
+    /// interval, so that the sink's synchronous snapshot part allocates
+    /// and zeroes nothing (two full histograms: ~420 KiB).
+    spare: Option<Recorded>,
     deliveries: u64,
     first_recorded_ns: u64,
     last_delivery_ns: u64,
@@ -480,8 +484,11 @@ impl SinkSlot {
     /// The sink's snapshot of `id`: what was recorded since the last one
     /// is kept for a rollback until `id` completes.
     fn close_interval(&mut self, id: CheckpointId) {
-        if let Some(open) = self.undo_open.replace(Recorded::new()) {
-            self.undo.insert(id, open);
+        if self.undo_open.is_some() {
+            let fresh = self.spare.take().unwrap_or_else(Recorded::new);
+            if let Some(open) = self.undo_open.replace(fresh) {
+                self.undo.insert(id, open);
+            }
         }
     }
 }
@@ -687,6 +694,7 @@ impl RefJobResults {
             last_delivery_ns: 0,
             attempts: 0,
             attempt_starts: Vec::new(),
+            spare: None,
         })];
         Ok(RefJobResults {
             shared: Arc::new(Shared {
@@ -1219,7 +1227,12 @@ impl Checkpointed for RefSink {
             }
         };
         drop(slot);
+        let index = self.slot;
         Ok(Some(StateSnapshot::incremental(move |req| {
+            // The next interval's recordings, allocated here, off the
+            // sink's thread.
+            let spare = Recorded::new();
+            lock(&shared.slots[index]).spare.get_or_insert(spare);
             // One snapshot at a time takes the lock (the task's snapshot
             // thread runs them in order); a panic in one leaves the
             // replica as good as the changes it had applied.

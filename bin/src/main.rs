@@ -45,7 +45,7 @@ struct Cli {
 /// The subcommands.
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Runs a reference workload (W1/W2/W3) and reports throughput,
+    /// Runs a reference workload (W1-W4) and reports throughput,
     /// latency, checkpoints and correctness.
     Loadgen(Box<loadgen::Args>),
     /// Shows or compares saved runs (`--json` files of `loadgen`).

@@ -377,6 +377,62 @@ fn w2_exactly_once_writes_json_hgrm_hlog_and_svg() {
     );
 }
 
+/// W4: closed-loop sources for a time behind a slow sink (short: its sink
+/// spins a core).
+#[test]
+fn w4_runs_under_backpressure_and_checks_what_was_emitted() {
+    let _g = heavy();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("w4.json");
+    let o = loadgen(&[
+        "--workload",
+        "w4",
+        "--duration",
+        "0.5",
+        "--warmup",
+        "0.1",
+        "--checkpoint-interval-ms",
+        "50",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_ok(&o);
+    let (out, _) = text(&o);
+    assert!(out.contains("not a latency test"), "{out}");
+    let j = read_json(&json);
+    assert_eq!(j["workload"], "W4");
+    assert_eq!(
+        (j["lost"].as_u64(), j["duplicated"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(j["fingerprint"], j["expected_fingerprint"]);
+    // What the sources emitted in their time, below the check's bound.
+    let total = j["total_records"].as_u64().unwrap();
+    assert!(total > 0 && total < 200_000 + (1 << 22), "{total}");
+    assert_eq!(j["config"]["duration"], 0.5);
+    assert!(j["config"]["rate"].is_null());
+    // W4 has no rate, no record count, no timeline.
+    for (args, needle) in [
+        (
+            vec!["--workload", "w4", "--rate", "1000"],
+            "--rate does not apply to w4",
+        ),
+        (
+            vec!["--workload", "w4", "--records", "10"],
+            "--records applies to w1 only",
+        ),
+        (
+            vec!["--workload", "w4", "--timeline", "/tmp/x.svg"],
+            "--timeline is for W2/W3",
+        ),
+    ] {
+        let o = loadgen(&args);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn w3_at_least_once_runs_and_quiet_prints_one_line() {
     let _g = heavy();
@@ -899,7 +955,7 @@ fn bad_inputs_are_refused_with_exit_code_2() {
         (vec!["--batch-size", "0"], "--batch-size"),
         (vec!["--channel-capacity", "0"], "--channel-capacity"),
         (vec!["--payload-bytes", "100000000"], "--payload-bytes"),
-        (vec!["--workload", "w4"], "w4"),
+        (vec!["--workload", "w5"], "w5"),
         (vec!["--quiet", "--progress", "always"], "--quiet"),
         (vec!["--rate", "abc"], "--rate"),
         (vec!["--full-every", "0"], "--full-every"),

@@ -2,7 +2,7 @@
 //! (`docs/workloads.md`), the job the load generator runs on them, and
 //! the latency reports it writes.
 //!
-//! - [`workload`]: the W1-W3 record generator, routing, pacing schedule
+//! - [`workload`]: the W1-W4 record generator, routing, pacing schedule
 //!   and the closed-form correctness check.
 //! - [`refjob`]: the reference topology on the engine, with its checking,
 //!   latency-recording sink.

@@ -83,6 +83,16 @@ use std::time::Duration;
 /// The name of the reference job (in checkpoint metadata: a restore from
 /// another job's checkpoint is refused).
 pub const JOB_NAME: &str = "lockgate-reference";
+/// W4's sink drains at most this many records/s (one every
+/// [`crate::workload::W4_SINK_NS`]): the bound of what its sources can
+/// emit, with [`W4_IN_FLIGHT`].
+pub const W4_MAX_RATE: u64 = 1_000_000_000 / crate::workload::W4_SINK_NS;
+/// What W4's channels and tasks can hold beyond what the sink drained: 2^22
+/// records, 4× the reference topology's 6 channels of 64 batches of 1024
+/// records (a larger `--channel-capacity` or `--batch-size` makes the
+/// sources stop at [`RefJobConfig::total_records`], still exact).
+pub const W4_IN_FLIGHT: u64 = 1 << 22;
+
 /// The length of the sink's latency intervals (the timeline's points and
 /// the `.hlog`'s lines), 100 ms: ten a second show what one checkpoint
 /// every 100 ms does, at about 27 KiB an interval.
@@ -119,15 +129,15 @@ pub enum RefJobError {
 /// What the reference job runs: the workload and its parameters.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RefJobConfig {
-    /// W1, W2 or W3.
+    /// W1, W2, W3 or W4.
     pub workload: Workload,
     /// W1 only: the records in total.
     pub records: u64,
     /// W2/W3 only: the total rate of all sources, records/s.
     pub rate: u64,
-    /// W2/W3 only: the recorded duration after the warm-up.
+    /// W2/W3/W4: the recorded duration after the warm-up.
     pub duration: Duration,
-    /// W2/W3 only: the warm-up, not recorded (may be 0).
+    /// W2/W3/W4: the warm-up, not recorded (may be 0).
     pub warmup: Duration,
     /// Distinct keys.
     pub keys: u64,
@@ -183,13 +193,20 @@ impl RefJobConfig {
     }
 
     /// The records the job emits in total: `records` for W1,
-    /// `floor(rate × (warmup + duration))` for W2/W3.
+    /// `floor(rate × (warmup + duration))` for W2/W3; for W4 the most it
+    /// can emit, [`W4_MAX_RATE`] × (warmup + duration) plus
+    /// [`W4_IN_FLIGHT`] (its sources stop at their time or there, and the
+    /// check counts the records they emitted).
     pub fn total_records(&self) -> u64 {
-        if self.workload.is_paced() {
-            let ns = (self.warmup + self.duration).as_nanos();
-            u64::try_from(self.rate as u128 * ns / NS_PER_S).unwrap_or(u64::MAX)
-        } else {
-            self.records
+        let ns = (self.warmup + self.duration).as_nanos();
+        match self.workload {
+            Workload::W1 => self.records,
+            Workload::W2 | Workload::W3 => {
+                u64::try_from(self.rate as u128 * ns / NS_PER_S).unwrap_or(u64::MAX)
+            }
+            Workload::W4 => u64::try_from(W4_MAX_RATE as u128 * ns / NS_PER_S)
+                .unwrap_or(u64::MAX)
+                .saturating_add(W4_IN_FLIGHT),
         }
     }
 
@@ -213,12 +230,12 @@ impl RefJobConfig {
     /// [`MAX_PAYLOAD_BYTES`], a tick of 0.
     pub fn validate(&self) -> Result<(), RefJobError> {
         let bad = |m: String| Err(RefJobError::Config(m));
+        if self.workload.is_timed() && self.duration.is_zero() {
+            return bad("the duration must be positive".into());
+        }
         if self.workload.is_paced() {
             if self.rate == 0 {
                 return bad("the rate must be at least 1 record/s".into());
-            }
-            if self.duration.is_zero() {
-                return bad("the duration must be positive".into());
             }
             if self.tick.is_zero() {
                 return bad("the source tick must be positive".into());
@@ -259,7 +276,7 @@ impl RefJobConfig {
             "workload": self.workload.name(),
             "total_records": self.total_records(),
             "rate": if self.workload.is_paced() { self.rate } else { 0 },
-            "warmup_ns": if self.workload.is_paced() { self.warmup.as_nanos() as u64 } else { 0 },
+            "warmup_ns": if self.workload.is_timed() { self.warmup.as_nanos() as u64 } else { 0 },
             "keys": self.keys,
             "key_dist": self.key_dist.to_string(),
             "payload_bytes": self.payload_bytes,
@@ -379,6 +396,9 @@ struct SourceStats {
     /// True once a first attempt of this source started (a later instance
     /// is a restart and shifts its schedule).
     started: AtomicBool,
+    /// The next record's `n` after the last poll (W4's expected records
+    /// are those below each source's final position).
+    position: AtomicU64,
 }
 
 /// Latencies recorded over a span of deliveries: the run's, or one
@@ -510,6 +530,8 @@ struct Shared {
     /// Where the sink's interval 0 starts (its first delivery's view of
     /// the schedule's start).
     intervals_start: OnceLock<u64>,
+    /// W4: the first send time recorded (after the warm-up), ns.
+    record_from: OnceLock<u64>,
     sources: Vec<SourceStats>,
     slots: Vec<Mutex<SinkSlot>>,
 }
@@ -706,6 +728,7 @@ impl RefJobResults {
                 t0: OnceLock::new(),
                 process_restore: OnceLock::new(),
                 intervals_start: OnceLock::new(),
+                record_from: OnceLock::new(),
                 sources: (0..cfg.parallelism)
                     .map(|_| SourceStats::default())
                     .collect(),
@@ -757,12 +780,31 @@ impl RefJobResults {
     }
 
     /// The closed-form answer of this run (computed once, O(records)).
-    pub fn expected(&self) -> &ExpectedResult {
-        self.expected.get_or_init(|| {
-            let keys = KeySpace::new(self.shared.cfg.keys, self.shared.cfg.key_dist)
-                .expect("validated in RefJobResults::new");
-            ExpectedResult::compute(self.shared.total, &keys)
-        })
+    ///
+    /// For W4 (sources that stop at their time) it is the records below the
+    /// sources' positions now: final once the job ended, and not cached.
+    pub fn expected(&self) -> std::borrow::Cow<'_, ExpectedResult> {
+        let keys = || {
+            KeySpace::new(self.shared.cfg.keys, self.shared.cfg.key_dist)
+                .expect("validated in RefJobResults::new")
+        };
+        if self.shared.cfg.workload == Workload::W4 {
+            let positions: Vec<u64> = self
+                .shared
+                .sources
+                .iter()
+                .map(|s| s.position.load(Relaxed))
+                .collect();
+            return std::borrow::Cow::Owned(ExpectedResult::of_positions(
+                &positions,
+                self.shared.total,
+                &keys(),
+            ));
+        }
+        std::borrow::Cow::Borrowed(
+            self.expected
+                .get_or_init(|| ExpectedResult::compute(self.shared.total, &keys())),
+        )
     }
 
     /// Planned failures that struck (the engine reports each as an
@@ -876,7 +918,7 @@ impl RefJobResults {
                 first_rec = first_rec.min(s.first_recorded_ns);
             }
             last_del = last_del.max(s.last_delivery_ns);
-            check = Some(s.check.verify(expected));
+            check = Some(s.check.verify(&expected));
         }
         let check = check.expect("one sink slot");
         let first_emit = self
@@ -887,7 +929,7 @@ impl RefJobResults {
             .filter(|t| *t > 0)
             .min()
             .unwrap_or(0);
-        let window_start = if self.shared.cfg.workload.is_paced() {
+        let window_start = if self.shared.cfg.workload.is_timed() {
             first_rec
         } else {
             first_emit
@@ -904,7 +946,7 @@ impl RefJobResults {
                 .load(std::sync::atomic::Ordering::Relaxed),
             config: self.shared.cfg.clone(),
             mode: self.shared.mode,
-            total_records: self.shared.total,
+            total_records: expected.total_records(),
             lost: check.lost,
             duplicated: check.duplicates,
             check,
@@ -945,6 +987,9 @@ struct RefSource<P> {
     /// Restored: unless this process already ran the source (then the
     /// run's schedule goes on), its schedule starts at the position.
     shift: bool,
+    /// W4, restored: the run time the checkpoint had used, ns (the run
+    /// goes on for what was left).
+    restored_elapsed: Option<u64>,
     _p: std::marker::PhantomData<fn() -> P>,
 }
 
@@ -960,6 +1005,7 @@ impl<P: Payload> RefSource<P> {
             keys,
             t0: None,
             shift: false,
+            restored_elapsed: None,
             shared,
             _p: std::marker::PhantomData,
         })
@@ -994,13 +1040,24 @@ impl<P: Payload> Source<RefEvent<P>> for RefSource<P> {
         };
         let now = now_ns();
         let pb = self.shared.cfg.payload_bytes;
+        if self.shared.cfg.workload == Workload::W4 && now >= self.w4_deadline(now) {
+            // Its time is up: the records it emitted are the run's.
+            self.shared.sources[self.index]
+                .position
+                .store(next, Relaxed);
+            return Ok(SourcePoll::Finished);
+        }
         let cfg = &self.shared.cfg;
         if !cfg.workload.is_paced() {
             for (n, key) in self.gen.by_ref().take(max) {
                 out.push(Self::event(n, key, now, now, pb));
             }
             self.account(out.len(), now, 0);
-            return Ok(if self.gen.next_n().is_none() {
+            let next = self.gen.next_n();
+            self.shared.sources[self.index]
+                .position
+                .store(next.unwrap_or(self.shared.total), Relaxed);
+            return Ok(if next.is_none() {
                 SourcePoll::Finished
             } else {
                 SourcePoll::Ready
@@ -1052,20 +1109,61 @@ impl<P: Payload> Source<RefEvent<P>> for RefSource<P> {
     }
 }
 
+impl<P: Payload> RefSource<P> {
+    /// W4: when this source's time is up, ns. The run's start is kept by
+    /// an in-process restart; a restore in a new process starts it so that
+    /// what the checkpoint had used is behind (`now - elapsed`).
+    fn w4_deadline(&mut self, now: u64) -> u64 {
+        let (restored, shared) = (self.restored_elapsed, &self.shared);
+        let t0 = *self.t0.get_or_insert_with(|| {
+            *shared.sources[self.index]
+                .t0
+                .get_or_init(|| match restored {
+                    Some(e) => now as i128 - e as i128,
+                    None => *shared.t0.get_or_init(|| now) as i128,
+                })
+        });
+        let run = (shared.cfg.warmup + shared.cfg.duration).as_nanos() as i128;
+        (t0 + run).clamp(0, u64::MAX as i128) as u64
+    }
+}
+
 impl<P: Payload> Checkpointed for RefSource<P> {
+    /// The next record's `n` (8 bytes, little endian); W4 adds the run
+    /// time used so far, ns (8 more).
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         let pos = self.gen.next_n().unwrap_or(self.shared.total);
-        Ok(Some(pos.to_le_bytes().to_vec()))
+        let mut state = pos.to_le_bytes().to_vec();
+        if self.shared.cfg.workload == Workload::W4 {
+            let elapsed = match self.t0 {
+                Some(t0) => u64::try_from((now_ns() as i128 - t0).max(0)).unwrap_or(u64::MAX),
+                None => self.restored_elapsed.unwrap_or(0),
+            };
+            state.extend_from_slice(&elapsed.to_le_bytes());
+        }
+        Ok(Some(state))
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
-        let bytes: [u8; 8] = state.try_into().map_err(|_| {
-            format!(
-                "source position must be 8 bytes, got {} (a checkpoint of another job?)",
+        let w4 = self.shared.cfg.workload == Workload::W4;
+        let want = if w4 { 16 } else { 8 };
+        if state.len() != want {
+            return Err(format!(
+                "source state must be {want} bytes for {}, got {} (a checkpoint of another job?)",
+                self.shared.cfg.workload,
                 state.len()
             )
-        })?;
-        let pos = u64::from_le_bytes(bytes);
+            .into());
+        }
+        let word = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&state[i * 8..i * 8 + 8]);
+            u64::from_le_bytes(b)
+        };
+        let pos = word(0);
+        if w4 {
+            self.restored_elapsed = Some(word(1));
+        }
         self.shared
             .restored
             .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -1168,14 +1266,35 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
         }
         let s = &mut *s;
         let mut recorded = false;
+        let work_ns = self.shared.cfg.workload.sink_work_ns();
+        // W4's warm-up is a time: records sent before it are not recorded
+        // (none after a restore in a new process: its warm-up was spent).
+        let record_from = if work_ns > 0 {
+            *self.shared.record_from.get_or_init(|| {
+                if self.shared.restored.load(Relaxed) {
+                    0
+                } else {
+                    start.saturating_add(self.shared.cfg.warmup.as_nanos() as u64)
+                }
+            })
+        } else {
+            0
+        };
         for r in input.drain(..) {
+            let began = if work_ns > 0 { now_ns() } else { 0 };
             s.check.observe(&SumRecord {
                 key: r.key,
                 sum: r.sum,
                 n: r.n,
                 ts_ns: r.ts_ns,
             });
-            if r.n >= first_rec {
+            if work_ns > 0 {
+                // W4: the sink is slower than the sources (workloads.md).
+                while now_ns().saturating_sub(began) < work_ns {
+                    std::hint::spin_loop();
+                }
+            }
+            if r.n >= first_rec && r.ts_ns >= record_from {
                 let lat = now.saturating_sub(r.ts_ns);
                 // W1 is not a latency test: one histogram, as the raw
                 // baseline keeps; no per-second intervals.
@@ -1482,7 +1601,13 @@ pub fn seeded_failures(cfg: &RefJobConfig, seed: u64, count: usize) -> FailurePl
         return FailurePlan::none();
     }
     let p = cfg.parallelism.max(1);
-    let max = (cfg.total_records() / (p as u64 * (count as u64 + 1) * 2)).max(1);
+    // W4's total is a bound; what it emits is about half of the drain
+    // rate over its time (the sink spins a core of two).
+    let expected = match cfg.workload {
+        Workload::W4 => cfg.total_records().saturating_sub(W4_IN_FLIGHT) / 2,
+        _ => cfg.total_records(),
+    };
+    let max = (expected / (p as u64 * (count as u64 + 1) * 2)).max(1);
     FailurePlan::seeded(seed, count, 2 * p + 1, max)
 }
 

@@ -60,6 +60,10 @@ pub const BURST_PERIOD_NS: u64 = 10_000_000;
 /// ...is squeezed into its first tenth (1 ms): offsets within a period are
 /// divided by this factor (workloads.md, W3).
 pub const BURST_SQUEEZE: u64 = 10;
+/// W4's sink work per record: it spins on the monotonic clock until 5 µs
+/// have passed since it started the record, so the job drains at most
+/// 200,000 records/s (workloads.md, W4).
+pub const W4_SINK_NS: u64 = 5_000;
 /// The most records a [`SinkCheck`] tracks: 2^33, i.e. a 1 GiB bitset.
 pub const MAX_CHECKED_RECORDS: u64 = 1 << 33;
 
@@ -80,8 +84,8 @@ pub enum WorkloadError {
     /// A key distribution string that is neither `uniform` nor `zipf:S`.
     #[error("unknown key distribution `{0}`: expected `uniform` or `zipf:S` with S a number >= 0 (e.g. `zipf:1.1`)")]
     BadKeyDist(String),
-    /// A workload name that is not W1, W2 or W3.
-    #[error("unknown workload `{0}`: expected W1, W2 or W3")]
+    /// A workload name that is not W1, W2, W3 or W4.
+    #[error("unknown workload `{0}`: expected W1, W2, W3 or W4")]
     BadWorkload(String),
     /// Parallelism 0.
     #[error("the parallelism must be at least 1")]
@@ -563,21 +567,40 @@ pub enum Workload {
     W2,
     /// Like W2, with the odd-numbered sources bursting ([`burst_offset_ns`]).
     W3,
+    /// Sustained backpressure: closed-loop sources for a fixed time, a
+    /// sink slower than they are ([`W4_SINK_NS`] a record).
+    W4,
 }
 
 impl Workload {
-    /// "W1", "W2" or "W3".
+    /// "W1", "W2", "W3" or "W4".
     pub fn name(self) -> &'static str {
         match self {
             Workload::W1 => "W1",
             Workload::W2 => "W2",
             Workload::W3 => "W3",
+            Workload::W4 => "W4",
         }
     }
 
     /// True for the open-loop (paced) workloads W2 and W3.
     pub fn is_paced(self) -> bool {
+        matches!(self, Workload::W2 | Workload::W3)
+    }
+
+    /// True for the workloads that run for a duration after a warm-up (W2,
+    /// W3, W4), not for a number of records (W1).
+    pub fn is_timed(self) -> bool {
         !matches!(self, Workload::W1)
+    }
+
+    /// The sink's work per record, ns of spinning ([`W4_SINK_NS`] for W4,
+    /// else 0).
+    pub fn sink_work_ns(self) -> u64 {
+        match self {
+            Workload::W4 => W4_SINK_NS,
+            _ => 0,
+        }
     }
 
     /// Whether source `source_index` emits in bursts: in W3 the
@@ -596,12 +619,13 @@ impl fmt::Display for Workload {
 impl FromStr for Workload {
     type Err = WorkloadError;
 
-    /// Parses "W1", "W2" or "W3" (case-insensitive).
+    /// Parses "W1", "W2", "W3" or "W4" (case-insensitive).
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text.trim().to_ascii_uppercase().as_str() {
             "W1" => Ok(Workload::W1),
             "W2" => Ok(Workload::W2),
             "W3" => Ok(Workload::W3),
+            "W4" => Ok(Workload::W4),
             _ => Err(WorkloadError::BadWorkload(text.to_string())),
         }
     }
@@ -704,6 +728,13 @@ pub fn fingerprint<I: IntoIterator<Item = (u64, u64)>>(final_sums: I) -> u64 {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExpectedResult {
     total_records: u64,
+    /// The sequence numbers the run could emit, `0..capacity` (what a
+    /// [`SinkCheck`] is sized for): `total_records` unless the sources
+    /// stopped at their own positions ([`ExpectedResult::of_positions`]).
+    capacity: u64,
+    /// With [`ExpectedResult::of_positions`]: source `i` of `P` emitted
+    /// the records `n < positions[i]` with `n % P == i`.
+    positions: Option<Vec<u64>>,
     sums: Vec<u64>,
     counts: Vec<u64>,
     fingerprint: u64,
@@ -726,9 +757,58 @@ impl ExpectedResult {
         let fingerprint = fingerprint(sums.iter().enumerate().map(|(k, &s)| (k as u64, s)));
         ExpectedResult {
             total_records,
+            capacity: total_records,
+            positions: None,
             sums,
             counts,
             fingerprint,
+        }
+    }
+
+    /// The records of a run whose sources stopped where they were (W4,
+    /// closed loop for a time): source `i` of `positions.len()` emitted the
+    /// records `n < positions[i]` with `n % positions.len() == i`, out of
+    /// `0..capacity` (O(largest position)).
+    pub fn of_positions(positions: &[u64], capacity: u64, keys: &KeySpace) -> Self {
+        let p = positions.len().max(1) as u64;
+        let end = positions.iter().copied().max().unwrap_or(0).min(capacity);
+        let k = keys.keys() as usize;
+        let mut sums = vec![0u64; k];
+        let mut counts = vec![0u64; k];
+        let mut total_records = 0;
+        let mut rng = XorShift64Star::new();
+        for n in 0..end {
+            let key = keys.key_of(rng.next_output()) as usize;
+            if n < positions.get((n % p) as usize).copied().unwrap_or(0) {
+                sums[key] = sums[key].wrapping_add(chained_map(n));
+                counts[key] += 1;
+                total_records += 1;
+            }
+        }
+        let fingerprint = fingerprint(sums.iter().enumerate().map(|(k, &s)| (k as u64, s)));
+        ExpectedResult {
+            total_records,
+            capacity,
+            positions: Some(positions.to_vec()),
+            sums,
+            counts,
+            fingerprint,
+        }
+    }
+
+    /// The sequence numbers the run could emit, `0..capacity`.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Whether record `n` is one of the run's.
+    pub fn is_emitted(&self, n: u64) -> bool {
+        match &self.positions {
+            None => n < self.total_records,
+            Some(pos) => {
+                let p = pos.len().max(1) as u64;
+                n < self.capacity && n < pos.get((n % p) as usize).copied().unwrap_or(0)
+            }
         }
     }
 
@@ -1110,15 +1190,25 @@ impl SinkCheck {
     /// 64)).
     pub fn verify(&self, expected: &ExpectedResult) -> CheckReport {
         let mut setup_mismatch = None;
-        if expected.total_records() != self.total_records || expected.keys() != self.keys {
+        if expected.capacity() != self.total_records || expected.keys() != self.keys {
             setup_mismatch = Some(format!(
                 "the sink checked {} records over {} keys but the expectation is for {} records over {} keys",
                 self.total_records,
                 self.keys,
-                expected.total_records(),
+                expected.capacity(),
                 expected.keys()
             ));
         }
+        // The first record of the run's that never arrived.
+        let first_lost = self.seen.iter().enumerate().find_map(|(w, &bits)| {
+            let missing = !bits;
+            (missing != 0).then(|| {
+                (0..64)
+                    .filter(|b| missing & (1 << b) != 0)
+                    .map(|b| w as u64 * 64 + b)
+                    .find(|n| *n < self.total_records && expected.is_emitted(*n))
+            })?
+        });
         let mut wrong_keys = 0;
         let mut first_wrong_key = None;
         for key in 0..self.keys.max(expected.keys()) {
@@ -1137,7 +1227,7 @@ impl SinkCheck {
             received: self.received,
             distinct: self.distinct,
             lost: expected.total_records().saturating_sub(self.distinct),
-            first_lost: self.first_lost(),
+            first_lost,
             duplicates: self.duplicates,
             out_of_range: self.out_of_range,
             wrong_keys,
@@ -1367,7 +1457,8 @@ mod tests {
             Err(WorkloadError::BadZipfExponent(_))
         ));
         assert_eq!("w3".parse::<Workload>().unwrap(), Workload::W3);
-        assert!("W4".parse::<Workload>().is_err());
+        assert_eq!("w4".parse::<Workload>().unwrap(), Workload::W4);
+        assert!("W5".parse::<Workload>().is_err());
     }
 
     #[test]
@@ -1503,6 +1594,52 @@ mod tests {
             let (sink3, _) = simulate(total, &keys, 3, 5);
             assert!(sink3.verify(&expected).is_exact());
         }
+    }
+
+    #[test]
+    fn sources_stopped_at_their_positions_have_their_own_closed_form() {
+        let keys = KeySpace::new(37, KeyDist::Uniform).unwrap();
+        // Evens below 10 and odds below 11: the records 0..10.
+        let e = ExpectedResult::of_positions(&[10, 11], 100, &keys);
+        let prefix = ExpectedResult::compute(10, &keys);
+        assert_eq!((e.total_records(), e.capacity()), (10, 100));
+        assert_eq!(e.fingerprint(), prefix.fingerprint());
+        assert!(e.is_emitted(9) && !e.is_emitted(10) && !e.is_emitted(11));
+        // Uneven stops: source 1 ran further.
+        let e = ExpectedResult::of_positions(&[4, 9], 100, &keys);
+        let emitted: Vec<u64> = (0..100).filter(|n| e.is_emitted(*n)).collect();
+        assert_eq!(emitted, [0, 1, 2, 3, 5, 7]);
+        assert_eq!(e.total_records(), 6);
+        let mut check = SinkCheck::new(100, 37).unwrap();
+        let outputs = spec_outputs(100);
+        let mut sums: HashMap<u64, u64> = HashMap::new();
+        for &n in &emitted {
+            let key = keys.key_of(outputs[n as usize]);
+            let s = sums.entry(key).or_insert(0);
+            *s = s.wrapping_add(chained_map(n));
+            check.observe(&SumRecord {
+                key,
+                sum: *s,
+                n,
+                ts_ns: 0,
+            });
+        }
+        let report = check.verify(&e);
+        assert!(report.is_exact(), "{report}");
+        // A record of the run's that did not arrive is the first lost,
+        // not a number no source emitted.
+        let mut short = SinkCheck::new(100, 37).unwrap();
+        for &n in &emitted[..5] {
+            let key = keys.key_of(outputs[n as usize]);
+            short.observe(&SumRecord {
+                key,
+                sum: 0,
+                n,
+                ts_ns: 0,
+            });
+        }
+        let report = short.verify(&e);
+        assert_eq!((report.lost, report.first_lost), (1, Some(7)));
     }
 
     #[test]

@@ -114,6 +114,38 @@ fn w1_at_least_once_with_failures_loses_nothing() {
     assert!(report.ok(), "{:?}", report.failure());
 }
 
+/// W4: closed-loop sources for a time behind a sink of 5 µs a record; the
+/// expected records are those the sources emitted. Short: its sink spins a
+/// core.
+#[test]
+fn w4_backpressure_runs_are_exact_with_and_without_failures() {
+    let cfg = RefJobConfig {
+        workload: Workload::W4,
+        duration: Duration::from_millis(400),
+        warmup: Duration::from_millis(100),
+        ..Default::default()
+    };
+    for (mode, failures) in [(CheckpointMode::None, 0), (CheckpointMode::ExactlyOnce, 1)] {
+        let plan = seeded_failures(&cfg, 3, failures);
+        let mut job = checkpointed(mode, 1);
+        if mode == CheckpointMode::None {
+            job.checkpoint.interval = None;
+        }
+        let report = run_reference_job(&cfg, job, plan).unwrap();
+        assert!(report.ok(), "{mode:?}: {:?}", report.failure());
+        assert_eq!(report.metrics.restarts as usize, failures, "{mode:?}");
+        // The sources ran for their time, not to the bound of the check.
+        assert!(report.total_records > 0);
+        assert!(report.total_records < cfg.total_records(), "{mode:?}");
+        assert_eq!((report.lost, report.duplicated), (0, 0), "{mode:?}");
+        // At most one record every 5 µs left the sink.
+        let seconds = report.recorded_seconds.max(1e-3);
+        assert!(report.records_per_s() <= 1.05 * 200_000.0, "{seconds}");
+        // The warm-up is a time: its records are checked, not recorded.
+        assert!(report.recorded_records < report.total_records, "{mode:?}");
+    }
+}
+
 #[test]
 fn w2_short_run_is_exact_and_records_every_latency() {
     let cfg = RefJobConfig::paced(Workload::W2, 50_000, Duration::from_secs(1), Duration::ZERO);

@@ -23,6 +23,9 @@ pub(crate) enum WorkloadArg {
     W2,
     /// W2 with bursting odd-numbered sources (skewed alignment).
     W3,
+    /// Sustained backpressure: closed-loop sources for --duration, a sink
+    /// that takes 5 µs a record (not a latency test).
+    W4,
 }
 
 /// The checkpointing mode, spelled as on the command line.
@@ -89,7 +92,8 @@ impl WaitArg {
 #[command(allow_negative_numbers = true)]
 pub(crate) struct Args {
     /// The workload: w1 (throughput, closed loop), w2 (latency at a fixed
-    /// rate), w3 (w2 with bursting sources).
+    /// rate), w3 (w2 with bursting sources), w4 (sustained backpressure: a
+    /// sink slower than the sources).
     #[arg(long, value_enum, default_value = "w2")]
     pub workload: WorkloadArg,
     /// W1 only: records in total [default: 20000000].
@@ -98,10 +102,11 @@ pub(crate) struct Args {
     /// W2/W3 only: records/s of all sources together [default: 200000].
     #[arg(long)]
     pub rate: Option<u64>,
-    /// W2/W3 only: recorded seconds after the warm-up [default: 10].
+    /// W2/W3/W4 only: recorded seconds after the warm-up [default: 10].
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub duration: Option<f64>,
-    /// W2/W3 only: warm-up seconds, not recorded (0 allowed) [default: 2].
+    /// W2/W3/W4 only: warm-up seconds, not recorded (0 allowed) [default:
+    /// 2].
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub warmup: Option<f64>,
     /// Distinct keys.
@@ -314,20 +319,28 @@ impl Args {
             WorkloadArg::W1 => Workload::W1,
             WorkloadArg::W2 => Workload::W2,
             WorkloadArg::W3 => Workload::W3,
+            WorkloadArg::W4 => Workload::W4,
         };
         let paced = workload.is_paced();
+        let timed = workload.is_timed();
         let wname = workload.name().to_ascii_lowercase();
         let mut refjob = RefJobConfig {
             workload,
             ..Default::default()
         };
-        if paced {
+        if timed {
             if self.records.is_some() {
                 return Err(format!(
-                    "--records applies to w1 only; {wname} runs for --duration at --rate"
+                    "--records applies to w1 only; {wname} runs for --duration{}",
+                    if paced { " at --rate" } else { "" }
                 ));
             }
             if let Some(r) = self.rate {
+                if !paced {
+                    return Err(format!(
+                        "--rate does not apply to {wname} (closed loop, as fast as the sink drains)"
+                    ));
+                }
                 if r == 0 {
                     return Err("--rate must be at least 1 record/s".into());
                 }
@@ -556,7 +569,7 @@ impl Args {
         ] {
             if flag == "timeline" && p.is_some() && !paced {
                 return Err(
-                    "--timeline is for W2/W3: W1 is a closed loop, with no latency over time"
+                    "--timeline is for W2/W3: W1 and W4 are closed loops, with no latency over time worth drawing"
                         .into(),
                 );
             }
@@ -577,10 +590,10 @@ impl Args {
         let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
         let config_json = serde_json::json!({
             "workload": wname,
-            "records": (!paced).then_some(refjob.records),
+            "records": (!timed).then_some(refjob.records),
             "rate": paced.then_some(refjob.rate),
-            "duration": paced.then_some(refjob.duration.as_secs_f64()),
-            "warmup": paced.then_some(refjob.warmup.as_secs_f64()),
+            "duration": timed.then_some(refjob.duration.as_secs_f64()),
+            "warmup": timed.then_some(refjob.warmup.as_secs_f64()),
             "keys": refjob.keys,
             "seed": self.seed,
             "key_dist": refjob.key_dist.to_string(),

@@ -48,7 +48,11 @@ fn subtitle(r: &RunReport) -> String {
 fn note(r: &RunReport) -> Option<String> {
     let mut n = Vec::new();
     if r.latency_note.is_some() {
-        n.push("W1 is a closed loop: not a latency test");
+        n.push(if r.workload == "W4" {
+            "W4 is overloaded by design: not a latency test"
+        } else {
+            "W1 is a closed loop: not a latency test"
+        });
     }
     if r.interrupted {
         n.push("interrupted (Ctrl-C)");

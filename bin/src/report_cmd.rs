@@ -2,7 +2,7 @@
 //! several side by side.
 
 use crate::loadgen::pages;
-use crate::loadgen::report::{fmt_ns, RunReport};
+use crate::loadgen::report::{RunReport, Unit};
 use std::path::{Path, PathBuf};
 
 /// `lockgate report`: shows or compares saved runs. Exit codes: 0 done, 2
@@ -81,70 +81,115 @@ fn write_outputs(outputs: &[pages::Output<'_>]) -> Result<(), String> {
     }
 }
 
-/// One row of the comparison: a label, the figure, whether it is in ns,
-/// and whether higher is better.
-type Figure = (&'static str, fn(&RunReport) -> f64, bool, bool);
+/// One row of the comparison: a label, the figure (`None`: it does not
+/// apply to that run), whether it is in ns, and whether higher is better.
+type Figure = (&'static str, fn(&RunReport) -> Option<f64>, bool, bool);
+
+/// A latency figure, which a run that recorded nothing does not have.
+fn latency(r: &RunReport, v: u64) -> Option<f64> {
+    (r.latency_ns.count > 0).then_some(v as f64)
+}
+
+/// A checkpoint figure, which a run without a completed checkpoint does
+/// not have.
+fn checkpointed(r: &RunReport, v: u64) -> Option<f64> {
+    (r.checkpoints.completed > 0).then_some(v as f64)
+}
 
 fn figures() -> Vec<Figure> {
     vec![
-        ("records/s", |r| r.records_per_s, false, true),
-        ("achieved rate", |r| r.achieved_rate, false, true),
-        ("latency p50", |r| r.latency_ns.p50 as f64, true, false),
-        ("latency p90", |r| r.latency_ns.p90 as f64, true, false),
-        ("latency p99", |r| r.latency_ns.p99 as f64, true, false),
-        ("latency p99.9", |r| r.latency_ns.p999 as f64, true, false),
-        ("latency p99.99", |r| r.latency_ns.p9999 as f64, true, false),
-        ("latency max", |r| r.latency_ns.max as f64, true, false),
+        ("records/s", |r| Some(r.records_per_s), false, true),
+        ("achieved rate", |r| Some(r.achieved_rate), false, true),
+        ("latency p50", |r| latency(r, r.latency_ns.p50), true, false),
+        ("latency p90", |r| latency(r, r.latency_ns.p90), true, false),
+        ("latency p99", |r| latency(r, r.latency_ns.p99), true, false),
+        (
+            "latency p99.9",
+            |r| latency(r, r.latency_ns.p999),
+            true,
+            false,
+        ),
+        (
+            "latency p99.99",
+            |r| latency(r, r.latency_ns.p9999),
+            true,
+            false,
+        ),
+        ("latency max", |r| latency(r, r.latency_ns.max), true, false),
         (
             "uncorrected p99",
-            |r| r.latency_uncorrected_ns.p99 as f64,
+            |r| latency(r, r.latency_uncorrected_ns.p99),
             true,
             false,
         ),
         (
             "checkpoints completed",
-            |r| r.checkpoints.completed as f64,
+            |r| Some(r.checkpoints.completed as f64),
             false,
             true,
         ),
         (
             "alignment p99",
-            |r| r.checkpoints.alignment_ns.p99 as f64,
+            // At-least-once aligns nothing (Flink's BarrierTracker).
+            |r| {
+                if r.mode == "at-least-once" {
+                    None
+                } else {
+                    checkpointed(r, r.checkpoints.alignment_ns.p99)
+                }
+            },
             true,
             false,
         ),
         (
             "checkpoint p99",
-            |r| r.checkpoints.duration_ns.p99 as f64,
+            |r| checkpointed(r, r.checkpoints.duration_ns.p99),
             true,
             false,
         ),
         (
             "peak RSS MiB",
-            |r| r.peak_rss_bytes as f64 / 1048576.0,
+            |r| Some(r.peak_rss_bytes as f64 / 1048576.0),
             false,
             false,
         ),
     ]
 }
 
-/// A warning when the runs are not like for like (another workload or
-/// checkpointing mode than the first run's), naming each.
-fn mismatch_warning(runs: &[(String, RunReport)]) -> Option<String> {
-    let (_, first) = runs.first()?;
+/// The warnings of a comparison: runs not like for like (another
+/// workload or checkpointing mode than the first run's), and runs whose
+/// figures are partial (interrupted, or a restore that had nothing left to
+/// run), naming each.
+fn comparison_warnings(runs: &[(String, RunReport)]) -> Vec<String> {
+    let Some((_, first)) = runs.first() else {
+        return Vec::new();
+    };
     let odd: Vec<String> = runs
         .iter()
         .filter(|(_, r)| r.workload != first.workload || r.mode != first.mode)
         .map(|(n, r)| format!("{n} is {} {}", r.workload, r.mode))
         .collect();
-    (!odd.is_empty()).then(|| {
-        format!(
+    let mut out = Vec::new();
+    if !odd.is_empty() {
+        out.push(format!(
             "WARNING: the runs differ from the first ({} {}): {}; their figures are not like for like",
             first.workload,
             first.mode,
             odd.join(", ")
-        )
-    })
+        ));
+    }
+    for (n, r) in runs {
+        if r.interrupted {
+            out.push(format!(
+                "WARNING: {n} was interrupted: its figures cover part of its run"
+            ));
+        } else if r.nothing_left_after_restore() {
+            out.push(format!(
+                "WARNING: {n} restored a run that had finished: it recorded nothing"
+            ));
+        }
+    }
+    out
 }
 
 /// Refuses an output path that cannot be written, before anything is
@@ -182,24 +227,35 @@ fn compare(runs: &[(String, RunReport)]) -> String {
     let base = &runs[0].1;
     for (label, get, is_ns, higher_better) in figures() {
         let b = get(base);
+        // One unit per row, chosen by its largest value.
+        let max = runs
+            .iter()
+            .filter_map(|(_, r)| get(r))
+            .fold(0.0_f64, f64::max);
+        let unit = if max < 10e6 { Unit::Us } else { Unit::Ms };
         let arrow = if higher_better { "↑" } else { "↓" };
+        let label = if is_ns {
+            format!("{label} ({}) {arrow}", unit.name())
+        } else {
+            format!("{label} {arrow}")
+        };
         line(
-            &format!("{label} {arrow}"),
+            &label,
             runs.iter()
                 .enumerate()
                 .map(|(i, (_, r))| {
-                    let v = get(r);
+                    let Some(v) = get(r) else {
+                        return "n/a".into();
+                    };
                     let shown = if is_ns {
-                        fmt_ns(v as u64)
+                        unit.show(v as u64)
                     } else {
                         format!("{v:.0}")
                     };
-                    if i == 0 {
-                        shown
-                    } else if b == 0.0 {
-                        format!("{shown} (n/a)")
-                    } else {
-                        format!("{shown} ({:.2}x)", v / b)
+                    match b {
+                        _ if i == 0 => shown,
+                        Some(b) if b > 0.0 => format!("{shown} ({:.2}x)", v / b),
+                        _ => format!("{shown} (n/a)"),
                     }
                 })
                 .collect(),
@@ -249,7 +305,7 @@ pub(crate) fn run(args: Args) -> u8 {
             write_outputs(&[
                 (&svg, &|| pages::percentile_svg(&runs)),
                 (&timeline, &|| pages::timeline_svg(&runs[0].0, &runs[0].1)),
-                (&html, &|| pages::html_page(&runs)),
+                (&html, &|| pages::html_page(&runs, None)),
             ])
         }),
         ReportCommand::Compare { runs, svg, html } => runs
@@ -260,13 +316,22 @@ pub(crate) fn run(args: Args) -> u8 {
                 for p in [&svg, &html].into_iter().flatten() {
                     check_output(p)?;
                 }
-                if let Some(w) = mismatch_warning(&loaded) {
+                let warnings = comparison_warnings(&loaded);
+                for w in &warnings {
                     eprintln!("{w}");
                 }
-                print!("{}", compare(&loaded));
+                let table = compare(&loaded);
+                print!("{table}");
+                let comparison = format!(
+                    "{}{table}",
+                    warnings
+                        .iter()
+                        .map(|w| format!("{w}\n"))
+                        .collect::<String>()
+                );
                 write_outputs(&[
                     (&svg, &|| pages::percentile_svg(&loaded)),
-                    (&html, &|| pages::html_page(&loaded)),
+                    (&html, &|| pages::html_page(&loaded, Some(&comparison))),
                 ])
             }),
     };

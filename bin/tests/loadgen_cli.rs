@@ -310,9 +310,13 @@ fn w2_exactly_once_writes_json_hgrm_hlog_and_svg() {
     // Two runs: the overlaid percentiles, then each run's timeline.
     check_page(&std::fs::read_to_string(&compared).unwrap(), 3);
     assert!(
-        out.contains("latency p99 ↓") && out.contains("records/s ↑"),
+        out.contains("latency p99 (µs) ↓") && out.contains("records/s ↑"),
         "{out}"
     );
+    // The page of a comparison has its table too.
+    assert!(std::fs::read_to_string(&compared)
+        .unwrap()
+        .contains("<pre class=\"comparison\">"));
     assert!(!err.contains("WARNING"), "{err}");
     // Runs of another mode are not like for like: a warning names them.
     let mut other = j.clone();

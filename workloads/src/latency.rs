@@ -408,12 +408,15 @@ pub fn histogram_from_base64(text: &str) -> Result<Histogram<u64>, LatencyError>
 
 /// Writes an interval log (`.hlog`, as HdrHistogram's `HistogramLogWriter`):
 /// a format-version comment, `StartTime` and `BaseTime` headers (both the
-/// start), the legend line, then one line per interval with its start
-/// offset from the start (s), its length (s), its max (ms) and the
-/// histogram in V2 compressed encoding, base64.
+/// start), the max column's divisor, the legend line, then one line per
+/// interval with its start offset from the start (s), its length (s), its
+/// max (ms) and the histogram in V2 compressed encoding, base64. The
+/// intervals are kept until [`HlogWriter::finish`] writes the log (one
+/// writer for the whole log, so every header appears once).
 pub struct HlogWriter<W: Write> {
     out: W,
-    serializer: V2DeflateSerializer,
+    start: SystemTime,
+    intervals: Vec<(Histogram<u64>, Duration, Duration, Option<String>)>,
 }
 
 impl<W: Write> std::fmt::Debug for HlogWriter<W> {
@@ -423,33 +426,23 @@ impl<W: Write> std::fmt::Debug for HlogWriter<W> {
 }
 
 impl<W: Write> HlogWriter<W> {
-    /// Writes the headers for a log whose intervals are offsets from
-    /// `start` (wall-clock time).
+    /// A log whose intervals are offsets from `start` (wall-clock time),
+    /// written to `out` by [`HlogWriter::finish`].
     ///
-    /// Errors: the writer's.
-    pub fn new(mut out: W, start: SystemTime) -> Result<Self, LatencyError> {
-        let mut serializer = V2DeflateSerializer::new();
-        IntervalLogWriterBuilder::new()
-            .add_comment("[Histogram log format version 1.3]")
-            .add_comment("[Latency in ns; interval max in ms]")
-            .with_start_time(start)
-            .with_base_time(start)
-            // The max column in ms, as Java's HistogramLogWriter's default
-            // (its maxValueUnitRatio is 1e6).
-            .with_max_value_divisor(NS_PER_MS)
-            .begin_log_with(&mut out, &mut serializer)?;
-        writeln!(
+    /// Errors: none yet (the signature keeps the writer's).
+    pub fn new(out: W, start: SystemTime) -> Result<Self, LatencyError> {
+        Ok(HlogWriter {
             out,
-            "\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\""
-        )?;
-        Ok(HlogWriter { out, serializer })
+            start,
+            intervals: Vec::new(),
+        })
     }
 
-    /// Writes one interval: `h`, recorded from `start_offset` after the
+    /// Adds one interval: `h`, recorded from `start_offset` after the
     /// log's start for `length`, with an optional tag.
     ///
-    /// Errors: [`LatencyError::BadTag`], [`LatencyError::Serialize`], the
-    /// writer's.
+    /// Errors: [`LatencyError::BadTag`] (checked now, so a bad tag writes
+    /// nothing).
     pub fn write_interval(
         &mut self,
         h: &Histogram<u64>,
@@ -457,29 +450,55 @@ impl<W: Write> HlogWriter<W> {
         length: Duration,
         tag: Option<&str>,
     ) -> Result<(), LatencyError> {
-        let tag = match tag {
-            None => None,
-            Some(t) => Some(Tag::new(t).ok_or_else(|| LatencyError::BadTag(t.to_string()))?),
-        };
-        // A builder without headers writes nothing: this only borrows the
-        // output for one line, with the header's unit for the max column.
-        let mut writer = IntervalLogWriterBuilder::new()
-            .with_max_value_divisor(NS_PER_MS)
-            .begin_log_with(&mut self.out, &mut self.serializer)?;
-        writer
-            .write_histogram(h, start_offset, length, tag)
-            .map_err(|e| match e {
-                hdrhistogram::serialization::interval_log::IntervalLogWriterError::IoError(e) => {
-                    LatencyError::Io(e)
-                }
-                other => LatencyError::Serialize(format!("{other:?}")),
-            })
+        if let Some(t) = tag {
+            Tag::new(t).ok_or_else(|| LatencyError::BadTag(t.to_string()))?;
+        }
+        self.intervals
+            .push((h.clone(), start_offset, length, tag.map(str::to_string)));
+        Ok(())
     }
 
-    /// Flushes and returns the output.
+    /// Writes the log, flushes and returns the output.
     ///
-    /// Errors: the writer's.
+    /// Errors: [`LatencyError::Serialize`], the writer's.
     pub fn finish(mut self) -> Result<W, LatencyError> {
+        let mut serializer = V2DeflateSerializer::new();
+        let mut log = Vec::new();
+        {
+            let mut writer = IntervalLogWriterBuilder::new()
+                .add_comment("[Histogram log format version 1.3]")
+                .add_comment("[Latency in ns; interval max in ms]")
+                .with_start_time(self.start)
+                .with_base_time(self.start)
+                // The max column in ms, as Java's HistogramLogWriter's
+                // default (its maxValueUnitRatio is 1e6).
+                .with_max_value_divisor(NS_PER_MS)
+                .begin_log_with(&mut log, &mut serializer)?;
+            for (h, offset, length, tag) in &self.intervals {
+                let tag = tag.as_deref().and_then(Tag::new);
+                writer
+                    .write_histogram(h, *offset, *length, tag)
+                    .map_err(|e| match e {
+                        hdrhistogram::serialization::interval_log::IntervalLogWriterError::IoError(e) => {
+                            LatencyError::Io(e)
+                        }
+                        other => LatencyError::Serialize(format!("{other:?}")),
+                    })?;
+            }
+        }
+        // The legend line of Java's writer goes after the headers (this
+        // crate's writer has none).
+        let headers = log
+            .split_inclusive(|b| *b == b'\n')
+            .take_while(|l| l.starts_with(b"#"))
+            .map(<[u8]>::len)
+            .sum::<usize>();
+        self.out.write_all(&log[..headers])?;
+        writeln!(
+            self.out,
+            "\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\""
+        )?;
+        self.out.write_all(&log[headers..])?;
         self.out.flush()?;
         Ok(self.out)
     }
@@ -654,7 +673,22 @@ mod tests {
         let bytes = w.finish().unwrap();
         let text = String::from_utf8(bytes.clone()).unwrap();
         assert!(text.contains("#[BaseTime: 1700000000.000"));
-        assert!(text.contains("\"StartTimestamp\""));
+        // Every header once, however many intervals.
+        assert_eq!(text.matches("#[MaxValueDivisor").count(), 1, "{text}");
+        assert_eq!(text.matches("#[StartTime").count(), 1, "{text}");
+        // The legend line follows the headers.
+        let legend = text
+            .lines()
+            .position(|l| l.starts_with("\"StartTimestamp\""))
+            .unwrap();
+        assert!(
+            text.lines().take(legend).all(|l| l.starts_with('#')),
+            "{text}"
+        );
+        assert!(
+            !text.lines().nth(legend + 1).unwrap().starts_with('#'),
+            "{text}"
+        );
         let read = read_hlog(&bytes).unwrap();
         assert_eq!(read.len(), 3);
         for (i, (got, want)) in read.iter().zip(&hs).enumerate() {

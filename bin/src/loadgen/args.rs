@@ -182,7 +182,8 @@ pub(crate) struct Args {
     /// in ms, as HdrHistogram's plotter expects).
     #[arg(long, value_name = "FILE")]
     pub hgrm: Option<PathBuf>,
-    /// Writes an HdrHistogram interval log (one histogram a second).
+    /// Writes an HdrHistogram interval log (W2/W3: one histogram every
+    /// 100 ms, 2 significant digits; W1/W4: the whole run as one).
     #[arg(long, value_name = "FILE")]
     pub hlog: Option<PathBuf>,
     /// Writes latency by percentile as an SVG plot.

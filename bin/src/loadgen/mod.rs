@@ -262,25 +262,42 @@ fn finish(plan: &args::Plan, args: &Args, r: &RefJobReport, wall_start: SystemTi
         }
     }
     let runs = [(run_name(args), saved.clone())];
-    for (path, e) in pages::write_outputs(&[
-        (&args.svg, &|| pages::percentile_svg(&runs)),
-        (&args.timeline, &|| {
-            pages::timeline_svg(&runs[0].0, &runs[0].1)
-        }),
-        (&args.html, &|| pages::html_page(&runs)),
-    ]) {
-        fail(&path, &e);
+    let nothing_left = saved.ok && saved.nothing_left_after_restore();
+    if nothing_left {
+        // Nothing was recorded: no chart to draw, and no failure either.
+        for p in [&args.svg, &args.timeline, &args.html]
+            .into_iter()
+            .flatten()
+        {
+            eprintln!(
+                "{}: not written: the restored run had finished, nothing was recorded",
+                p.display()
+            );
+        }
+    } else {
+        for (path, e) in pages::write_outputs(&[
+            (&args.svg, &|| pages::percentile_svg(&runs)),
+            (&args.timeline, &|| {
+                pages::timeline_svg(&runs[0].0, &runs[0].1)
+            }),
+            (&args.html, &|| pages::html_page(&runs, None)),
+        ]) {
+            fail(&path, &e);
+        }
     }
-    if let Some(w) = saved.rate_warning() {
-        eprintln!("{w}");
+    // The report shows the warnings; with --quiet (one line on stdout)
+    // they go to stderr instead.
+    if plan.quiet {
+        let warnings = [
+            saved.rate_warning(),
+            saved.behind_warning(),
+            saved.pinning_warning(),
+        ];
+        for w in warnings.into_iter().flatten() {
+            eprintln!("{w}");
+        }
     }
-    if let Some(w) = saved.behind_warning() {
-        eprintln!("{w}");
-    }
-    if let Some(w) = saved.pinning_warning() {
-        eprintln!("{w}");
-    }
-    if saved.ok && saved.nothing_left_after_restore() {
+    if nothing_left {
         // The restored checkpoint is the final one of a run that ended.
         println!(
             "nothing left to do: the run had finished ({})",

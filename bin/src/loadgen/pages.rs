@@ -241,13 +241,17 @@ fn key_values(class: &str, v: &serde_json::Value) -> String {
 }
 
 /// A self-contained HTML page of `runs` (no script, no network: the
-/// charts are inline SVG): the percentile chart of every run, then per
-/// run its summary as `loadgen` prints it, its timeline, its checkpoint
-/// table, its configuration and its environment.
+/// charts are inline SVG): `comparison` (the text of `report compare`,
+/// when given), the percentile chart of every run, then per run its
+/// summary as `loadgen` prints it, its timeline, its checkpoint table, its
+/// configuration and its environment.
 ///
 /// # Errors
 /// A run's histogram does not decode, or no run recorded a latency.
-pub(crate) fn html_page(runs: &[(String, RunReport)]) -> Result<String, String> {
+pub(crate) fn html_page(
+    runs: &[(String, RunReport)],
+    comparison: Option<&str>,
+) -> Result<String, String> {
     let title = if runs.len() == 1 {
         format!(
             "lockgate {} {} ({})",
@@ -271,6 +275,13 @@ pub(crate) fn html_page(runs: &[(String, RunReport)]) -> Result<String, String> 
         esc(&title),
         esc(&title)
     );
+    if let Some(table) = comparison {
+        let _ = writeln!(
+            s,
+            "<h2>Side by side</h2>\n<pre class=\"comparison\">{}</pre>",
+            esc(table)
+        );
+    }
     s += "<h2>Latency by percentile</h2>\n<div class=\"chart\">\n";
     s += &percentile_svg(runs)?;
     s += "</div>\n";

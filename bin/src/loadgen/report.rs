@@ -620,8 +620,13 @@ impl RunReport {
                 }
             );
         }
-        // W2/W3/W4 run for a time: their window starts after the warm-up.
-        let window = if self.requested_rate.is_some() || self.workload == "W4" {
+        // W2/W3/W4 run for a time: their window starts after the warm-up
+        // (or, restored in this process, after the restore: the warm-up
+        // was the first process').
+        let restored = get("restore").as_str().is_some();
+        let window = if restored && self.requested_rate.is_some() {
+            "recorded window: first to last delivery after the restore".to_string()
+        } else if self.requested_rate.is_some() || self.workload == "W4" {
             match get("warmup").as_f64() {
                 Some(w) if w > 0.0 => {
                     format!("recorded window: first to last delivery after a {w} s warm-up")
@@ -725,11 +730,14 @@ impl RunReport {
                     "    alignment   none (at-least-once: barriers are counted, channels never blocked)"
                 );
             } else {
-                let (v, unit) = in_one_unit(&[
-                    cp.alignment_ns.p50,
-                    cp.alignment_ns.p99,
-                    cp.alignment_ns.max,
-                ]);
+                let (v, unit) = in_unit(
+                    &[
+                        cp.alignment_ns.p50,
+                        cp.alignment_ns.p99,
+                        cp.alignment_ns.max,
+                    ],
+                    Unit::Ms,
+                );
                 let _ = writeln!(
                     s,
                     "    alignment   p50 {:>8}  p99 {:>8}  max {:>8} {unit}",
@@ -737,8 +745,10 @@ impl RunReport {
                 );
             }
             if cp.completed > 0 {
-                let (v, unit) =
-                    in_one_unit(&[cp.duration_ns.p50, cp.duration_ns.p99, cp.duration_ns.max]);
+                let (v, unit) = in_unit(
+                    &[cp.duration_ns.p50, cp.duration_ns.p99, cp.duration_ns.max],
+                    Unit::Ms,
+                );
                 let _ = writeln!(
                     s,
                     "    end-to-end  p50 {:>8}  p99 {:>8}  max {:>8} {unit}",
@@ -747,8 +757,11 @@ impl RunReport {
                 let v2 = cp.sync_ns != Spread::default() || cp.async_ns != Spread::default();
                 if v2 {
                     // Two lines: the parts differ by orders of magnitude.
-                    for (name, part) in [("sync part ", cp.sync_ns), ("async part", cp.async_ns)] {
-                        let (v, unit) = in_one_unit(&[part.p50, part.p99, part.max]);
+                    for (name, part, unit) in [
+                        ("sync part ", cp.sync_ns, Unit::Us),
+                        ("async part", cp.async_ns, Unit::Ms),
+                    ] {
+                        let (v, unit) = in_unit(&[part.p50, part.p99, part.max], unit);
                         let _ = writeln!(
                             s,
                             "    {name}  p50 {:>8}  p99 {:>8}  max {:>8} {unit} (per subtask)",
@@ -830,24 +843,37 @@ impl RunReport {
     }
 }
 
-/// Durations in ns shown in one unit, the one that reads best for the
-/// largest: the numbers and the unit.
-pub(crate) fn in_one_unit(ns: &[u64]) -> (Vec<String>, &'static str) {
-    let max = ns.iter().copied().max().unwrap_or(0);
-    let (unit, per, decimals) = if max < 10_000 {
-        ("ns", 1.0, 0)
-    } else if max < 10_000_000 {
-        ("µs", 1e3, 1)
-    } else if max < 10_000_000_000 {
-        ("ms", 1e6, 2)
-    } else {
-        ("s", 1e9, 2)
-    };
-    let shown = ns
-        .iter()
-        .map(|v| format!("{:.*}", decimals, *v as f64 / per))
-        .collect();
-    (shown, unit)
+/// A fixed unit of a row of durations, the same in every run (so that two
+/// reports compare by eye): µs with 1 decimal, or ms with 3.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unit {
+    /// Microseconds, 1 decimal.
+    Us,
+    /// Milliseconds, 3 decimals.
+    Ms,
+}
+
+impl Unit {
+    /// Its symbol.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Unit::Us => "µs",
+            Unit::Ms => "ms",
+        }
+    }
+
+    /// `ns` in this unit, without the symbol.
+    pub(crate) fn show(self, ns: u64) -> String {
+        match self {
+            Unit::Us => format!("{:.1}", ns as f64 / 1e3),
+            Unit::Ms => format!("{:.3}", ns as f64 / 1e6),
+        }
+    }
+}
+
+/// Durations in ns shown in `unit`: the numbers and the unit's symbol.
+pub(crate) fn in_unit(ns: &[u64], unit: Unit) -> (Vec<String>, &'static str) {
+    (ns.iter().map(|v| unit.show(*v)).collect(), unit.name())
 }
 
 /// A duration in ns, shown in the unit that reads best.
@@ -950,11 +976,10 @@ mod tests {
     #[test]
     fn a_line_of_figures_has_one_unit() {
         assert_eq!(
-            in_one_unit(&[31_400, 5_291_800, 36_070_000]),
-            (vec!["0.03".into(), "5.29".into(), "36.07".into()], "ms")
+            in_unit(&[31_400, 5_291_800, 36_070_000], Unit::Ms),
+            (vec!["0.031".into(), "5.292".into(), "36.070".into()], "ms")
         );
-        assert_eq!(in_one_unit(&[0, 9_999]).1, "ns");
-        assert_eq!(in_one_unit(&[]).1, "ns");
+        assert_eq!(in_unit(&[612], Unit::Us).0, ["0.6"]);
         let mut r = RunReport {
             mode: "exactly-once".into(),
             ..RunReport::default()

@@ -98,6 +98,17 @@ pub(crate) struct Args {
     pub incremental: crate::incremental_args::IncrementalArgs,
 }
 
+/// The output folder the newest readable checkpoint in `dir` recorded.
+fn recorded_out(dir: &std::path::Path) -> Option<String> {
+    use lockgate::CheckpointStorage;
+    let storage = lockgate::LocalDirStorage::open(dir).ok()?;
+    let ids = storage.list().ok()?;
+    ids.iter().rev().find_map(|id| {
+        let meta = storage.load_metadata(*id).ok()?;
+        Some(meta.job.config.get("out")?.as_str()?.to_string())
+    })
+}
+
 /// `path` absolute and without `.`, `..` or links when it exists (as
 /// printed and recorded), else as given.
 fn normalised(path: &std::path::Path) -> PathBuf {
@@ -222,6 +233,7 @@ pub(crate) fn run(args: Args) -> ExitCode {
         max_attempts: u32::try_from(args.inject_failures).unwrap_or(u32::MAX),
         delay: Duration::ZERO,
     };
+    let created_out = !args.out.exists();
     if let Err(e) = std::fs::create_dir_all(&args.out) {
         return usage_error(&format!(
             "--out {}: cannot create the folder: {e}",
@@ -232,8 +244,27 @@ pub(crate) fn run(args: Args) -> ExitCode {
         out_dir: normalised(&args.out),
         ..spec
     };
+    if let Some(dir) = &args.restore {
+        if let Some(recorded) = recorded_out(dir) {
+            let here = spec.out_dir.display().to_string();
+            if recorded != here {
+                if created_out {
+                    let _ = std::fs::remove_dir(&spec.out_dir);
+                }
+                return usage_error(&format!(
+                    "--restore {}: the checkpoint was taken writing to another output folder (out: {recorded} → {here}); its committed parts are there: give --out {recorded}",
+                    dir.display()
+                ));
+            }
+        }
+    }
     let plan = seeded_failures(&spec, args.seed, args.inject_failures, FAILURE_MAX_RECORDS);
     let result = run_job(&spec, config, plan);
+    if result.is_err() && created_out {
+        // A run that wrote nothing leaves no folder behind (remove_dir
+        // removes only an empty one).
+        let _ = std::fs::remove_dir(&spec.out_dir);
+    }
     let r = match result {
         Ok(r) => r,
         Err(FlightsJobError::Input(msg)) => {

@@ -68,17 +68,29 @@ fn name_of(path: &Path) -> String {
     )
 }
 
-/// [`pages::write_outputs`], its failures as one error.
-fn write_outputs(outputs: &[pages::Output<'_>]) -> Result<(), String> {
-    let failed: Vec<String> = pages::write_outputs(outputs)
-        .into_iter()
-        .map(|(path, e)| format!("writing {path}: {e}"))
-        .collect();
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(failed.join("; "))
+/// The text of every asked-for output, made before anything is printed
+/// or written (a run whose histogram does not decode, or that has no
+/// timeline, is refused whole).
+fn render(outputs: &[pages::Output<'_>]) -> Result<Vec<(PathBuf, String)>, String> {
+    outputs
+        .iter()
+        .filter_map(|(path, make)| {
+            let p = path.as_ref()?;
+            Some(
+                make()
+                    .map(|text| (p.clone(), text))
+                    .map_err(|e| format!("{}: {e}", p.display())),
+            )
+        })
+        .collect()
+}
+
+/// Writes what [`render`] made.
+fn write_rendered(files: Vec<(PathBuf, String)>) -> Result<(), String> {
+    for (p, text) in files {
+        std::fs::write(&p, text).map_err(|e| format!("writing {}: {e}", p.display()))?;
     }
+    Ok(())
 }
 
 /// One row of the comparison: a label, the figure (`None`: it does not
@@ -192,10 +204,28 @@ fn comparison_warnings(runs: &[(String, RunReport)]) -> Vec<String> {
     out
 }
 
-/// Refuses an output path that cannot be written, before anything is
-/// printed.
-fn check_output(path: &Path) -> Result<(), String> {
-    crate::loadgen::args::writable(path)
+/// Refuses, before anything is printed, an output that cannot be written
+/// or that names the same file as another output or an input (it would
+/// overwrite a saved run).
+fn check_outputs(
+    inputs: &[(&PathBuf, &str)],
+    outputs: &[(&str, &Option<PathBuf>)],
+) -> Result<(), String> {
+    let mut named: Vec<(&str, &Path)> = Vec::new();
+    for (flag, p) in outputs {
+        if let Some(p) = p {
+            crate::loadgen::args::writable(p)?;
+            named.push((flag, p));
+        }
+    }
+    crate::loadgen::args::distinct_files(&named)?;
+    // The same run twice in a comparison is fine; an output on a run is not.
+    for (input, what) in inputs {
+        for (flag, output) in &named {
+            crate::loadgen::args::distinct_files(&[(what, input.as_path()), (flag, output)])?;
+        }
+    }
+    Ok(())
 }
 
 fn compare(runs: &[(String, RunReport)]) -> String {
@@ -297,31 +327,35 @@ pub(crate) fn run(args: Args) -> u8 {
             timeline,
             html,
         } => load(&run).and_then(|r| {
-            for p in [&svg, &timeline, &html].into_iter().flatten() {
-                check_output(p)?;
-            }
-            println!("{}", r.human());
+            check_outputs(
+                &[(&run, "the run")],
+                &[
+                    ("--svg", &svg),
+                    ("--timeline", &timeline),
+                    ("--html", &html),
+                ],
+            )?;
             let runs = [(name_of(&run), r)];
-            write_outputs(&[
+            let files = render(&[
                 (&svg, &|| pages::percentile_svg(&runs)),
                 (&timeline, &|| pages::timeline_svg(&runs[0].0, &runs[0].1)),
                 (&html, &|| pages::html_page(&runs, None)),
-            ])
+            ])?;
+            println!("{}", runs[0].1.human());
+            write_rendered(files)
         }),
         ReportCommand::Compare { runs, svg, html } => runs
             .iter()
             .map(|p| load(p).map(|r| (name_of(p), r)))
             .collect::<Result<Vec<_>, _>>()
             .and_then(|loaded| {
-                for p in [&svg, &html].into_iter().flatten() {
-                    check_output(p)?;
-                }
+                let inputs: Vec<(&PathBuf, &str)> = runs.iter().map(|p| (p, "a run")).collect();
+                check_outputs(&inputs, &[("--svg", &svg), ("--html", &html)])?;
                 let warnings = comparison_warnings(&loaded);
                 for w in &warnings {
                     eprintln!("{w}");
                 }
                 let table = compare(&loaded);
-                print!("{table}");
                 let comparison = format!(
                     "{}{table}",
                     warnings
@@ -329,10 +363,12 @@ pub(crate) fn run(args: Args) -> u8 {
                         .map(|w| format!("{w}\n"))
                         .collect::<String>()
                 );
-                write_outputs(&[
+                let files = render(&[
                     (&svg, &|| pages::percentile_svg(&loaded)),
                     (&html, &|| pages::html_page(&loaded, Some(&comparison))),
-                ])
+                ])?;
+                print!("{table}");
+                write_rendered(files)
             }),
     };
     match res {

@@ -217,13 +217,10 @@ fn restore_takes_the_folder_and_refuses_another_output_folder() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stdout));
     let err = text(&o.stderr);
     assert!(
-        err.contains("another configuration") && err.contains("out: "),
+        err.contains("another output folder") && err.contains("out: "),
         "{err}"
     );
-    assert!(
-        !other.join("parts").exists(),
-        "empty part folders left behind"
-    );
+    assert!(!other.exists(), "the refused run's --out is left behind");
     // A checkpoint folder and --restore that differ are refused.
     let o = run_on(
         &f,
@@ -238,6 +235,12 @@ fn restore_takes_the_folder_and_refuses_another_output_folder() {
     );
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o.stderr).contains("differ"), "{}", text(&o.stderr));
+    // An output folder whose committed parts are gone is refused, not
+    // restored into a partial output.
+    std::fs::remove_dir_all(out.join("parts")).unwrap();
+    let o = run_on(&f, &w, &out, &["--restore", chk_s]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stdout));
+    assert!(text(&o.stderr).contains("missing"), "{}", text(&o.stderr));
     // A missing folder is named.
     let o = run_on(&f, &w, &out, &["--restore", "/nonexistent-folder"]);
     assert_eq!(o.status.code(), Some(2));

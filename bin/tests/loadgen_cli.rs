@@ -348,6 +348,18 @@ fn w2_exactly_once_writes_json_hgrm_hlog_and_svg() {
     }
     let bad = bin().args(["report", "show", &hgrm]).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
+    // An output on the saved run itself is refused: it would overwrite it.
+    let o = bin()
+        .args(["report", "show", &json, "--html", &json])
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        out.is_empty() && err.contains("name the same file"),
+        "{err}"
+    );
+    assert_eq!(read_json(Path::new(&json))["workload"], "W2");
 
     // A run saved by a schema-1 build (alignments instead of subtasks)
     // still reads; a newer schema is refused, naming the versions.
@@ -902,6 +914,10 @@ fn bad_inputs_are_refused_with_exit_code_2() {
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--rate", "0"], "--rate"),
         (vec!["--rate", "-5"], "invalid value '-5' for '--rate"),
+        (
+            vec!["--json", "/tmp/lg-same.json", "--hlog", "/tmp/lg-same.json"],
+            "--json and --hlog name the same file",
+        ),
         (vec!["--duration", "-1"], "--duration"),
         (
             vec!["--parallelism", "18446744073709551615"],

@@ -59,7 +59,7 @@ pub use barrier::{
 pub use channel::{hash_key, key_hash, key_to_subtask, KEY_HASH_MULTIPLIER};
 pub use checkpoint::{
     unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStats, CheckpointStatus,
-    CheckpointStorage, JobFingerprint, LatestValid, LoadedCheckpoint, LocalDirStorage,
+    CheckpointStorage, FolderLock, JobFingerprint, LatestValid, LoadedCheckpoint, LocalDirStorage,
     MemoryStorage, PartHandle, RestoredState, StorageError, SubtaskCheckpointStats, TaskStateKey,
     FORMAT_VERSION, MAGIC, MAX_CHECKPOINT_ID,
 };

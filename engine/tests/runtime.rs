@@ -1590,3 +1590,28 @@ fn incremental_retention_stays_bounded_and_a_checkpoint_missing_a_task_is_skippe
     let m = h.wait().unwrap();
     assert!(m.checkpoints.iter().all(|c| c.id > forged));
 }
+
+#[test]
+fn a_checkpoint_folder_is_one_running_job_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let (job, _) = paced_sum_job(dir_config(dir.path(), false), u64::MAX, 100, 50);
+    let h = job.start().unwrap();
+    assert!(wait_for(30, || h.metrics().completed_checkpoints() >= 1));
+    // A second job on the folder (a restore, say) is refused while the
+    // first runs: it would clean up the first one's staging folders.
+    let (second, _) = paced_sum_job(dir_config(dir.path(), true), u64::MAX, 100, 50);
+    let err = second.start().unwrap_err().to_string();
+    assert!(
+        err.contains("in use by another running job")
+            && err.contains(&format!("pid {}", std::process::id())),
+        "{err}"
+    );
+    h.stop();
+    h.wait().unwrap();
+    // Once it ended the folder is free again, its lock file gone.
+    assert!(!dir.path().join(".lock").exists());
+    let (third, _) = paced_sum_job(dir_config(dir.path(), true), u64::MAX, 100, 50);
+    let h = third.start().unwrap();
+    h.stop();
+    h.wait().unwrap();
+}

@@ -383,6 +383,22 @@ pub fn prepare_output(spec: &FlightsJobSpec, keep: bool) -> Result<(), FlightsEr
     if !keep && parts.exists() {
         std::fs::remove_dir_all(&parts).map_err(err(&parts))?;
     }
+    if keep {
+        // A restore goes on with the parts its checkpoint committed: with
+        // their folders gone it would write a partial output and call it
+        // done. (A single part file deleted is not detected: the sink's
+        // state does not list what it committed.)
+        for d in [spec.daily_parts(), spec.by_visibility_parts()] {
+            if !d.is_dir() {
+                return Err(FlightsError::Write {
+                    path: d.clone(),
+                    source: std::io::Error::other(
+                        "missing: a restore goes on with the parts its checkpoint committed here",
+                    ),
+                });
+            }
+        }
+    }
     for d in [spec.daily_parts(), spec.by_visibility_parts()] {
         std::fs::create_dir_all(&d).map_err(err(&d))?;
     }
@@ -573,8 +589,16 @@ pub fn run(
             "parallelism must be at least 1".into(),
         )));
     }
-    prepare_output(spec, config.checkpoint.restore)
-        .map_err(|e| FlightsJobError::Output(e.to_string()))?;
+    let restore = config.checkpoint.restore;
+    prepare_output(spec, restore).map_err(|e| {
+        // On a restore, a missing part folder is bad input (the output
+        // folder is not the checkpoint's), not a failed write.
+        if restore {
+            FlightsJobError::Input(e.to_string())
+        } else {
+            FlightsJobError::Output(e.to_string())
+        }
+    })?;
     let job = JobBuilder::new(JOB_NAME, config)
         .with_failures(failures)
         .with_app_config(spec.app_config());

@@ -101,6 +101,14 @@ fn percentile_label(nines: u32) -> String {
     }
 }
 
+/// `s` without control characters (each becomes U+FFFD): they would make
+/// the SVG invalid XML (a chart's words may come from a saved file).
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '\u{FFFD}' } else { c })
+        .collect()
+}
+
 fn plot_err(e: &dyn std::fmt::Display) -> LatencyError {
     LatencyError::Plot(e.to_string())
 }
@@ -114,20 +122,20 @@ fn frame<DB: DrawingBackend>(
     root.fill(&WHITE).map_err(|e| plot_err(&e))?;
     let (top, rest) = root.split_vertically(88);
     top.draw(&Text::new(
-        text.title.clone(),
+        printable(&text.title),
         (20, 12),
         ("sans-serif", 24).into_font().color(&BLACK),
     ))
     .map_err(|e| plot_err(&e))?;
     top.draw(&Text::new(
-        text.subtitle.clone(),
+        printable(&text.subtitle),
         (20, 44),
         ("sans-serif", 15).into_font().color(&RGBColor(80, 80, 80)),
     ))
     .map_err(|e| plot_err(&e))?;
     if let Some(note) = &text.note {
         top.draw(&Text::new(
-            note.clone(),
+            printable(note),
             (20, 66),
             ("sans-serif", 15).into_font().color(&RGBColor(213, 94, 0)),
         ))
@@ -171,7 +179,7 @@ pub fn percentile_chart_svg(
         lines.push((
             format!(
                 "{} (max {} {u})",
-                s.name,
+                printable(s.name),
                 tick_precise(h.max() as f64 / per)
             ),
             points,
@@ -283,7 +291,7 @@ impl TimelinePoint {
     /// The point of interval `index` (of `interval_ns`) holding `h`.
     pub fn of(index: usize, interval_ns: u64, h: &Histogram<u64>) -> Self {
         TimelinePoint {
-            offset_ns: index as u64 * interval_ns,
+            offset_ns: (index as u64).saturating_mul(interval_ns),
             count: h.len(),
             p50_ns: h.value_at_quantile(0.5),
             p99_ns: h.value_at_quantile(0.99),
@@ -340,7 +348,7 @@ pub fn timeline_chart_svg(
     let (y_lo, y_hi) = (y_lo * AXIS_SLACK, y_hi * 10.0 / AXIS_SLACK);
     let end_ns = points
         .iter()
-        .map(|p| p.offset_ns + interval_ns)
+        .map(|p| p.offset_ns.saturating_add(interval_ns))
         .chain(bands.iter().map(|b| b.end_ns))
         .max()
         .unwrap_or(interval_ns);
@@ -428,7 +436,7 @@ pub fn timeline_chart_svg(
             let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
             let mut last: Option<u64> = None;
             for p in &filled {
-                if last.is_some_and(|l| p.offset_ns > l + interval_ns) {
+                if last.is_some_and(|l| p.offset_ns > l.saturating_add(interval_ns)) {
                     runs.push(Vec::new());
                 }
                 last = Some(p.offset_ns);
@@ -476,6 +484,26 @@ mod tests {
             h.saturating_record(v);
         }
         h
+    }
+
+    #[test]
+    fn control_characters_do_not_reach_the_svg() {
+        let h = hist([1_000, 2_000]);
+        let text = ChartText {
+            title: "W2\u{1}".into(),
+            subtitle: "commit \u{1b}[31m".into(),
+            note: Some("\u{0}".into()),
+        };
+        let svg = percentile_chart_svg(
+            &text,
+            &[PercentileSeries {
+                name: "run\u{7}",
+                histogram: &h,
+            }],
+        )
+        .unwrap();
+        assert!(!svg.chars().any(|c| c.is_control() && c != '\n'), "{svg:?}");
+        assert!(svg.contains("W2\u{FFFD}"));
     }
 
     #[test]

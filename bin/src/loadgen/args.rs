@@ -84,8 +84,9 @@ impl WaitArg {
 
 /// `lockgate loadgen`: runs a reference workload (docs/workloads.md) on
 /// the engine and reports throughput, latency, checkpoints and
-/// correctness. Exit codes: 0 ok, 1 the correctness check failed, 2 bad
-/// input, 130 interrupted (Ctrl-C).
+/// correctness. Exit codes: 0 ok, 1 the correctness check failed or an
+/// output file could not be written, 2 bad input, 130 interrupted
+/// (Ctrl-C).
 #[derive(clap::Args, Debug, Clone)]
 // A negative number is a value (refused by its parser with the flag's
 // name), not an unknown flag.
@@ -283,6 +284,23 @@ fn check_writable(path: &Path, flag: &str) -> Result<(), String> {
     writable(path).map_err(|e| format!("--{flag} {e}"))
 }
 
+/// Refuses two of `paths` (flag, path) that name one file: one output
+/// would overwrite the other (or a run's own saved file).
+pub(crate) fn distinct_files(paths: &[(&str, &Path)]) -> Result<(), String> {
+    let key = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    for (i, (a, pa)) in paths.iter().enumerate() {
+        for (b, pb) in &paths[i + 1..] {
+            if key(pa) == key(pb) {
+                return Err(format!(
+                    "{a} and {b} name the same file, {}: one would overwrite the other",
+                    pa.display()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks that `path` can be written (its folder exists, it is not a
 /// folder), creating and removing it when it did not exist; the error
 /// starts with the path.
@@ -302,9 +320,21 @@ pub(crate) fn writable(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether `a` and `b` name one folder (`./m` and `m` do; when either
+/// does not exist, only the same path does).
+fn same_folder(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
+}
+
 fn dir_is_empty_or_absent(dir: &Path) -> Result<bool, String> {
     match std::fs::read_dir(dir) {
-        Ok(mut it) => Ok(it.next().is_none()),
+        // A lock file left by a killed run holds nothing.
+        Ok(it) => Ok(it
+            .flatten()
+            .all(|e| e.file_name() == std::ffi::OsStr::new(".lock"))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
         Err(e) => Err(format!("--checkpoint-dir {}: {e}", dir.display())),
     }
@@ -502,7 +532,7 @@ impl Args {
             }
             self.incremental.apply(&mut job.checkpoint)?;
             match (&self.restore, &self.checkpoint_dir) {
-                (Some(r), Some(d)) if r != d => {
+                (Some(r), Some(d)) if !same_folder(r, d) => {
                     return Err(format!(
                         "--restore {} and --checkpoint-dir {} differ: a restored run goes on writing checkpoints to the folder it restores from",
                         r.display(),
@@ -510,6 +540,12 @@ impl Args {
                     ))
                 }
                 (Some(r), _) => {
+                    if r.exists() && !r.is_dir() {
+                        return Err(format!(
+                            "--restore {}: is a file, not a checkpoint folder",
+                            r.display()
+                        ));
+                    }
                     if !r.is_dir() {
                         return Err(format!("--restore {}: no such folder", r.display()));
                     }
@@ -560,14 +596,25 @@ impl Args {
         }
         job.validate()
             .map_err(|e| format!("invalid settings: {e}"))?;
-        for (flag, p) in [
+        let outputs = [
             ("json", &self.json),
             ("hgrm", &self.hgrm),
             ("hlog", &self.hlog),
             ("svg", &self.svg),
             ("timeline", &self.timeline),
             ("html", &self.html),
-        ] {
+        ];
+        let named: Vec<(String, &Path)> = outputs
+            .iter()
+            .filter_map(|(f, p)| Some((format!("--{f}"), p.as_deref()?)))
+            .collect();
+        distinct_files(
+            &named
+                .iter()
+                .map(|(f, p)| (f.as_str(), *p))
+                .collect::<Vec<_>>(),
+        )?;
+        for (flag, p) in outputs {
             if flag == "timeline" && p.is_some() && !paced {
                 return Err(
                     "--timeline is for W2/W3: W1 and W4 are closed loops, with no latency over time worth drawing"

@@ -311,6 +311,10 @@ fn finish(plan: &args::Plan, args: &Args, r: &RefJobReport, wall_start: SystemTi
     } else {
         println!("{}", saved.human());
     }
+    if saved.ok && write_failed {
+        // Exit 1 says "not ok": say which part was not.
+        eprintln!("the check passed, but an output could not be written (exit 1)");
+    }
     if saved.ok && !write_failed {
         0
     } else {

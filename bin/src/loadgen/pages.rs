@@ -111,6 +111,9 @@ pub(crate) fn percentile_svg(runs: &[(String, RunReport)]) -> Result<String, Str
 /// The run has no timeline (W1, or nothing recorded).
 pub(crate) fn timeline_svg(name: &str, r: &RunReport) -> Result<String, String> {
     let t = &r.timeline;
+    if t.interval_ns == 0 && !t.points.is_empty() {
+        return Err("the run's timeline has intervals of 0 ns (a damaged file?)".into());
+    }
     let start = t.start_ns;
     let rel = |ns: u64| ns.saturating_sub(start);
     let mut bands: Vec<Band> = r
@@ -120,7 +123,7 @@ pub(crate) fn timeline_svg(name: &str, r: &RunReport) -> Result<String, String> 
         .filter(|c| c.status != "pending" && c.trigger_ns >= start)
         .map(|c| Band {
             start_ns: rel(c.trigger_ns),
-            end_ns: rel(c.trigger_ns) + c.duration_ns,
+            end_ns: rel(c.trigger_ns).saturating_add(c.duration_ns),
             kind: if c.status == "completed" {
                 BandKind::Checkpoint
             } else {
@@ -134,7 +137,7 @@ pub(crate) fn timeline_svg(name: &str, r: &RunReport) -> Result<String, String> 
             .filter(|f| f.at_ns >= start)
             .map(|f| Band {
                 start_ns: rel(f.at_ns),
-                end_ns: rel(f.at_ns) + f.recovery_ns.unwrap_or(0),
+                end_ns: rel(f.at_ns).saturating_add(f.recovery_ns.unwrap_or(0)),
                 kind: BandKind::Recovery,
             }),
     );

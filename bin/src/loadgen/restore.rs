@@ -93,10 +93,28 @@ fn shown(v: &Value) -> String {
     }
 }
 
-/// The arguments after the `loadgen` subcommand in `argv`.
+/// The arguments after the `loadgen` subcommand in `argv` (past the
+/// program's own name, which may be `loadgen` too).
 fn loadgen_tail(argv: &[OsString]) -> Option<Vec<OsString>> {
-    let at = argv.iter().position(|a| a == "loadgen")?;
+    let at = argv.iter().skip(1).position(|a| a == "loadgen")? + 1;
     Some(argv[at + 1..].to_vec())
+}
+
+/// Whether the user's `raw` value of a flag is `recorded`: the same number,
+/// or the same word (case aside: enums parse either way).
+fn same_value(raw: &str, recorded: &Value) -> bool {
+    let recorded = shown(recorded);
+    match (raw.parse::<f64>(), recorded.parse::<f64>()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => raw.eq_ignore_ascii_case(&recorded),
+    }
+}
+
+/// The first line of a clap error, without its `error: ` prefix.
+fn clap_message(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    first.strip_prefix("error: ").unwrap_or(first).to_string()
 }
 
 /// With `--restore`, `args` completed from the flags its checkpoint
@@ -120,10 +138,34 @@ pub(crate) fn resolve(args: Args, argv: &[OsString]) -> Result<Args, String> {
     line.extend(tail);
     let matches = LoadgenLine::command()
         .try_get_matches_from(&line)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| clap_message(&e))?;
     let given =
         |flag: &str| matches.value_source(flag) == Some(clap::parser::ValueSource::CommandLine);
     let recorded = flat(&recorded);
+    let refuse = |differences: Vec<String>| {
+        format!(
+            "--restore {}: the checkpoint was taken with other flags ({}); give them as recorded, or leave them out to take the recorded values",
+            dir.display(),
+            differences.join(", ")
+        )
+    };
+    // The flags given as typed against the recorded values first, so that a
+    // difference is named as such rather than as what it breaks.
+    let typed: Vec<String> = recorded
+        .iter()
+        .filter(|(flag, _)| !MAY_DIFFER.contains(&flag.as_str()) && given(flag))
+        .filter_map(|(flag, value)| {
+            let raw: Vec<String> = matches
+                .get_raw(flag)?
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect();
+            let raw = raw.join(",");
+            (!same_value(&raw, value)).then(|| format!("{flag}: {} → {raw}", shown(value)))
+        })
+        .collect();
+    if !typed.is_empty() {
+        return Err(refuse(typed));
+    }
     // Every recorded flag not given takes the recorded value.
     for (flag, value) in &recorded {
         if !MAY_DIFFER.contains(&flag.as_str()) && !given(flag) && !value.is_null() {
@@ -135,18 +177,24 @@ pub(crate) fn resolve(args: Args, argv: &[OsString]) -> Result<Args, String> {
         .map(|l| l.args)
         .map_err(|e| {
             format!(
-                "--restore {}: the recorded flags do not parse: {e}",
-                dir.display()
+                "--restore {}: the flags recorded in its checkpoint are not valid (a damaged or edited _metadata?): {}",
+                dir.display(),
+                clap_message(&e)
             )
         })?;
     // A given flag must have the recorded value (as the run saw it).
+    let plan = completed.plan().map_err(|e| {
+        format!(
+            "--restore {}: the flags recorded in its checkpoint, with yours, do not make a run: {e}",
+            dir.display()
+        )
+    })?;
     let mine = flat(
-        completed
-            .plan()?
-            .config_json
+        plan.config_json
             .as_object()
             .ok_or("the run's config is not an object")?,
     );
+    drop(plan);
     let differences: Vec<String> = recorded
         .iter()
         .filter(|(flag, _)| !MAY_DIFFER.contains(&flag.as_str()) && given(flag))
@@ -156,11 +204,7 @@ pub(crate) fn resolve(args: Args, argv: &[OsString]) -> Result<Args, String> {
         })
         .collect();
     if !differences.is_empty() {
-        return Err(format!(
-            "--restore {}: the checkpoint was taken with other flags ({}); give them as recorded, or leave them out to take the recorded values",
-            dir.display(),
-            differences.join(", ")
-        ));
+        return Err(refuse(differences));
     }
     Ok(completed)
 }

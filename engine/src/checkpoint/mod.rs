@@ -24,9 +24,9 @@ mod storage;
 pub use stats::{CheckpointStats, CheckpointStatus, SubtaskCheckpointStats};
 
 pub use storage::{
-    unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStorage, JobFingerprint,
-    LatestValid, LoadedCheckpoint, LocalDirStorage, MemoryStorage, PartHandle, StorageError,
-    TaskStateKey, FORMAT_VERSION, MAGIC, MAX_CHECKPOINT_ID,
+    unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStorage, FolderLock,
+    JobFingerprint, LatestValid, LoadedCheckpoint, LocalDirStorage, MemoryStorage, PartHandle,
+    StorageError, TaskStateKey, FORMAT_VERSION, MAGIC, MAX_CHECKPOINT_ID,
 };
 
 use crate::element::CheckpointId;

@@ -732,6 +732,7 @@ impl Publisher {
         storage: Arc<dyn CheckpointStorage>,
         job: JobFingerprint,
         retained: usize,
+        lock: Option<crate::checkpoint::FolderLock>,
     ) -> Result<Self, JobError> {
         let (tx, rx) = unbounded::<CoordinatorOutput>();
         let (res_tx, res_rx) = unbounded();
@@ -739,6 +740,9 @@ impl Publisher {
         let thread = std::thread::Builder::new()
             .name("lg-publish".into())
             .spawn(move || {
+                // The checkpoint folder's lock (if any) is released when
+                // the last request is done.
+                let _lock = lock;
                 for req in rx {
                     match req {
                         CoordinatorOutput::Control { .. } => {}
@@ -792,8 +796,17 @@ impl Publisher {
     }
 
     /// Lets the thread finish what was asked (retention, discards), then
-    /// joins it.
-    fn finish(mut self) {
+    /// joins it (as dropping does).
+    fn finish(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Publisher {
+    /// Joins the thread, so that the checkpoint folder's lock it holds is
+    /// released when the publisher is gone (a job refused after its
+    /// publisher started must not keep the folder).
+    fn drop(&mut self) {
         self.requests = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -951,13 +964,19 @@ pub(crate) fn prepare_and_start(
             "checkpoint.restore needs checkpoint.dir (or a storage)".into(),
         ));
     }
+    // A folder is one job's while it runs (its lock goes with the
+    // publisher, which lives as long as the job).
+    let mut folder_lock = None;
     let storage: Option<(Box<dyn CheckpointStorage>, String)> =
         match (storage, &config.checkpoint.dir) {
             (Some(s), _) => Some((s, "the job's checkpoint storage".to_string())),
-            (None, Some(dir)) => Some((
-                Box::new(LocalDirStorage::open(dir).map_err(JobError::Storage)?),
-                dir.display().to_string(),
-            )),
+            (None, Some(dir)) => {
+                let local = LocalDirStorage::open(dir).map_err(JobError::Storage)?;
+                if config.checkpoint.mode != CheckpointMode::None {
+                    folder_lock = Some(local.lock().map_err(JobError::Storage)?);
+                }
+                Some((Box::new(local), dir.display().to_string()))
+            }
             (None, None) => None,
         };
     if let Some((storage, where_)) = storage {
@@ -997,6 +1016,7 @@ pub(crate) fn prepare_and_start(
                 Arc::from(storage),
                 job,
                 config.checkpoint.retained,
+                folder_lock.take(),
             )?);
         }
     } else if let Some(r) = &restored {
@@ -1170,7 +1190,12 @@ fn config_differences(stored: &serde_json::Value, now: &serde_json::Value) -> Ve
                     other => other.to_string(),
                 };
                 let name = if prefix.is_empty() { "config" } else { prefix };
-                out.push(format!("{name}: {} → {}", shown(a), shown(b)));
+                // Values that read the same differ in type: show them as JSON.
+                let (x, y) = match (shown(a), shown(b)) {
+                    (x, y) if x == y => (a.to_string(), b.to_string()),
+                    other => other,
+                };
+                out.push(format!("{name}: {x} → {y}"));
             }
         }
     }

@@ -125,6 +125,14 @@ pub enum StorageError {
         /// The base's location.
         path: PathBuf,
     },
+    /// Another running job holds the folder ([`LocalDirStorage::lock`](crate::LocalDirStorage::lock)).
+    #[error("checkpoint folder {root} is in use by another running job{}; wait for it to end or use another folder", .holder.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    Locked {
+        /// The storage's root.
+        root: PathBuf,
+        /// The holder's process id, when it wrote one.
+        holder: Option<u32>,
+    },
     /// No published checkpoint with this id.
     #[error("checkpoint {id} not found in {root}")]
     NotFound {

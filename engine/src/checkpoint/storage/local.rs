@@ -106,6 +106,19 @@ impl LocalDirStorage {
         &self.root
     }
 
+    /// Takes the folder for one writing job: an exclusive, non-blocking
+    /// `flock` on `<root>/.lock` (which holds the holder's pid), held until
+    /// the returned guard drops. A job writes checkpoints and removes
+    /// leftover `.tmp-*` folders, so two jobs on one folder would spoil
+    /// each other's checkpoints. Unix only; elsewhere it takes nothing.
+    ///
+    /// # Errors
+    /// [`StorageError::Locked`] when another process holds it,
+    /// [`StorageError::Io`] when the lock file cannot be opened.
+    pub fn lock(&self) -> Result<FolderLock> {
+        FolderLock::take(&self.root)
+    }
+
     /// The folder checkpoint `id` is (or would be) published at: `<root>/chk-<n>`.
     pub fn checkpoint_dir(&self, id: CheckpointId) -> PathBuf {
         self.root.join(format!("{CHK_PREFIX}{}", id.get()))
@@ -526,6 +539,99 @@ fn publish(tmp: &Path, target: &Path, id: CheckpointId, root: &Path) -> Result<(
 }
 
 /// Parses a canonical `chk-<n>` name (decimal, no sign, no leading zeros).
+/// The name of the lock file in a checkpoint folder (no listing, restore,
+/// retention or clean-up reads it).
+pub(crate) const LOCK_FILE: &str = ".lock";
+
+/// A checkpoint folder held by one job ([`LocalDirStorage::lock`]);
+/// dropping it removes the lock file and releases the lock.
+#[derive(Debug)]
+pub struct FolderLock {
+    path: PathBuf,
+    _file: fs::File,
+}
+
+impl FolderLock {
+    fn take(root: &Path) -> Result<FolderLock> {
+        let path = root.join(LOCK_FILE);
+        // A lock file can be removed (by its holder's drop) between our
+        // open and our lock: then the lock is on a file no one else sees,
+        // and we try again on the one at the path (a few times: each try
+        // follows another job's exit).
+        for _ in 0..8 {
+            let mut file = fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(|e| StorageError::io("opening the lock file", &path, e))?;
+            if !try_lock(&file).map_err(|e| StorageError::io("locking", &path, e))? {
+                let mut text = String::new();
+                let _ = io::Read::read_to_string(&mut file, &mut text);
+                return Err(StorageError::Locked {
+                    root: root.to_path_buf(),
+                    holder: text.trim().parse().ok(),
+                });
+            }
+            if same_file(&file, &path) {
+                use io::Write as _;
+                let _ = file.set_len(0);
+                let _ = write!(file, "{}", std::process::id());
+                return Ok(FolderLock { path, _file: file });
+            }
+        }
+        Err(StorageError::Locked {
+            root: root.to_path_buf(),
+            holder: None,
+        })
+    }
+}
+
+impl Drop for FolderLock {
+    fn drop(&mut self) {
+        // Removed first, then released (the file closes after this).
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(unix)]
+fn try_lock(file: &fs::File) -> io::Result<bool> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: flock(2) on a file descriptor that `file` owns and keeps open
+    // for the call; it passes no memory.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+#[cfg(not(unix))]
+fn try_lock(_file: &fs::File) -> io::Result<bool> {
+    Ok(true)
+}
+
+/// Whether `file` is still the file at `path` (not removed and recreated).
+#[cfg(unix)]
+fn same_file(file: &fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_file(_file: &fs::File, _path: &Path) -> bool {
+    true
+}
+
 fn parse_chk_name(name: &str) -> Option<CheckpointId> {
     let digits = name.strip_prefix(CHK_PREFIX)?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {

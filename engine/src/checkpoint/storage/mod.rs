@@ -57,5 +57,5 @@ pub use api::{
     LatestValid, LoadedCheckpoint, PartHandle, StorageError, TaskStateKey, MAX_CHECKPOINT_ID,
 };
 pub use framing::{FORMAT_VERSION, MAGIC};
-pub use local::LocalDirStorage;
+pub use local::{FolderLock, LocalDirStorage};
 pub use memory::MemoryStorage;

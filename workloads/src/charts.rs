@@ -309,6 +309,8 @@ pub enum BandKind {
     AbortedCheckpoint,
     /// A failure to the first record delivered after it.
     Recovery,
+    /// The warm-up, not recorded.
+    WarmUp,
 }
 
 /// A span drawn across the timeline, ns from the timeline's start.
@@ -344,8 +346,8 @@ pub fn timeline_chart_svg(
     let min_ns = filled.iter().map(|p| p.p50_ns).min().unwrap_or(1);
     let (unit, per_unit) = unit_for(max_ns);
     let (y_lo, y_hi) = decades(min_ns as f64 / per_unit, max_ns as f64 / per_unit);
-    // One decade more on top: the legend's room, above every line.
-    let (y_lo, y_hi) = (y_lo * AXIS_SLACK, y_hi * 10.0 / AXIS_SLACK);
+    // Half a decade more on top: the legend's room, above most lines.
+    let (y_lo, y_hi) = (y_lo * AXIS_SLACK, y_hi * 3.0 / AXIS_SLACK);
     let end_ns = points
         .iter()
         .map(|p| p.offset_ns.saturating_add(interval_ns))
@@ -380,18 +382,25 @@ pub fn timeline_chart_svg(
             .draw()
             .map_err(|e| plot_err(&e))?;
         let band_style = |k: BandKind| match k {
-            BandKind::Checkpoint => RGBColor(0, 114, 178).mix(0.2),
-            BandKind::AbortedCheckpoint => RGBColor(230, 159, 0).mix(0.25),
-            BandKind::Recovery => RGBColor(213, 94, 0).mix(0.3),
+            BandKind::Checkpoint => RGBColor(0, 114, 178).mix(0.15),
+            BandKind::AbortedCheckpoint => RGBColor(230, 159, 0).mix(0.5),
+            BandKind::Recovery => RGBColor(213, 94, 0).mix(0.7),
+            BandKind::WarmUp => RGBColor(128, 128, 128).mix(0.15),
         };
-        // Bands first, under the lines; a band narrower than a pixel is
-        // widened to one (a 1 ms checkpoint in a 60 s run).
-        let min_w = x_hi / f64::from(CHART_SIZE.0);
+        // Bands first, under the lines. A band narrower than a pixel is
+        // widened to one (a 1 ms checkpoint in a 60 s run); failures and
+        // aborts, rare and what a reader looks for, to 4 px.
+        let px = x_hi / f64::from(CHART_SIZE.0);
         for kind in [
+            BandKind::WarmUp,
             BandKind::Checkpoint,
             BandKind::AbortedCheckpoint,
             BandKind::Recovery,
         ] {
+            let min_w = match kind {
+                BandKind::Recovery | BandKind::AbortedCheckpoint => 4.0 * px,
+                _ => px,
+            };
             let rects: Vec<_> = bands
                 .iter()
                 .filter(|b| b.kind == kind)
@@ -408,6 +417,7 @@ pub fn timeline_chart_svg(
                 BandKind::Checkpoint => "checkpoint (trigger to completion)",
                 BandKind::AbortedCheckpoint => "aborted checkpoint",
                 BandKind::Recovery => "failure to recovery",
+                BandKind::WarmUp => "warm-up (not recorded)",
             };
             let style = band_style(kind);
             chart

@@ -141,6 +141,20 @@ pub(crate) fn timeline_svg(name: &str, r: &RunReport) -> Result<String, String> 
                 kind: BandKind::Recovery,
             }),
     );
+    // The warm-up of a fresh run (a restored one had its warm-up before).
+    let warmup_ns = r
+        .config
+        .get("warmup")
+        .and_then(|v| v.as_f64())
+        .filter(|w| *w > 0.0 && r.config.get("restore").is_none_or(|v| v.is_null()))
+        .map(|w| (w * 1e9) as u64);
+    if let Some(w) = warmup_ns {
+        bands.push(Band {
+            start_ns: 0,
+            end_ns: w,
+            kind: BandKind::WarmUp,
+        });
+    }
     let text = ChartText {
         title: format!(
             "lockgate {} {}: latency over time ({name})",
@@ -226,19 +240,32 @@ fn checkpoint_table(r: &RunReport) -> String {
     s
 }
 
-/// A two-column table of a JSON object's keys and values.
+/// A two-column table of a JSON object's keys and values (a nested
+/// object's as `outer.inner`).
 fn key_values(class: &str, v: &serde_json::Value) -> String {
-    let mut s = format!("<table class=\"{class}\">\n<tbody>\n");
-    if let Some(m) = v.as_object() {
-        for (k, v) in m {
-            let shown = match v {
-                serde_json::Value::String(x) => x.clone(),
-                serde_json::Value::Null => "–".into(),
-                other => other.to_string(),
-            };
-            let _ = writeln!(s, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(&shown));
+    fn rows(prefix: &str, v: &serde_json::Value, s: &mut String) {
+        if let Some(m) = v.as_object() {
+            for (k, v) in m {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                let shown = match v {
+                    serde_json::Value::Object(_) => {
+                        rows(&key, v, s);
+                        continue;
+                    }
+                    serde_json::Value::String(x) => x.clone(),
+                    serde_json::Value::Null => "–".into(),
+                    other => other.to_string(),
+                };
+                let _ = writeln!(s, "<tr><th>{}</th><td>{}</td></tr>", esc(&key), esc(&shown));
+            }
         }
     }
+    let mut s = format!("<table class=\"{class}\">\n<tbody>\n");
+    rows("", v, &mut s);
     s += "</tbody>\n</table>\n";
     s
 }
@@ -272,7 +299,7 @@ pub(crate) fn html_page(
          table {{ border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }}\n\
          th, td {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: left; }}\n\
          td {{ font-variant-numeric: tabular-nums; white-space: nowrap; }}\n\
-         pre {{ background: #f6f6f6; padding: 1em; overflow-x: auto; }}\n\
+         pre {{ background: #f6f6f6; padding: 1em; white-space: pre-wrap; }}\n\
          .chart svg {{ max-width: 100%; height: auto; }}\n\
          </style>\n</head>\n<body>\n<h1>{}</h1>\n",
         esc(&title),
@@ -325,8 +352,10 @@ mod tests {
     #[test]
     fn html_escapes_what_it_shows() {
         assert_eq!(esc("a<b & \"c\">"), "a&lt;b &amp; &quot;c&quot;&gt;");
-        let v = serde_json::json!({"pin": "<script>", "n": 3, "none": null});
+        let v =
+            serde_json::json!({"pin": "<script>", "n": 3, "none": null, "inc": {"full_every": 10}});
         let t = key_values("config", &v);
+        assert!(t.contains("<th>inc.full_every</th><td>10</td>"), "{t}");
         assert!(t.contains("<th>pin</th><td>&lt;script&gt;</td>"), "{t}");
         assert!(t.contains("<th>none</th><td>–</td>"), "{t}");
         assert!(!t.contains("<script>"));

@@ -142,18 +142,6 @@ impl LatencyRecorder {
         self.hist.len()
     }
 
-    /// Takes `other`'s values out of this recorder (a rollback of what it
-    /// recorded since a checkpoint), as `Histogram::subtract`.
-    ///
-    /// # Errors
-    /// When `other` holds a value this recorder does not.
-    pub fn subtract(
-        &mut self,
-        other: &LatencyRecorder,
-    ) -> Result<(), hdrhistogram::SubtractionError> {
-        self.hist.subtract(&other.hist)
-    }
-
     /// The histogram.
     pub fn histogram(&self) -> &Histogram<u64> {
         &self.hist

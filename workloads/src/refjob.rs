@@ -49,13 +49,14 @@
 //! The sink checks every record with a [`SinkCheck`] (checkpointed, so an
 //! exactly-once restart counts no duplicate and an at-least-once one shows
 //! them) and records latency into histograms in [`RefJobResults`]. They
-//! are rolled back with the sink's state: a restart from checkpoint `c`
-//! takes out what was recorded after the sink's snapshot of `c` (each
-//! checkpoint interval's recordings are kept until the checkpoint that
-//! ends it completes), so a record delivered before a failure and again
-//! after it counts once, at its last delivery. (Were the newest completed
-//! checkpoint unusable and an older one restored, the intervals between
-//! them would count twice: their undo log is gone.) Only records whose
+//! are rolled back with the sink's state: each latency is recorded once,
+//! into the interval since the sink's last snapshot; a completed
+//! checkpoint settles the intervals up to it, and a restart from
+//! checkpoint `c` drops the intervals after the sink's snapshot of `c`, so
+//! a record delivered before a failure and again after it counts once, at
+//! its last delivery. (Were the newest completed checkpoint unusable and
+//! an older one restored, the intervals between them would count twice:
+//! they were settled.) Only records whose
 //! *unburst* schedule offset is at or after the warm-up are recorded (the
 //! first `ceil(warmup × rate)` sequence numbers are the warm-up). The clock
 //! is read once per batch at the sink.
@@ -402,8 +403,8 @@ struct SourceStats {
 }
 
 /// Latencies recorded over a span of deliveries: the run's, or one
-/// checkpoint interval's (kept to be taken out again when a restart rolls
-/// the sink back before it). Two full histograms (about 210 KiB each) and
+/// checkpoint interval's (kept apart until it is settled, dropped if a
+/// restart rolls the sink back before it). Two full histograms (about 210 KiB each) and
 /// one [`new_interval_histogram`] (about 27 KiB) per interval touched,
 /// zeroed lazily by the allocator.
 #[derive(Debug)]
@@ -441,15 +442,21 @@ impl Recorded {
         }
     }
 
-    /// Takes `undone` out (it must have been recorded here too).
-    fn subtract(&mut self, undone: &Recorded) -> Result<(), BoxError> {
-        let e = |e: hdrhistogram::SubtractionError| format!("the sink's latency rollback: {e:?}");
-        self.latency.subtract(&undone.latency).map_err(e)?;
-        self.uncorrected.subtract(&undone.uncorrected).map_err(e)?;
-        for (interval, h) in &undone.intervals {
-            if let Some(mine) = self.intervals.get_mut(interval) {
-                mine.subtract(h).map_err(e)?;
-            }
+    /// Adds `other` in (O(histogram size): ~26 K slots each, tens of µs).
+    fn add(&mut self, other: &Recorded) -> Result<(), BoxError> {
+        let e = |e: hdrhistogram::AdditionError| format!("the sink's latency intervals: {e:?}");
+        self.latency
+            .merge_from(&other.latency)
+            .map_err(|x| x.to_string())?;
+        self.uncorrected
+            .merge_from(&other.uncorrected)
+            .map_err(|x| x.to_string())?;
+        for (interval, h) in &other.intervals {
+            self.intervals
+                .entry(*interval)
+                .or_insert_with(new_interval_histogram)
+                .add(h)
+                .map_err(e)?;
         }
         Ok(())
     }
@@ -457,10 +464,19 @@ impl Recorded {
 
 /// What the sink keeps outside its operator (one per sink subtask, i.e.
 /// per recording thread), across the run's attempts.
+///
+/// Each latency is recorded once: without checkpoints into `recorded`;
+/// with them into `undo_open`, the interval since the sink's last
+/// snapshot. A snapshot of `id` closes that interval into `undo`; when
+/// `id` completes, the intervals up to it are added into `recorded` (on
+/// the sink's thread, once a checkpoint: far cheaper than a second
+/// record a record); a restart from `c` keeps the intervals up to `c`
+/// and drops the later ones. The report's latencies are `recorded` plus
+/// every interval ([`SinkSlot::total`]).
 #[derive(Debug)]
 struct SinkSlot {
     check: SinkCheck,
-    /// Every latency recorded and not rolled back: the report's.
+    /// The latencies no restart can take out any more.
     recorded: Recorded,
     /// With checkpoints: what was recorded before the sink's snapshot of
     /// each checkpoint not yet known complete (and after the one before).
@@ -490,15 +506,39 @@ impl SinkSlot {
             self.undo_open = self.undo_open.take().map(|_| Recorded::new());
             return Ok(());
         };
-        let later = self.undo.split_off(&to.next());
-        self.undo.clear();
-        for r in later.values() {
-            self.recorded.subtract(r)?;
-        }
-        if let Some(open) = self.undo_open.replace(Recorded::new()) {
-            self.recorded.subtract(&open)?;
+        // Up to `to`: part of the restored state; after it: replayed.
+        let _later = self.undo.split_off(&to.next());
+        self.settle_all()?;
+        self.undo_open = self.undo_open.take().map(|_| Recorded::new());
+        Ok(())
+    }
+
+    /// Adds the intervals up to `id` into `recorded` (checkpoint `id`
+    /// completed: no restart goes back before it).
+    fn settle(&mut self, id: CheckpointId) -> Result<(), BoxError> {
+        let later = self.undo.split_off(&id.next());
+        let settled = std::mem::replace(&mut self.undo, later);
+        for r in settled.values() {
+            self.recorded.add(r)?;
         }
         Ok(())
+    }
+
+    fn settle_all(&mut self) -> Result<(), BoxError> {
+        for r in std::mem::take(&mut self.undo).values() {
+            self.recorded.add(r)?;
+        }
+        Ok(())
+    }
+
+    /// Every latency recorded and not rolled back: the report's (a copy).
+    fn total(&self) -> Result<Recorded, BoxError> {
+        let mut t = Recorded::new();
+        t.add(&self.recorded)?;
+        for r in self.undo.values().chain(self.undo_open.iter()) {
+            t.add(r)?;
+        }
+        Ok(t)
     }
 
     /// The sink's snapshot of `id`: what was recorded since the last one
@@ -764,8 +804,12 @@ impl RefJobResults {
         for slot in &self.shared.slots {
             let s = lock(slot);
             delivered += s.deliveries;
-            recorded += s.recorded.latency.count();
-            hists.push(s.recorded.latency.histogram().clone());
+            let mut h = s.recorded.latency.histogram().clone();
+            for r in s.undo.values().chain(s.undo_open.iter()) {
+                let _ = h.add(r.latency.histogram());
+            }
+            recorded += h.len();
+            hists.push(h);
         }
         let p99_ns = merge(hists.iter())
             .map(|h| Percentiles::from_histogram(&h).p99)
@@ -895,7 +939,8 @@ impl RefJobResults {
         let mut check: Option<CheckReport> = None;
         for slot in &self.shared.slots {
             let s = lock(slot);
-            let r = &s.recorded;
+            let total = s.total().map_err(|e| LatencyError::Merge(e.to_string()))?;
+            let r = &total;
             lat.push(r.latency.histogram().clone());
             // W1's records carry their actual send time as intended time:
             // both figures are the same histogram, recorded once.
@@ -1280,32 +1325,45 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
         } else {
             0
         };
-        for r in input.drain(..) {
-            let began = if work_ns > 0 { now_ns() } else { 0 };
-            s.check.observe(&SumRecord {
+        s.deliveries += input.len() as u64;
+        // One target a batch: the open interval with checkpoints, else the
+        // run's histograms (a branch a record costs W1 a few percent).
+        let (check, target) = match &mut s.undo_open {
+            Some(open) => (&mut s.check, open),
+            None => (&mut s.check, &mut s.recorded),
+        };
+        let observe = |check: &mut SinkCheck, r: &RefSum<P>| {
+            check.observe(&SumRecord {
                 key: r.key,
                 sum: r.sum,
                 n: r.n,
                 ts_ns: r.ts_ns,
-            });
-            if work_ns > 0 {
+            })
+        };
+        if work_ns == 0 {
+            for r in input.drain(..) {
+                observe(check, &r);
+                if r.n >= first_rec {
+                    let lat = now.saturating_sub(r.ts_ns);
+                    // W1 is not a latency test: one histogram, as the raw
+                    // baseline keeps; no intervals.
+                    target.record(lat, paced.then_some((interval, now, r.sent_ns)));
+                    recorded = true;
+                }
+            }
+        } else {
+            for r in input.drain(..) {
+                let began = now_ns();
+                observe(check, &r);
                 // W4: the sink is slower than the sources (workloads.md).
                 while now_ns().saturating_sub(began) < work_ns {
                     std::hint::spin_loop();
                 }
-            }
-            if r.n >= first_rec && r.ts_ns >= record_from {
-                let lat = now.saturating_sub(r.ts_ns);
-                // W1 is not a latency test: one histogram, as the raw
-                // baseline keeps; no per-second intervals.
-                let p = paced.then_some((interval, now, r.sent_ns));
-                s.recorded.record(lat, p);
-                if let Some(open) = &mut s.undo_open {
-                    open.record(lat, p);
+                if r.ts_ns >= record_from {
+                    target.record(now.saturating_sub(r.ts_ns), None);
+                    recorded = true;
                 }
-                recorded = true;
             }
-            s.deliveries += 1;
         }
         if recorded && s.first_recorded_ns == 0 {
             s.first_recorded_ns = now;
@@ -1399,9 +1457,7 @@ impl Checkpointed for RefSink {
     fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), BoxError> {
         // A restart restores `id` or a later checkpoint: what was recorded
         // before its snapshot stays.
-        let mut slot = lock(&self.shared.slots[self.slot]);
-        slot.undo = slot.undo.split_off(&id.next());
-        Ok(())
+        lock(&self.shared.slots[self.slot]).settle(id)
     }
 }
 

@@ -257,12 +257,13 @@ fn compare(runs: &[(String, RunReport)]) -> String {
     let base = &runs[0].1;
     for (label, get, is_ns, higher_better) in figures() {
         let b = get(base);
-        // One unit per row, chosen by its largest value.
-        let max = runs
-            .iter()
-            .filter_map(|(_, r)| get(r))
-            .fold(0.0_f64, f64::max);
-        let unit = if max < 10e6 { Unit::Us } else { Unit::Ms };
+        // One unit per row, the same in every comparison: latencies in µs,
+        // checkpoint durations in ms.
+        let unit = if label.starts_with("latency") || label.starts_with("uncorrected") {
+            Unit::Us
+        } else {
+            Unit::Ms
+        };
         let arrow = if higher_better { "↑" } else { "↓" };
         let label = if is_ns {
             format!("{label} ({}) {arrow}", unit.name())

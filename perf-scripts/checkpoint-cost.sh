@@ -6,10 +6,14 @@
 # run), and prints per binary and configuration the medians over rounds of
 # p50/p99 latency (W2) or throughput (W1), the checkpoints' end-to-end
 # duration, their synchronous and asynchronous parts, and the bytes written
-# per checkpoint against the full state (issue 10's table).
+# per checkpoint against the full state (issue 10's table); and W4
+# (sustained backpressure: a sink of 5 us a record) with exactly-once and
+# at-least-once checkpoints, whose end-to-end duration is what aligned
+# barriers cost behind full channels (issue 11's baseline; W4's sink spins
+# a core, and its p50/p99 are not a latency test).
 # Measure on a quiet machine: nothing else building or running.
 #
-# usage: perf-scripts/checkpoint-cost.sh [-n ROUNDS] [-d W2_SECONDS] [-r W1_RECORDS] BINARY...
+# usage: perf-scripts/checkpoint-cost.sh [-n ROUNDS] [-d W2_W4_SECONDS] [-r W1_RECORDS] BINARY...
 #   BINARY: a lockgate binary, e.g. target/release/lockgate and the one of
 #   another checkout (git worktree add /tmp/base <rev>; build it there).
 #   Checkpoints go to a temporary folder on disk (as loadgen's default).
@@ -47,6 +51,8 @@ configs=(
   "w2-1M-exactly-once|--workload w2 --keys 1000000 --checkpoint exactly-once"
   "w1-none|--workload w1 --checkpoint none"
   "w1-exactly-once|--workload w1 --checkpoint exactly-once"
+  "w4-exactly-once|--workload w4 --checkpoint exactly-once"
+  "w4-at-least-once|--workload w4 --checkpoint at-least-once"
 )
 for round in $(seq 1 "$rounds"); do
   for entry in "${configs[@]}"; do

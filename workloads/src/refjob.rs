@@ -1313,10 +1313,11 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
         let mut recorded = false;
         let work_ns = self.shared.cfg.workload.sink_work_ns();
         // W4's warm-up is a time: records sent before it are not recorded
-        // (none after a restore in a new process: its warm-up was spent).
+        // (none after a restore in a new process: its warm-up was spent; an
+        // in-process restart keeps the run's).
         let record_from = if work_ns > 0 {
             *self.shared.record_from.get_or_init(|| {
-                if self.shared.restored.load(Relaxed) {
+                if self.shared.process_restore.get().is_some() {
                     0
                 } else {
                     start.saturating_add(self.shared.cfg.warmup.as_nanos() as u64)

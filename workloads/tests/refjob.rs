@@ -141,8 +141,12 @@ fn w4_backpressure_runs_are_exact_with_and_without_failures() {
         // At most one record every 5 µs left the sink.
         let seconds = report.recorded_seconds.max(1e-3);
         assert!(report.records_per_s() <= 1.05 * 200_000.0, "{seconds}");
-        // The warm-up is a time: its records are checked, not recorded.
-        assert!(report.recorded_records < report.total_records, "{mode:?}");
+        // The warm-up is a time: records sent in it are checked, not
+        // recorded (a restart from the start sends them again after it).
+        assert!(report.recorded_records <= report.total_records, "{mode:?}");
+        if failures == 0 {
+            assert!(report.recorded_records < report.total_records, "{mode:?}");
+        }
     }
 }
 

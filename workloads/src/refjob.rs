@@ -427,21 +427,6 @@ impl Recorded {
         }
     }
 
-    /// Records one delivery `lat` ns after its intended time; `paced`:
-    /// `(interval since the start, now, actual send time)` of a W2/W3
-    /// record.
-    #[inline]
-    fn record(&mut self, lat: u64, paced: Option<(usize, u64, u64)>) {
-        self.latency.record_latency(lat);
-        if let Some((interval, now, sent_ns)) = paced {
-            self.intervals
-                .entry(interval)
-                .or_insert_with(new_interval_histogram)
-                .saturating_record(lat);
-            self.uncorrected.record(now, sent_ns);
-        }
-    }
-
     /// Adds `other` in (O(histogram size): ~26 K slots each, tens of µs).
     fn add(&mut self, other: &Recorded) -> Result<(), BoxError> {
         let e = |e: hdrhistogram::AdditionError| format!("the sink's latency intervals: {e:?}");
@@ -466,8 +451,8 @@ impl Recorded {
 /// per recording thread), across the run's attempts.
 ///
 /// Each latency is recorded once: without checkpoints into `recorded`;
-/// with them into `undo_open`, the interval since the sink's last
-/// snapshot. A snapshot of `id` closes that interval into `undo`; when
+/// with them into `open_interval`, the interval since the sink's last
+/// snapshot. A snapshot of `id` closes that interval into `unsettled`; when
 /// `id` completes, the intervals up to it are added into `recorded` (on
 /// the sink's thread, once a checkpoint: far cheaper than a second
 /// record a record); a restart from `c` keeps the intervals up to `c`
@@ -480,9 +465,9 @@ struct SinkSlot {
     recorded: Recorded,
     /// With checkpoints: what was recorded before the sink's snapshot of
     /// each checkpoint not yet known complete (and after the one before).
-    undo: std::collections::BTreeMap<CheckpointId, Recorded>,
+    unsettled: std::collections::BTreeMap<CheckpointId, Recorded>,
     /// With checkpoints: what was recorded since the last snapshot.
-    undo_open: Option<Recorded>,
+    open_interval: Option<Recorded>,
     /// An empty [`Recorded`] made by the snapshot thread for the next
     /// interval, so that the sink's synchronous snapshot part allocates
     /// and zeroes nothing (two full histograms: ~420 KiB).
@@ -502,22 +487,22 @@ impl SinkSlot {
     fn roll_back(&mut self, to: Option<CheckpointId>) -> Result<(), BoxError> {
         let Some(to) = to else {
             self.recorded = Recorded::new();
-            self.undo.clear();
-            self.undo_open = self.undo_open.take().map(|_| Recorded::new());
+            self.unsettled.clear();
+            self.open_interval = self.open_interval.take().map(|_| Recorded::new());
             return Ok(());
         };
         // Up to `to`: part of the restored state; after it: replayed.
-        let _later = self.undo.split_off(&to.next());
+        let _later = self.unsettled.split_off(&to.next());
         self.settle_all()?;
-        self.undo_open = self.undo_open.take().map(|_| Recorded::new());
+        self.open_interval = self.open_interval.take().map(|_| Recorded::new());
         Ok(())
     }
 
     /// Adds the intervals up to `id` into `recorded` (checkpoint `id`
     /// completed: no restart goes back before it).
     fn settle(&mut self, id: CheckpointId) -> Result<(), BoxError> {
-        let later = self.undo.split_off(&id.next());
-        let settled = std::mem::replace(&mut self.undo, later);
+        let later = self.unsettled.split_off(&id.next());
+        let settled = std::mem::replace(&mut self.unsettled, later);
         for r in settled.values() {
             self.recorded.add(r)?;
         }
@@ -525,7 +510,7 @@ impl SinkSlot {
     }
 
     fn settle_all(&mut self) -> Result<(), BoxError> {
-        for r in std::mem::take(&mut self.undo).values() {
+        for r in std::mem::take(&mut self.unsettled).values() {
             self.recorded.add(r)?;
         }
         Ok(())
@@ -535,7 +520,7 @@ impl SinkSlot {
     fn total(&self) -> Result<Recorded, BoxError> {
         let mut t = Recorded::new();
         t.add(&self.recorded)?;
-        for r in self.undo.values().chain(self.undo_open.iter()) {
+        for r in self.unsettled.values().chain(self.open_interval.iter()) {
             t.add(r)?;
         }
         Ok(t)
@@ -544,10 +529,10 @@ impl SinkSlot {
     /// The sink's snapshot of `id`: what was recorded since the last one
     /// is kept for a rollback until `id` completes.
     fn close_interval(&mut self, id: CheckpointId) {
-        if self.undo_open.is_some() {
+        if self.open_interval.is_some() {
             let fresh = self.spare.take().unwrap_or_else(Recorded::new);
-            if let Some(open) = self.undo_open.replace(fresh) {
-                self.undo.insert(id, open);
+            if let Some(open) = self.open_interval.replace(fresh) {
+                self.unsettled.insert(id, open);
             }
         }
     }
@@ -749,8 +734,8 @@ impl RefJobResults {
         let slots = vec![Mutex::new(SinkSlot {
             check: SinkCheck::new(total, cfg.keys)?,
             recorded: Recorded::new(),
-            undo: Default::default(),
-            undo_open: (mode != CheckpointMode::None).then(Recorded::new),
+            unsettled: Default::default(),
+            open_interval: (mode != CheckpointMode::None).then(Recorded::new),
             deliveries: 0,
             first_recorded_ns: 0,
             last_delivery_ns: 0,
@@ -805,7 +790,7 @@ impl RefJobResults {
             let s = lock(slot);
             delivered += s.deliveries;
             let mut h = s.recorded.latency.histogram().clone();
-            for r in s.undo.values().chain(s.undo_open.iter()) {
+            for r in s.unsettled.values().chain(s.open_interval.iter()) {
                 let _ = h.add(r.latency.histogram());
             }
             recorded += h.len();
@@ -1329,7 +1314,7 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
         s.deliveries += input.len() as u64;
         // One target a batch: the open interval with checkpoints, else the
         // run's histograms (a branch a record costs W1 a few percent).
-        let (check, target) = match &mut s.undo_open {
+        let (check, target) = match &mut s.open_interval {
             Some(open) => (&mut s.check, open),
             None => (&mut s.check, &mut s.recorded),
         };
@@ -1342,13 +1327,28 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
             })
         };
         if work_ns == 0 {
+            // The batch's interval histogram, looked up once (W2/W3).
+            let Recorded {
+                latency,
+                uncorrected,
+                intervals,
+            } = target;
+            let mut in_interval = paced.then(|| {
+                intervals
+                    .entry(interval)
+                    .or_insert_with(new_interval_histogram)
+            });
             for r in input.drain(..) {
                 observe(check, &r);
                 if r.n >= first_rec {
                     let lat = now.saturating_sub(r.ts_ns);
+                    latency.record_latency(lat);
                     // W1 is not a latency test: one histogram, as the raw
                     // baseline keeps; no intervals.
-                    target.record(lat, paced.then_some((interval, now, r.sent_ns)));
+                    if let Some(h) = &mut in_interval {
+                        h.saturating_record(lat);
+                        uncorrected.record(now, r.sent_ns);
+                    }
                     recorded = true;
                 }
             }
@@ -1361,7 +1361,7 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
                     std::hint::spin_loop();
                 }
                 if r.ts_ns >= record_from {
-                    target.record(now.saturating_sub(r.ts_ns), None);
+                    target.latency.record_latency(now.saturating_sub(r.ts_ns));
                     recorded = true;
                 }
             }

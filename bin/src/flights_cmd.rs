@@ -100,13 +100,7 @@ pub(crate) struct Args {
 
 /// The output folder the newest readable checkpoint in `dir` recorded.
 fn recorded_out(dir: &std::path::Path) -> Option<String> {
-    use lockgate::CheckpointStorage;
-    let storage = lockgate::LocalDirStorage::open(dir).ok()?;
-    let ids = storage.list().ok()?;
-    ids.iter().rev().find_map(|id| {
-        let meta = storage.load_metadata(*id).ok()?;
-        Some(meta.job.config.get("out")?.as_str()?.to_string())
-    })
+    crate::loadgen::restore::recorded_config(dir, |c| Some(c.get("out")?.as_str()?.to_string()))
 }
 
 /// `path` absolute and without `.`, `..` or links when it exists (as

@@ -72,15 +72,11 @@ fn name_of(path: &Path) -> String {
 /// or written (a run whose histogram does not decode, or that has no
 /// timeline, is refused whole).
 fn render(outputs: &[pages::Output<'_>]) -> Result<Vec<(PathBuf, String)>, String> {
-    outputs
-        .iter()
-        .filter_map(|(path, make)| {
-            let p = path.as_ref()?;
-            Some(
-                make()
-                    .map(|text| (p.clone(), text))
-                    .map_err(|e| format!("{}: {e}", p.display())),
-            )
+    pages::render(outputs)
+        .into_iter()
+        .map(|(p, made)| {
+            made.map_err(|e| format!("{}: {e}", p.display()))
+                .map(|t| (p, t))
         })
         .collect()
 }

@@ -275,14 +275,19 @@ fn finish(plan: &args::Plan, args: &Args, r: &RefJobReport, wall_start: SystemTi
             );
         }
     } else {
-        for (path, e) in pages::write_outputs(&[
+        // Each output on its own: one that fails leaves the others.
+        for (path, made) in pages::render(&[
             (&args.svg, &|| pages::percentile_svg(&runs)),
             (&args.timeline, &|| {
                 pages::timeline_svg(&runs[0].0, &runs[0].1)
             }),
             (&args.html, &|| pages::html_page(&runs, None)),
         ]) {
-            fail(&path, &e);
+            if let Err(e) = made.and_then(|text| {
+                std::fs::write(&path, text).map_err(|e| format!("cannot write: {e}"))
+            }) {
+                fail(&path.display().to_string(), &e);
+            }
         }
     }
     // The report shows the warnings; with --quiet (one line on stdout)

@@ -181,18 +181,12 @@ pub(crate) type Output<'a> = (
     &'a dyn Fn() -> Result<String, String>,
 );
 
-/// Writes every asked-for output (a `None` path is not asked for); returns
-/// the ones that failed, as (path, why), having tried all.
-pub(crate) fn write_outputs(outputs: &[Output<'_>]) -> Vec<(String, String)> {
+/// The text of every asked-for output (a `None` path is not asked for),
+/// or why it could not be made, each with its path.
+pub(crate) fn render(outputs: &[Output<'_>]) -> Vec<(std::path::PathBuf, Result<String, String>)> {
     outputs
         .iter()
-        .filter_map(|(path, make)| {
-            let p = path.as_ref()?;
-            make()
-                .and_then(|text| std::fs::write(p, text).map_err(|e| format!("cannot write: {e}")))
-                .err()
-                .map(|e| (p.display().to_string(), e))
-        })
+        .filter_map(|(path, make)| Some(((*path).clone()?, make())))
         .collect()
 }
 

@@ -10,8 +10,8 @@ use crate::channel::ChannelWriter;
 use crate::element::{CheckpointBarrier, CheckpointId, Watermark};
 use crate::error::TaskError;
 use crate::operator::Operator;
-use crate::protocol::OperatorSnapshot;
 use crate::protocol::PendingSnapshot;
+use crate::protocol::TaskRestore;
 
 /// One link of an operator chain, fed with records of type `I`.
 pub(crate) trait Link<I>: Send {
@@ -29,7 +29,7 @@ pub(crate) trait Link<I>: Send {
         out: &mut Vec<PendingSnapshot>,
     ) -> Result<(), TaskError>;
     /// Restores the operators found in `states` (by operator name).
-    fn restore(&mut self, states: &[OperatorSnapshot]) -> Result<(), TaskError>;
+    fn restore(&mut self, states: &TaskRestore) -> Result<(), TaskError>;
     /// Opens every operator ([`crate::Operator::open`]), once per run
     /// attempt, after the restore and before the first record.
     fn open(&mut self) -> Result<(), TaskError> {
@@ -152,12 +152,9 @@ impl<I, O: Send, Op: Operator<I, O>> Link<I> for Stage<I, O, Op> {
         self.next.snapshot(id, out)
     }
 
-    fn restore(&mut self, states: &[OperatorSnapshot]) -> Result<(), TaskError> {
-        let chain = crate::protocol::chain_of(states, &self.name);
-        if !chain.is_empty() {
-            if let Err(e) = self.op.restore_state_chain(&chain) {
-                return Err(self.op_err("restore_state", e));
-            }
+    fn restore(&mut self, states: &TaskRestore) -> Result<(), TaskError> {
+        if let Err(e) = states.restore_into(&self.name, &mut self.op) {
+            return Err(self.op_err("restore_state", e));
         }
         self.next.restore(states)
     }
@@ -233,7 +230,7 @@ impl<T: Clone + Send> Link<T> for ChannelWriter<T> {
     ) -> Result<(), TaskError> {
         Ok(())
     }
-    fn restore(&mut self, _states: &[OperatorSnapshot]) -> Result<(), TaskError> {
+    fn restore(&mut self, _states: &TaskRestore) -> Result<(), TaskError> {
         Ok(())
     }
     fn barrier(&mut self, b: CheckpointBarrier) -> Result<(), TaskError> {
@@ -274,7 +271,7 @@ impl Link<()> for NoOutput {
     ) -> Result<(), TaskError> {
         Ok(())
     }
-    fn restore(&mut self, _states: &[OperatorSnapshot]) -> Result<(), TaskError> {
+    fn restore(&mut self, _states: &TaskRestore) -> Result<(), TaskError> {
         Ok(())
     }
     fn barrier(&mut self, _b: CheckpointBarrier) -> Result<(), TaskError> {
@@ -323,7 +320,7 @@ impl<T: Clone + Send> Link<T> for Tee<T> {
         self.a.snapshot(id, out)?;
         self.b.snapshot(id, out)
     }
-    fn restore(&mut self, states: &[OperatorSnapshot]) -> Result<(), TaskError> {
+    fn restore(&mut self, states: &TaskRestore) -> Result<(), TaskError> {
         self.a.restore(states)?;
         self.b.restore(states)
     }

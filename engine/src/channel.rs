@@ -15,78 +15,10 @@
 
 use crate::element::{CheckpointBarrier, CheckpointId, StreamElement, Watermark};
 use crate::error::TaskError;
+use crate::key_groups::KeyGroupRouter;
 use crate::metrics::TaskMetrics;
 use crossbeam_channel::{Receiver, Select, Sender, TrySendError};
 use std::sync::Arc;
-
-/// The multiplier of the reference workloads' key hash (`workloads.md`):
-/// 2^64 / φ, Knuth's multiplicative hashing constant.
-pub const KEY_HASH_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
-
-/// The routing hash of a key: `(key * 0x9E3779B97F4A7C15) >> 32` (wrapping
-/// multiply), as `docs/workloads.md` defines it. The reference workloads'
-/// oracle and baselines call this same function, so they cannot drift from
-/// the engine.
-///
-/// # Examples
-/// ```
-/// use lockgate::key_hash;
-/// assert_eq!(key_hash(0), 0);
-/// assert_eq!(key_hash(1), 0x9E37_79B9);
-/// ```
-#[inline]
-pub fn key_hash(key: u64) -> u64 {
-    key.wrapping_mul(KEY_HASH_MULTIPLIER) >> 32
-}
-
-/// A `u64` key for [`crate::Stream::key_by`] from any hashable value (a
-/// string, a tuple): 64-bit FNV-1a over the bytes the value's `Hash`
-/// writes. Unlike `std`'s randomly keyed `HashMap` hasher it is the same
-/// from run to run and process to process of one build, so keyed state
-/// restored from a checkpoint meets its keys again.
-///
-/// # Examples
-/// ```
-/// use lockgate::hash_key;
-/// assert_eq!(hash_key("EWR"), hash_key(&String::from("EWR")));
-/// assert_ne!(hash_key("EWR"), hash_key("JFK"));
-/// ```
-pub fn hash_key<K: std::hash::Hash + ?Sized>(key: &K) -> u64 {
-    /// FNV-1a, 64-bit (Fowler, Noll, Vo; the offset basis and prime are
-    /// the published 64-bit parameters).
-    struct Fnv(u64);
-    impl std::hash::Hasher for Fnv {
-        fn finish(&self) -> u64 {
-            self.0
-        }
-        fn write(&mut self, bytes: &[u8]) {
-            for b in bytes {
-                self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01B3);
-            }
-        }
-    }
-    let mut h = Fnv(0xCBF2_9CE4_8422_2325);
-    key.hash(&mut h);
-    std::hash::Hasher::finish(&h)
-}
-
-/// The subtask a key goes to under hash partitioning over `parallelism`
-/// subtasks: [`key_hash`]`(key) % parallelism`.
-///
-/// # Panics
-/// When `parallelism` is 0 (a job's parallelism is validated to be at
-/// least 1 before it starts, so the engine never calls it so).
-///
-/// # Examples
-/// ```
-/// use lockgate::{key_hash, key_to_subtask};
-/// assert_eq!(key_to_subtask(7, 4), (key_hash(7) % 4) as usize);
-/// assert_eq!(key_to_subtask(7, 1), 0);
-/// ```
-#[inline]
-pub fn key_to_subtask(key: u64, parallelism: usize) -> usize {
-    (key_hash(key) % parallelism as u64) as usize
-}
 
 /// A key extractor: the `u64` key a record is partitioned by.
 pub(crate) type KeyFn<T> = Arc<dyn Fn(&T) -> u64 + Send + Sync>;
@@ -101,7 +33,9 @@ pub(crate) enum Partitioning<T> {
     Rebalance,
     /// Every record to every consumer subtask.
     Broadcast,
-    /// By key: [`key_to_subtask`] of the key the function returns.
+    /// By key: the key group of the key the function returns, then the
+    /// group's subtask ([`crate::key_to_subtask`]'s rule, with the job's
+    /// `max_parallelism`).
     Hash(KeyFn<T>),
 }
 
@@ -135,6 +69,8 @@ pub(crate) struct OutputConfig {
     /// A partial batch is sent at the latest this long after its first
     /// record was added, in ns (even if the input never runs dry).
     pub buffer_timeout_ns: u64,
+    /// The job's number of key groups (hash partitioning routes by them).
+    pub max_parallelism: u32,
 }
 
 /// Sends elements to one channel, blocking on a full channel until there is
@@ -187,6 +123,8 @@ pub(crate) struct ChannelWriter<T> {
     /// This producer's subtask index (for forward partitioning).
     subtask: usize,
     next_rr: usize,
+    /// Hash partitioning's key group → channel table.
+    router: Option<Arc<KeyGroupRouter>>,
     config: OutputConfig,
     /// When the oldest unsent record was added; `None` when all are sent.
     oldest_ns: Option<u64>,
@@ -207,12 +145,15 @@ impl<T: Clone + Send> ChannelWriter<T> {
             .iter()
             .map(|_| Vec::with_capacity(config.batch_size))
             .collect();
+        let router = matches!(partitioning, Partitioning::Hash(_))
+            .then(|| Arc::new(KeyGroupRouter::new(channels.len(), config.max_parallelism)));
         ChannelWriter {
             channels,
             buffers,
             partitioning,
             subtask,
             next_rr: subtask,
+            router,
             config,
             oldest_ns: None,
             cancel,
@@ -278,8 +219,9 @@ impl<T: Clone + Send> ChannelWriter<T> {
             }
             Partitioning::Hash(key_fn) => {
                 let key_fn = key_fn.clone();
+                let router = self.router.clone().expect("hash partitioning has a router");
                 for r in records.drain(..) {
-                    let ch = key_to_subtask(key_fn(&r), n);
+                    let ch = router.route(key_fn(&r));
                     self.buffers[ch].push(r);
                     if self.buffers[ch].len() >= batch_size {
                         self.send_buffer(ch)?;

@@ -3,6 +3,7 @@
 
 use crate::barrier::{CheckpointMode, HandlerConfig};
 use crate::input_gate::WaitStrategy;
+use crate::key_groups::{DEFAULT_MAX_PARALLELISM, UPPER_MAX_PARALLELISM};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -255,6 +256,13 @@ pub struct JobConfig {
     /// would be added to every paced source's wake-up; lockgate's default is
     /// 1 µs. `None`: leave the OS default.
     pub timer_slack_ns: Option<u64>,
+    /// The number of key groups (default [`DEFAULT_MAX_PARALLELISM`],
+    /// 128; at most [`UPPER_MAX_PARALLELISM`]): the largest parallelism
+    /// of any operator, now or after a rescale. Hash partitioning and
+    /// keyed state go by key group (see [`crate::KeyGroupRange`]); it is
+    /// stored in every checkpoint, and a restore with another value is
+    /// refused (as Flink's `maxParallelism`).
+    pub max_parallelism: u32,
 }
 
 impl Default for JobConfig {
@@ -269,6 +277,7 @@ impl Default for JobConfig {
             checkpoint: CheckpointConfig::default(),
             restart: RestartStrategy::default(),
             timer_slack_ns: Some(DEFAULT_TIMER_SLACK_NS),
+            max_parallelism: DEFAULT_MAX_PARALLELISM,
         }
     }
 }
@@ -281,8 +290,15 @@ impl JobConfig {
     /// checkpoint `max_concurrent` of 0 (or beyond its maximum), a zero
     /// checkpoint interval or timeout, a time beyond [`MAX_TIME`], no
     /// retained checkpoint, an interval with checkpoint mode none, an empty
-    /// core list or a core beyond [`MAX_PIN_CORE`].
+    /// core list or a core beyond [`MAX_PIN_CORE`], a `max_parallelism`
+    /// of 0 or above [`UPPER_MAX_PARALLELISM`].
     pub fn validate(&self) -> Result<(), String> {
+        if self.max_parallelism == 0 || self.max_parallelism > UPPER_MAX_PARALLELISM {
+            return Err(format!(
+                "max_parallelism must be between 1 and {UPPER_MAX_PARALLELISM} key groups, got {}",
+                self.max_parallelism
+            ));
+        }
         if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
             return Err(format!(
                 "batch_size must be between 1 and {MAX_BATCH_SIZE} records, got {}",

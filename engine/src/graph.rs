@@ -867,6 +867,7 @@ impl<T: Data> Exchange<T> {
                     OutputConfig {
                         batch_size: ctx.config.batch_size,
                         buffer_timeout_ns: ctx.config.buffer_timeout.as_nanos() as u64,
+                        max_parallelism: ctx.config.max_parallelism,
                     },
                     ctx.cancel.clone(),
                     ctx.metrics.clone(),

@@ -18,7 +18,7 @@
 //!
 //! Layers, bottom to top; a module imports only from layers below it
 //! (checked in CI by `.ci/module-cycles.py`, pictured in ARCHITECTURE.md):
-//! 1. leaf vocabulary: `element`, `clock`, `task_id`, `error`, `state`,
+//! 1. leaf vocabulary: `element`, `clock`, `task_id`, `error`, `key_groups`, `state`,
 //!    `metrics`, `checkpoint/storage/api`;
 //! 2. sans-I/O state machines and the task protocol: `barrier`,
 //!    `watermark`, `protocol`;
@@ -40,6 +40,7 @@ mod failure;
 mod graph;
 mod handoff;
 mod input_gate;
+mod key_groups;
 mod metrics;
 mod operator;
 mod protocol;
@@ -56,7 +57,6 @@ pub use barrier::{
     CheckpointMode, HandlerConfig, Tracker, DEFAULT_BLOCKER_CAPACITY_BYTES, INLINE_CHANNELS,
     MAX_PENDING_CHECKPOINTS,
 };
-pub use channel::{hash_key, key_hash, key_to_subtask, KEY_HASH_MULTIPLIER};
 pub use checkpoint::{
     unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStats, CheckpointStatus,
     CheckpointStorage, FolderLock, JobFingerprint, LatestValid, LoadedCheckpoint, LocalDirStorage,
@@ -81,6 +81,10 @@ pub use handoff::{
     ingest_channel, Ingest, IngestReceiver, Output, PushError, RecvTimeoutError, TryRecvError,
 };
 pub use input_gate::{WaitStrategy, DEFAULT_SPINS, SPIN_YIELD_EVERY};
+pub use key_groups::{
+    hash_key, key_group_of, key_hash, key_to_subtask, subtask_of_key_group, KeyGroupRange, Rescale,
+    DEFAULT_MAX_PARALLELISM, KEY_HASH_MULTIPLIER, UPPER_MAX_PARALLELISM,
+};
 pub use metrics::{peak_rss_bytes, Pinning, TaskMetrics, TaskMetricsSnapshot};
 pub use operator::{
     Checkpointed, Context, Either, EncodedState, Operator, Sink, SnapshotRequest, Source,
@@ -89,8 +93,8 @@ pub use operator::{
 pub use protocol::OperatorSnapshot;
 pub use runtime::{JobFailure, JobHandle, JobMetrics, SkippedCheckpoint};
 pub use state::{
-    key_group, KeyedState, Managed, ManagedState, StateError, StatefulOperator, ValueState,
-    DEFAULT_MAX_PARALLELISM,
+    key_group, KeyedState, ListState, Managed, ManagedState, StateError, StateKey,
+    StatefulOperator, UnionListState, ValueState,
 };
 pub use task_id::{ParseTaskIdError, SubtaskInfo, TaskId};
 pub use two_phase::{TwoPhaseCommit, TwoPhaseCommitSink};

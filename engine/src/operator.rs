@@ -10,6 +10,7 @@
 
 use crate::element::{CheckpointId, Watermark};
 use crate::error::BoxError;
+use crate::key_groups::Rescale;
 use serde::{Deserialize, Serialize};
 
 /// What takes part in checkpoints, in one place for sources, operators and
@@ -79,6 +80,34 @@ pub trait Checkpointed {
             Some(last) => self.restore_state(last),
             None => Ok(()),
         }
+    }
+
+    /// Restores state taken at another parallelism (a rescale, as
+    /// Flink's state redistribution on restore): `chains[j]` holds what
+    /// old subtask `j` of `rescale.old_parallelism` stored for this
+    /// operator (each chain oldest first, as in
+    /// [`Checkpointed::restore_state_chain`]; empty where that subtask
+    /// stored nothing), and the operator keeps what this subtask owns now:
+    /// the key groups of [`Rescale::key_groups`] for keyed state, a share
+    /// of a list, or the whole of a union. Called instead of
+    /// `restore_state_chain`, before any record. Default: refused with a
+    /// [`crate::FatalError`] (an operator whose state has no
+    /// redistribution rule cannot be rescaled, and a restart would not
+    /// change that); [`crate::Managed`] state implements it.
+    ///
+    /// # Errors
+    /// When the state cannot be redistributed or does not decode: the job
+    /// then fails to restore, naming the operator.
+    fn restore_rescaled(
+        &mut self,
+        chains: &[Vec<&[u8]>],
+        rescale: &Rescale,
+    ) -> Result<(), BoxError> {
+        let _ = chains;
+        Err(Box::new(crate::error::FatalError(format!(
+            "it declares no rule to redistribute its state from parallelism {} to {} (implement Checkpointed::restore_rescaled, or keep the state in managed state such as KeyedState)",
+            rescale.old_parallelism, rescale.parallelism
+        ))))
     }
 
     /// Checkpoint `id` completed on every task (two-phase-commit sinks
@@ -597,6 +626,13 @@ impl<S: Checkpointed> Checkpointed for SinkOperator<S> {
     }
     fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
         self.0.restore_state_chain(chain)
+    }
+    fn restore_rescaled(
+        &mut self,
+        chains: &[Vec<&[u8]>],
+        rescale: &Rescale,
+    ) -> Result<(), BoxError> {
+        self.0.restore_rescaled(chains, rescale)
     }
     fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), BoxError> {
         self.0.notify_checkpoint_complete(id)

@@ -6,8 +6,10 @@
 use crate::barrier::AbortReason;
 use crate::checkpoint::{PartHandle, SubtaskCheckpointStats};
 use crate::element::{CheckpointBarrier, CheckpointId};
+use crate::error::BoxError;
 use crate::error::TaskError;
-use crate::operator::StateSnapshot;
+use crate::key_groups::Rescale;
+use crate::operator::{Checkpointed, StateSnapshot};
 
 /// The state of one operator of a chain for one checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -21,12 +23,53 @@ pub struct OperatorSnapshot {
 /// The bytes of operator `operator` in a task's restored snapshots, in
 /// chain order (oldest first: a full snapshot, then deltas; see
 /// [`crate::Checkpointed::restore_state_chain`]).
-pub(crate) fn chain_of<'a>(states: &'a [OperatorSnapshot], operator: &str) -> Vec<&'a [u8]> {
+fn chain_of<'a>(states: &'a [OperatorSnapshot], operator: &str) -> Vec<&'a [u8]> {
     states
         .iter()
         .filter(|s| s.operator == operator)
         .map(|s| s.bytes.as_slice())
         .collect()
+}
+
+/// What one task restores from.
+#[derive(Clone, Debug)]
+pub(crate) enum TaskRestore {
+    /// Its own snapshots: the checkpoint was taken at this parallelism.
+    Same(Vec<OperatorSnapshot>),
+    /// A restore at another parallelism: the snapshots of every old
+    /// subtask (index: the old subtask), which each operator
+    /// redistributes ([`crate::Checkpointed::restore_rescaled`]).
+    Rescaled {
+        old: Vec<Vec<OperatorSnapshot>>,
+        rescale: Rescale,
+    },
+}
+
+impl TaskRestore {
+    /// Restores operator `operator` (its hooks in `target`) from what was
+    /// stored for it; nothing when nothing was (a stateless operator).
+    pub(crate) fn restore_into<C: Checkpointed + ?Sized>(
+        &self,
+        operator: &str,
+        target: &mut C,
+    ) -> Result<(), BoxError> {
+        match self {
+            TaskRestore::Same(states) => {
+                let chain = chain_of(states, operator);
+                if chain.is_empty() {
+                    return Ok(());
+                }
+                target.restore_state_chain(&chain)
+            }
+            TaskRestore::Rescaled { old, rescale } => {
+                let chains: Vec<Vec<&[u8]>> = old.iter().map(|s| chain_of(s, operator)).collect();
+                if chains.iter().all(Vec::is_empty) {
+                    return Ok(());
+                }
+                target.restore_rescaled(&chains, rescale)
+            }
+        }
+    }
 }
 
 /// The synchronous part of one operator's snapshot, handed to the task's

@@ -26,6 +26,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::key_groups::{key_group_of, KeyGroupRange, Rescale, DEFAULT_MAX_PARALLELISM};
+
 /// Why state could not be encoded or decoded.
 #[derive(thiserror::Error, Debug)]
 #[error("state {what}: {source}")]
@@ -35,15 +37,86 @@ pub struct StateError {
     source: postcard::Error,
 }
 
-/// The number of key groups keyed state is stored by, Flink's default
-/// `maxParallelism` (128): a key's group is `hash_key(key) % 128`
-/// ([`crate::hash_key`]), so that deltas and restores can be addressed per
-/// key group (and, later, moved between subtasks when rescaling).
-pub const DEFAULT_MAX_PARALLELISM: u32 = 128;
+/// A key of [`KeyedState`]: the routing key its records are partitioned
+/// by, so that a key's state is stored in the key group its records go to
+/// ([`crate::key_group_of`]) and, after a restore at another parallelism,
+/// restored at the subtask that now receives them. The stream's `key_by`
+/// must return the same `u64`: the key itself for integer keys
+/// (`.key_by(|r| r.id)` with `KeyedState<u64, _>`), [`crate::hash_key`]
+/// for strings and tuples (`.key_by(|r| hash_key(&r.name))` with
+/// `KeyedState<String, _>`).
+///
+/// # Examples
+/// ```
+/// use lockgate::{hash_key, StateKey};
+/// assert_eq!(42u64.routing_key(), 42);
+/// assert_eq!(String::from("EWR").routing_key(), hash_key("EWR"));
+/// assert_eq!((1u8, 'x').routing_key(), hash_key(&(1u8, 'x')));
+/// ```
+pub trait StateKey {
+    /// The `u64` the job's `key_by` returns for this key's records.
+    fn routing_key(&self) -> u64;
+}
 
-/// The key group of `key`: `hash_key(key) % DEFAULT_MAX_PARALLELISM`.
-pub fn key_group<K: Hash + ?Sized>(key: &K) -> u16 {
-    (crate::channel::hash_key(key) % u64::from(DEFAULT_MAX_PARALLELISM)) as u16
+macro_rules! integer_state_keys {
+    ($($t:ty),*) => {$(
+        /// The value itself, as `u64` (negative values wrap, as `as u64`).
+        impl StateKey for $t {
+            #[inline]
+            fn routing_key(&self) -> u64 {
+                *self as u64
+            }
+        }
+    )*};
+}
+integer_state_keys!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize);
+
+/// The character's code point.
+impl StateKey for char {
+    fn routing_key(&self) -> u64 {
+        u64::from(u32::from(*self))
+    }
+}
+
+/// [`crate::hash_key`] of the string.
+impl StateKey for str {
+    fn routing_key(&self) -> u64 {
+        crate::key_groups::hash_key(self)
+    }
+}
+
+/// [`crate::hash_key`] of the string.
+impl StateKey for String {
+    fn routing_key(&self) -> u64 {
+        crate::key_groups::hash_key(self.as_str())
+    }
+}
+
+/// [`crate::hash_key`] of the pair.
+impl<A: Hash, B: Hash> StateKey for (A, B) {
+    fn routing_key(&self) -> u64 {
+        crate::key_groups::hash_key(self)
+    }
+}
+
+impl<T: StateKey + ?Sized> StateKey for &T {
+    fn routing_key(&self) -> u64 {
+        (**self).routing_key()
+    }
+}
+
+/// The key group `key`'s entry is stored in: [`crate::key_group_of`] its
+/// [`StateKey::routing_key`] among [`DEFAULT_MAX_PARALLELISM`] groups (the
+/// layout of [`KeyedState`]'s snapshots; a job with another
+/// `max_parallelism` routes by its own, and a rescale filters by key).
+///
+/// # Examples
+/// ```
+/// use lockgate::{key_group, key_group_of};
+/// assert_eq!(key_group(&7u64), key_group_of(7, 128));
+/// ```
+pub fn key_group<K: StateKey + ?Sized>(key: &K) -> u16 {
+    crate::key_groups::key_group_of(key.routing_key(), DEFAULT_MAX_PARALLELISM)
 }
 
 /// Keyed state: one value per key of the operator's subtask (Flink's
@@ -302,7 +375,7 @@ fn headers_size(counts: &[u64]) -> u64 {
 
 impl<K, V> Replica<K, V>
 where
-    K: Serialize + Eq + Hash + Clone,
+    K: Serialize + Eq + Hash + Clone + StateKey,
     V: Serialize,
 {
     fn new() -> Self {
@@ -456,7 +529,7 @@ where
 
 impl<K, V> KeyedState<K, V>
 where
-    K: Serialize + DeserializeOwned + Eq + Hash + Clone,
+    K: Serialize + DeserializeOwned + Eq + Hash + Clone + StateKey,
     V: Serialize + DeserializeOwned,
 {
     /// The whole state as bytes, for [`crate::Checkpointed::snapshot_state`]
@@ -488,6 +561,70 @@ where
     /// # Errors
     /// When a part does not decode, or no full snapshot starts the chain.
     pub fn restore_chain(chain: &[&[u8]]) -> Result<Self, StateError> {
+        let mut map = HashMap::new();
+        Self::apply_chain(chain, &mut map, |_, _| true)?;
+        Ok(Self::of_map(map))
+    }
+
+    /// The state of one subtask after a restore at another parallelism
+    /// (see [`crate::Checkpointed::restore_rescaled`]): the entries of the
+    /// key groups it owns now, gathered from the chains of every old
+    /// subtask (`chains[j]`: old subtask `j`'s parts, oldest first, as
+    /// [`KeyedState::restore_chain`] takes them). O(state of all old
+    /// subtasks) decoding; the key groups are disjoint, so no key is in
+    /// two chains.
+    ///
+    /// # Errors
+    /// As [`KeyedState::restore_chain`], for any chain.
+    ///
+    /// # Examples
+    /// ```
+    /// use lockgate::{KeyedState, Rescale};
+    /// let mut a: KeyedState<u64, u64> = KeyedState::new();
+    /// for k in 0..100 { a.insert(k, k); }
+    /// let bytes = a.snapshot().unwrap();
+    /// let halves: Vec<KeyedState<u64, u64>> = (0..2)
+    ///     .map(|i| {
+    ///         let r = Rescale { subtask: i, parallelism: 2, old_parallelism: 1, max_parallelism: 128 };
+    ///         KeyedState::restore_rescaled(&[vec![&bytes[..]]], &r).unwrap()
+    ///     })
+    ///     .collect();
+    /// assert_eq!(halves[0].len() + halves[1].len(), 100);
+    /// assert!(halves[0].len() > 0 && halves[1].len() > 0);
+    /// ```
+    pub fn restore_rescaled(chains: &[Vec<&[u8]>], rescale: &Rescale) -> Result<Self, StateError> {
+        let groups: KeyGroupRange = rescale.key_groups();
+        let max = rescale.max_parallelism;
+        let mut map = HashMap::new();
+        for chain in chains.iter().filter(|c| !c.is_empty()) {
+            Self::apply_chain(chain, &mut map, |g, k| {
+                if max == DEFAULT_MAX_PARALLELISM {
+                    groups.contains(g)
+                } else {
+                    groups.contains(key_group_of(k.routing_key(), max))
+                }
+            })?;
+        }
+        Ok(Self::of_map(map))
+    }
+
+    fn of_map(map: HashMap<K, Slot<V>>) -> Self {
+        KeyedState {
+            map,
+            dirty: Vec::new(),
+            removed: Vec::new(),
+            replica: None,
+        }
+        .all_dirty()
+    }
+
+    /// Applies `chain` (its newest full part and the deltas after it) to
+    /// `map`, the entries `keep(group, key)` accepts only.
+    fn apply_chain(
+        chain: &[&[u8]],
+        map: &mut HashMap<K, Slot<V>>,
+        keep: impl Fn(u16, &K) -> bool,
+    ) -> Result<(), StateError> {
         let mut parts = Vec::with_capacity(chain.len());
         for bytes in chain {
             let part: KeyedPart<K, V> =
@@ -509,10 +646,12 @@ where
                 source: postcard::Error::DeserializeBadEncoding,
             });
         };
-        let mut map = HashMap::new();
         for part in parts.into_iter().skip(start) {
-            for (_, entries) in part.groups {
+            for (g, entries) in part.groups {
                 for (k, v) in entries {
+                    if !keep(g, &k) {
+                        continue;
+                    }
                     match v {
                         Some(v) => {
                             map.insert(
@@ -530,19 +669,13 @@ where
                 }
             }
         }
-        Ok(KeyedState {
-            map,
-            dirty: Vec::new(),
-            removed: Vec::new(),
-            replica: None,
-        }
-        .all_dirty())
+        Ok(())
     }
 }
 
 impl<K, V> KeyedState<K, V>
 where
-    K: Serialize + DeserializeOwned + Eq + Hash + Clone + Send + 'static,
+    K: Serialize + DeserializeOwned + Eq + Hash + Clone + StateKey + Send + 'static,
     V: Serialize + DeserializeOwned + Clone + Send + 'static,
 {
     /// An incremental snapshot, for
@@ -640,6 +773,136 @@ impl<T: Serialize + DeserializeOwned> ValueState<T> {
     }
 }
 
+/// Operator state as a list, redistributed evenly on a rescale (Flink's
+/// `ListState` as operator state): the old subtasks' lists are
+/// concatenated in subtask order and new subtask `i` of `P` gets the items
+/// `i * n / P .. (i + 1) * n / P` of the `n`. For state that can be cut
+/// anywhere (pending work items, buffered records).
+///
+/// # Examples
+/// ```
+/// use lockgate::{ListState, Rescale};
+/// let (a, b) = (ListState(vec![1u32, 2, 3]), ListState(vec![4u32]));
+/// let (a, b) = (a.snapshot().unwrap(), b.snapshot().unwrap());
+/// let chains = [vec![&a[..]], vec![&b[..]]];
+/// let share = |i| {
+///     let r = Rescale { subtask: i, parallelism: 3, old_parallelism: 2, max_parallelism: 128 };
+///     ListState::<u32>::restore_rescaled(&chains, &r).unwrap().0
+/// };
+/// assert_eq!((share(0), share(1), share(2)), (vec![1], vec![2], vec![3, 4]));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListState<T>(pub Vec<T>);
+
+/// Operator state as a list that every subtask gets whole on a rescale
+/// (Flink's union list state): the old subtasks' lists concatenated in
+/// subtask order; each new subtask keeps what it owns, e.g. the splits of
+/// a source assigned to it.
+///
+/// # Examples
+/// ```
+/// use lockgate::{Rescale, UnionListState};
+/// let (a, b) = (UnionListState(vec![(0u16, 10u64)]), UnionListState(vec![(1u16, 7u64)]));
+/// let (a, b) = (a.snapshot().unwrap(), b.snapshot().unwrap());
+/// let r = Rescale { subtask: 0, parallelism: 1, old_parallelism: 2, max_parallelism: 128 };
+/// let all = UnionListState::<(u16, u64)>::restore_rescaled(&[vec![&a[..]], vec![&b[..]]], &r).unwrap();
+/// assert_eq!(all.0, [(0, 10), (1, 7)]);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnionListState<T>(pub Vec<T>);
+
+/// The items of every old subtask's newest snapshot, in subtask order.
+fn concat_lists<T: DeserializeOwned>(chains: &[Vec<&[u8]>]) -> Result<Vec<T>, StateError> {
+    let mut all = Vec::new();
+    for last in chains.iter().filter_map(|c| c.last()) {
+        let items: Vec<T> = postcard::from_bytes(last).map_err(|source| StateError {
+            what: "does not decode",
+            source,
+        })?;
+        all.extend(items);
+    }
+    Ok(all)
+}
+
+macro_rules! list_state_codec {
+    ($name:ident) => {
+        impl<T: Serialize + DeserializeOwned> $name<T> {
+            /// The list as bytes.
+            ///
+            /// # Errors
+            /// When an item cannot be encoded.
+            pub fn snapshot(&self) -> Result<Vec<u8>, StateError> {
+                postcard::to_allocvec(&self.0).map_err(|source| StateError {
+                    what: "does not encode",
+                    source,
+                })
+            }
+
+            /// The list from bytes of its `snapshot`.
+            ///
+            /// # Errors
+            /// When the bytes are not such a snapshot.
+            pub fn restore(bytes: &[u8]) -> Result<Self, StateError> {
+                postcard::from_bytes(bytes)
+                    .map($name)
+                    .map_err(|source| StateError {
+                        what: "does not decode",
+                        source,
+                    })
+            }
+        }
+
+        impl<T: Serialize + DeserializeOwned + Send + 'static> ManagedState for $name<T> {
+            fn snapshot_managed(&mut self) -> Result<StateSnapshot, BoxError> {
+                Ok(StateSnapshot::ready(self.snapshot()?))
+            }
+
+            fn restore_managed(chain: &[&[u8]]) -> Result<Self, BoxError> {
+                let last = chain.last().ok_or("no snapshot to restore")?;
+                Ok($name::restore(last)?)
+            }
+
+            fn restore_managed_rescaled(
+                chains: &[Vec<&[u8]>],
+                rescale: &Rescale,
+            ) -> Result<Self, BoxError> {
+                Ok($name::restore_rescaled(chains, rescale)?)
+            }
+        }
+    };
+}
+list_state_codec!(ListState);
+list_state_codec!(UnionListState);
+
+impl<T: DeserializeOwned> ListState<T> {
+    /// This subtask's even share of the old subtasks' lists (see the
+    /// type's doc).
+    ///
+    /// # Errors
+    /// When a snapshot does not decode.
+    pub fn restore_rescaled(chains: &[Vec<&[u8]>], rescale: &Rescale) -> Result<Self, StateError> {
+        let all = concat_lists::<T>(chains)?;
+        let (n, p, i) = (all.len(), rescale.parallelism.max(1), rescale.subtask);
+        let (from, to) = (i * n / p, ((i + 1) * n / p).min(n));
+        Ok(ListState(
+            all.into_iter()
+                .skip(from)
+                .take(to.saturating_sub(from))
+                .collect(),
+        ))
+    }
+}
+
+impl<T: DeserializeOwned> UnionListState<T> {
+    /// Every old subtask's list, concatenated in subtask order.
+    ///
+    /// # Errors
+    /// When a snapshot does not decode.
+    pub fn restore_rescaled(chains: &[Vec<&[u8]>], _rescale: &Rescale) -> Result<Self, StateError> {
+        Ok(UnionListState(concat_lists(chains)?))
+    }
+}
+
 /// State the runtime snapshots and restores by itself (Flink's managed
 /// state): [`KeyedState`] (incrementally), [`ValueState`], and pairs of
 /// them. An operator that keeps its state in one (see [`Managed`]) writes
@@ -658,11 +921,32 @@ pub trait ManagedState: Send + Sized + 'static {
     /// # Errors
     /// When the bytes do not decode.
     fn restore_managed(chain: &[&[u8]]) -> Result<Self, BoxError>;
+
+    /// The state of one subtask from the chains of every old subtask of
+    /// a checkpoint taken at another parallelism (see
+    /// [`crate::Checkpointed::restore_rescaled`]). Default: refused, for
+    /// state with no rule to redistribute it (one value per subtask
+    /// cannot be split or merged without knowing what it means).
+    ///
+    /// # Errors
+    /// When the state has no redistribution rule, or the bytes do not
+    /// decode.
+    fn restore_managed_rescaled(
+        _chains: &[Vec<&[u8]>],
+        rescale: &Rescale,
+    ) -> Result<Self, BoxError> {
+        Err(Box::new(crate::error::FatalError(format!(
+            "{} declares no rule to redistribute its state from parallelism {} to {}",
+            std::any::type_name::<Self>(),
+            rescale.old_parallelism,
+            rescale.parallelism
+        ))))
+    }
 }
 
 impl<K, V> ManagedState for KeyedState<K, V>
 where
-    K: Serialize + DeserializeOwned + Eq + Hash + Clone + Send + 'static,
+    K: Serialize + DeserializeOwned + Eq + Hash + Clone + StateKey + Send + 'static,
     V: Serialize + DeserializeOwned + Clone + Send + 'static,
 {
     fn snapshot_managed(&mut self) -> Result<StateSnapshot, BoxError> {
@@ -671,6 +955,13 @@ where
 
     fn restore_managed(chain: &[&[u8]]) -> Result<Self, BoxError> {
         Ok(KeyedState::restore_chain(chain)?)
+    }
+
+    fn restore_managed_rescaled(
+        chains: &[Vec<&[u8]>],
+        rescale: &Rescale,
+    ) -> Result<Self, BoxError> {
+        Ok(KeyedState::restore_rescaled(chains, rescale)?)
     }
 }
 
@@ -717,6 +1008,36 @@ impl<A: ManagedState, B: ManagedState> ManagedState for (A, B) {
         let a: Vec<&[u8]> = a.iter().map(Vec::as_slice).collect();
         let b: Vec<&[u8]> = b.iter().map(Vec::as_slice).collect();
         Ok((A::restore_managed(&a)?, B::restore_managed(&b)?))
+    }
+
+    fn restore_managed_rescaled(
+        chains: &[Vec<&[u8]>],
+        rescale: &Rescale,
+    ) -> Result<Self, BoxError> {
+        let mut a = Vec::with_capacity(chains.len());
+        let mut b = Vec::with_capacity(chains.len());
+        for chain in chains {
+            let (mut ca, mut cb) = (Vec::new(), Vec::new());
+            for bytes in chain {
+                let ((_, pa), (_, pb)): PairPart = postcard::from_bytes(bytes)?;
+                ca.push(pa);
+                cb.push(pb);
+            }
+            a.push(ca);
+            b.push(cb);
+        }
+        let a: Vec<Vec<&[u8]>> = a
+            .iter()
+            .map(|c| c.iter().map(Vec::as_slice).collect())
+            .collect();
+        let b: Vec<Vec<&[u8]>> = b
+            .iter()
+            .map(|c| c.iter().map(Vec::as_slice).collect())
+            .collect();
+        Ok((
+            A::restore_managed_rescaled(&a, rescale)?,
+            B::restore_managed_rescaled(&b, rescale)?,
+        ))
     }
 }
 
@@ -877,6 +1198,15 @@ impl<Op: Send, S: ManagedState> Checkpointed for Managed<Op, S> {
 
     fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
         self.state = S::restore_managed(chain)?;
+        Ok(())
+    }
+
+    fn restore_rescaled(
+        &mut self,
+        chains: &[Vec<&[u8]>],
+        rescale: &Rescale,
+    ) -> Result<(), BoxError> {
+        self.state = S::restore_managed_rescaled(chains, rescale)?;
         Ok(())
     }
 }

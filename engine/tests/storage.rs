@@ -16,6 +16,7 @@ fn job() -> JobFingerprint {
         job_name: "wordcount".into(),
         config: serde_json::json!({"rate": 0.1, "window_ms": 1000, "name": "x"}),
         parallelism: BTreeMap::from([("source".to_string(), 2), ("keyed_sum".to_string(), 3)]),
+        max_parallelism: 128,
     }
 }
 

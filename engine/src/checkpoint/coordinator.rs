@@ -439,6 +439,7 @@ impl Coordinator {
             } else {
                 p.states
             },
+            parallelism: BTreeMap::new(),
         });
         if let Some(r) = p.reply {
             let _ = r.send(Ok(id));

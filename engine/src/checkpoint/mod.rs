@@ -32,7 +32,7 @@ pub use storage::{
 use crate::element::CheckpointId;
 use crate::protocol::OperatorSnapshot;
 use crate::task_id::TaskId;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// The state a job restores from: every task's operator snapshots of one
 /// completed checkpoint, by task.
@@ -42,6 +42,11 @@ pub struct RestoredState {
     pub checkpoint: CheckpointId,
     /// Task → its chain's operator snapshots.
     pub states: HashMap<TaskId, Vec<OperatorSnapshot>>,
+    /// Parallelism per task name when the checkpoint was taken (from its
+    /// metadata); empty: the job's own (a checkpoint of the running job).
+    /// A task whose parallelism differs is restored rescaled
+    /// ([`crate::Checkpointed::restore_rescaled`]).
+    pub parallelism: BTreeMap<String, u32>,
 }
 
 impl RestoredState {

@@ -26,8 +26,9 @@ use crate::error::{JobError, TaskError};
 use crate::failure::FailurePlan;
 use crate::failure::FailurePoint;
 use crate::failure::InjectedFailure;
+use crate::key_groups::Rescale;
 use crate::metrics::{TaskMetrics, TaskMetricsSnapshot};
-use crate::protocol::{Control, OperatorSnapshot, TaskEvent};
+use crate::protocol::{Control, OperatorSnapshot, TaskEvent, TaskRestore};
 use crate::task_id::TaskId;
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use std::collections::HashMap;
@@ -419,7 +420,7 @@ impl Driver {
             .into_iter()
             .filter(|id| *id <= r.checkpoint)
             .collect();
-        match newest_usable(&*p.storage, &ids, &self.graph, None)? {
+        match newest_usable(&*p.storage, &ids, None)? {
             (Some(found), _) => Ok(Some(found)),
             (None, corrupt) => Err(JobError::Restore(format!(
                 "no completed checkpoint loads for the restart{}",
@@ -452,9 +453,10 @@ impl Driver {
             let metrics = self.shared.metrics[task].clone();
             let PlanTask { node, subtask } = self.graph.task_node(task);
             let name = self.graph.task_id(task);
+            let ctx_parallelism = self.graph.parallelism(node);
             let mut ctx = SubtaskCtx {
                 subtask,
-                parallelism: self.graph.parallelism(node),
+                parallelism: ctx_parallelism,
                 wiring: &mut wiring,
                 config: &self.config,
                 metrics: metrics.clone(),
@@ -494,7 +496,9 @@ impl Driver {
                 task_id: name.clone(),
                 snapshots,
                 events: ev_tx.clone(),
-                restored: restored.as_ref().map(|r| r.states_of(&name)),
+                restored: restored
+                    .as_ref()
+                    .map(|r| task_restore(r, &name, ctx_parallelism, self.config.max_parallelism)),
                 checkpointing,
                 failure,
             };
@@ -814,6 +818,31 @@ impl Drop for Publisher {
     }
 }
 
+/// What task `task` (of `parallelism` subtasks now) restores from `r`:
+/// its own snapshots, or, when the checkpoint was taken at another
+/// parallelism, those of every old subtask, to redistribute.
+fn task_restore(
+    r: &RestoredState,
+    task: &TaskId,
+    parallelism: usize,
+    max_parallelism: u32,
+) -> TaskRestore {
+    match r.parallelism.get(&task.operator) {
+        Some(&old) if old as usize != parallelism => TaskRestore::Rescaled {
+            old: (0..old as usize)
+                .map(|j| r.states_of(&TaskId::new(task.operator.clone(), j)))
+                .collect(),
+            rescale: Rescale {
+                subtask: task.subtask,
+                parallelism,
+                old_parallelism: old as usize,
+                max_parallelism,
+            },
+        },
+        _ => TaskRestore::Same(r.states_of(task)),
+    }
+}
+
 /// Decodes a stored checkpoint into the state tasks restore from: per
 /// task, the operator snapshots of its chain in order (the parts its delta
 /// builds on first).
@@ -840,6 +869,7 @@ fn restored_from(loaded: LoadedCheckpoint) -> Result<RestoredState, JobError> {
     Ok(RestoredState {
         checkpoint: loaded.metadata.id,
         states,
+        parallelism: loaded.metadata.job.parallelism.clone(),
     })
 }
 
@@ -859,7 +889,6 @@ type Skipped = Vec<(CheckpointId, String)>;
 fn newest_usable(
     storage: &dyn CheckpointStorage,
     ids: &[CheckpointId],
-    graph: &JobGraph,
     job: Option<&JobFingerprint>,
 ) -> Result<(Option<RestoredState>, Skipped), JobError> {
     let mut corrupt: Skipped = Vec::new();
@@ -886,9 +915,9 @@ fn newest_usable(
         // Every task acknowledged every checkpoint, so each has an entry
         // (possibly empty): a missing one is a damaged checkpoint.
         let missing = job.and_then(|_| {
-            graph
-                .task_ids()
-                .into_iter()
+            r.parallelism
+                .iter()
+                .flat_map(|(op, p)| (0..*p as usize).map(move |i| TaskId::new(op.clone(), i)))
                 .find(|t| !r.states.contains_key(t))
         });
         if let Some(t) = missing {
@@ -955,7 +984,18 @@ pub(crate) fn prepare_and_start(
             .into_iter()
             .map(|(n, p)| (n, p as u32))
             .collect(),
+        max_parallelism: config.max_parallelism,
     };
+    if let Some((op, p)) = job
+        .parallelism
+        .iter()
+        .find(|(_, p)| **p > config.max_parallelism)
+    {
+        return Err(JobError::Config(format!(
+            "operator '{op}' has parallelism {p}, above the job's max_parallelism of {} (the number of key groups; raise it, before the first checkpoint)",
+            config.max_parallelism
+        )));
+    }
     let mut publisher: Option<Publisher> = None;
     let mut next_id = None;
     let mut restore_skipped = Vec::new();
@@ -983,7 +1023,7 @@ pub(crate) fn prepare_and_start(
         let _ = storage.clean_temporaries();
         let existing = storage.list().map_err(JobError::Storage)?;
         if config.checkpoint.restore {
-            let (found, corrupt) = newest_usable(&*storage, &existing, &graph, Some(&job))?;
+            let (found, corrupt) = newest_usable(&*storage, &existing, Some(&job))?;
             let Some(r) = found else {
                 return Err(JobError::Restore(format!(
                     "no complete checkpoint in {where_}{}",
@@ -1020,9 +1060,10 @@ pub(crate) fn prepare_and_start(
             )?);
         }
     } else if let Some(r) = &restored {
-        // An in-memory restore: the parallelism must match too.
+        // An in-memory restore: the parallelism must match too, unless
+        // the state says what it was (then it is rescaled).
         for task in r.states.keys() {
-            if !graph.task_ids().contains(task) {
+            if r.parallelism.is_empty() && !graph.task_ids().contains(task) {
                 return Err(JobError::Restore(format!(
                     "the restored state has task {task}, which this job does not have (a different parallelism or graph; rescaling is not supported)"
                 )));
@@ -1111,8 +1152,11 @@ fn publish_ingest_positions(r: &RestoredState, graph: &JobGraph) -> Result<(), J
     Ok(())
 }
 
-/// Refuses a checkpoint taken by a job with another name, configuration or
-/// parallelism (rescaling is future work).
+/// Refuses a checkpoint taken by a job with another name, configuration,
+/// operators or number of key groups. A different parallelism is
+/// accepted: the tasks are then restored rescaled (each operator
+/// redistributes its state, or refuses, see
+/// [`crate::Checkpointed::restore_rescaled`]).
 fn check_compatible(
     stored: &JobFingerprint,
     now: &JobFingerprint,
@@ -1126,21 +1170,20 @@ fn check_compatible(
             now.job_name
         )));
     }
-    for (op, p) in &now.parallelism {
-        match stored.parallelism.get(op) {
-            Some(sp) if sp == p => {}
-            Some(sp) => {
-                return Err(JobError::Restore(format!(
-                "operator '{op}' had parallelism {sp} in {}, {p} now; rescaling is not supported",
+    if stored.max_parallelism != now.max_parallelism {
+        return Err(JobError::Restore(format!(
+            "{} was taken with max_parallelism {} (key groups), {} now; it cannot change on restore (keyed state is stored by key group)",
+            path.display(),
+            stored.max_parallelism,
+            now.max_parallelism
+        )));
+    }
+    for op in now.parallelism.keys() {
+        if !stored.parallelism.contains_key(op) {
+            return Err(JobError::Restore(format!(
+                "operator '{op}' is not in {}; the job graph differs",
                 path.display()
-            )))
-            }
-            None => {
-                return Err(JobError::Restore(format!(
-                    "operator '{op}' is not in {}; the job graph differs",
-                    path.display()
-                )))
-            }
+            )));
         }
     }
     if stored.parallelism.len() != now.parallelism.len() {

@@ -10,7 +10,7 @@ use crate::element::StreamElement;
 use crate::error::TaskError;
 use crate::failure::InjectedFailure;
 use crate::metrics::TaskMetrics;
-use crate::protocol::{Control, OperatorSnapshot, TaskEvent};
+use crate::protocol::{Control, TaskEvent, TaskRestore};
 use crate::task_id::TaskId;
 use crossbeam_channel::{Receiver, Sender};
 use std::any::Any;
@@ -73,7 +73,7 @@ pub(crate) struct TaskRt {
     /// The task's name, as in statistics (`keyed_sum[1]`).
     pub(crate) task_id: crate::task_id::TaskId,
     pub(crate) events: Sender<TaskEvent>,
-    pub(crate) restored: Option<Vec<OperatorSnapshot>>,
+    pub(crate) restored: Option<TaskRestore>,
     pub(crate) checkpointing: bool,
     pub(crate) failure: Option<InjectedFailure>,
     /// The task's snapshot thread (when checkpointing).

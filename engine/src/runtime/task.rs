@@ -160,11 +160,8 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
 impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
     fn run(&mut self, rt: &mut TaskRt) -> Result<(), TaskError> {
         if let Some(states) = rt.restored.take() {
-            let chain = crate::protocol::chain_of(&states, &self.name);
-            if !chain.is_empty() {
-                if let Err(e) = self.source.restore_state_chain(&chain) {
-                    return Err(self.source_err("restore_state", e));
-                }
+            if let Err(e) = states.restore_into(&self.name, &mut self.source) {
+                return Err(self.source_err("restore_state", e));
             }
             self.chain.restore(&states)?;
         }

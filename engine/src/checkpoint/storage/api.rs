@@ -197,7 +197,7 @@ impl TaskStateKey {
 /// What identifies the job a checkpoint belongs to, supplied by the caller
 /// and stored verbatim, so that a restore can refuse a checkpoint taken by a
 /// differently configured job (compare with `==`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobFingerprint {
     /// The job's name.
     pub job_name: String,
@@ -205,6 +205,25 @@ pub struct JobFingerprint {
     pub config: serde_json::Value,
     /// Parallelism per task name.
     pub parallelism: BTreeMap<String, u32>,
+    /// The job's number of key groups ([`crate::JobConfig::max_parallelism`];
+    /// absent in checkpoints older than it: the default, 128).
+    #[serde(default = "default_max_parallelism")]
+    pub max_parallelism: u32,
+}
+
+fn default_max_parallelism() -> u32 {
+    crate::key_groups::DEFAULT_MAX_PARALLELISM
+}
+
+impl Default for JobFingerprint {
+    fn default() -> Self {
+        JobFingerprint {
+            job_name: String::new(),
+            config: serde_json::Value::Null,
+            parallelism: BTreeMap::new(),
+            max_parallelism: default_max_parallelism(),
+        }
+    }
 }
 
 /// The description of a checkpoint that the caller supplies and that is

@@ -724,6 +724,80 @@ fn an_at_least_once_restore_after_a_kill_may_duplicate_but_not_lose() {
     assert_eq!(report["lost"], 0, "{report}");
 }
 
+#[test]
+fn a_killed_run_restores_at_another_parallelism_exactly_across_failures() {
+    // Issue 14: sources (128 splits) and keyed_sum (key groups) rescale
+    // from 2 to 3, with two failures after the rescale.
+    let _g = heavy();
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    let run_args = [
+        "--workload",
+        "w1",
+        "--records",
+        "10000000",
+        "--parallelism",
+        "2",
+        "--checkpoint-interval-ms",
+        "50",
+    ];
+    kill_after_checkpoints(&run_args, &chk, 1);
+    let json = dir.path().join("r.json");
+    let o = loadgen(&[
+        "--restore",
+        chk.to_str().unwrap(),
+        "--parallelism",
+        "3",
+        "--inject-failures",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_ok(&o);
+    let report = read_json(&json);
+    assert_eq!(
+        (&report["lost"], &report["duplicated"]),
+        (&serde_json::json!(0), &serde_json::json!(0)),
+        "{report}"
+    );
+    assert_eq!(report["config"]["parallelism"], 3, "{report}");
+    assert_eq!(
+        report["failures"].as_array().map(Vec::len),
+        Some(2),
+        "{report}"
+    );
+}
+
+#[test]
+fn w4_is_not_restored_at_another_parallelism() {
+    let _g = heavy();
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    let o = loadgen(&[
+        "--workload",
+        "w4",
+        "--duration",
+        "0.3",
+        "--warmup",
+        "0",
+        "--checkpoint-dir",
+        chk.to_str().unwrap(),
+    ]);
+    assert_ok(&o);
+    let o = loadgen(&["--restore", chk.to_str().unwrap(), "--parallelism", "3"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("W4 cannot be restored at another parallelism"),
+        "{err}"
+    );
+}
+
 /// The child's stderr, read up to its first progress line (`[  1.0 s] …`):
 /// the run is under way.
 fn after_progress(child: &mut std::process::Child) -> BufReader<std::process::ChildStderr> {

@@ -23,13 +23,18 @@
 //! bytes ([`Bytes`]), and report it in their [`RecordSize`].
 //!
 //! # Sources
-//! A [`Generator`] per source subtask; its checkpointed state is the
-//! sequence number of its next record (8 bytes, little endian), and a
-//! restore rewinds it with [`Generator::starting_at`].
+//! The records are made of 128 splits (split `s`: the records with
+//! `n % 128 == s`); source `i` of `P` owns the splits with `s % P == i`
+//! and emits their records with a [`Generator`] in increasing `n`. Its
+//! checkpointed state is each owned split's next record (union list
+//! state: restored at another parallelism, every new source takes the
+//! splits it owns now, with their positions; W4 is not rescaled).
 //! - W1 (closed loop): as fast as possible; `ts_ns` is the actual emission
 //!   time, read from the clock once per batch.
 //! - W2/W3 (open loop): record `n` is due at `t0 + scheduled_offset_ns(n,
-//!   rate, burst)` (burst for the odd-numbered sources in W3) and carries
+//!   rate, burst)` (burst for the records with odd `n` in W3: at an even
+//!   parallelism the odd-numbered sources; a source owning both parities
+//!   merges two schedules) and carries
 //!   that *intended* time in `ts_ns`, never the actual send time. The
 //!   source emits everything due in one poll, then sleeps until the next
 //!   record is due, but never shorter than the tick ([`RefJobConfig::tick`],
@@ -63,9 +68,9 @@
 
 use crate::latency::{merge, new_interval_histogram, LatencyError, LatencyRecorder, Percentiles};
 use crate::workload::{
-    due_until, scheduled_offset_ns, seq_of_mapped_value, CheckReport, ExpectedResult, Generator,
+    scheduled_offset_ns, seq_of_mapped_value, split_owner, CheckReport, ExpectedResult, Generator,
     KeyDist, KeySpace, SinkChanges, SinkCheck, SumRecord, Workload, WorkloadError,
-    MAX_CHECKED_RECORDS,
+    MAX_CHECKED_RECORDS, SPLITS,
 };
 use hdrhistogram::Histogram;
 use lockgate::now_ns;
@@ -1004,13 +1009,45 @@ impl RefJobResults {
 // Operators
 // ---------------------------------------------------------------------------
 
+/// The records of some of a source's splits with one schedule: W3's
+/// bursts belong to the records with odd `n` (`workloads.md`), so a W3
+/// source that owns splits of both parities (at an odd parallelism) has
+/// two lanes, merged by schedule time; every other source has one.
+struct Lane {
+    gen: Generator,
+    burst: bool,
+}
+
+/// The lanes of a source owning `splits` (`(split, first n to emit)`).
+fn lanes_of(workload: Workload, keys: &KeySpace, splits: &[(u16, u64)], total: u64) -> Vec<Lane> {
+    if workload != Workload::W3 {
+        return vec![Lane {
+            gen: Generator::of_splits(keys, splits, total),
+            burst: false,
+        }];
+    }
+    [false, true]
+        .into_iter()
+        .filter_map(|odd| {
+            let mine: Vec<(u16, u64)> = splits
+                .iter()
+                .copied()
+                .filter(|(s, _)| (s % 2 == 1) == odd)
+                .collect();
+            (!mine.is_empty()).then(|| Lane {
+                gen: Generator::of_splits(keys, &mine, total),
+                burst: odd,
+            })
+        })
+        .collect()
+}
+
 /// The generator source of one subtask.
 struct RefSource<P> {
     index: usize,
-    gen: Generator,
+    lanes: Vec<Lane>,
     keys: KeySpace,
     shared: Arc<Shared>,
-    burst: bool,
     /// The schedule's start (W2/W3), signed: a restored schedule may start
     /// before the clock's epoch.
     t0: Option<i128>,
@@ -1023,15 +1060,20 @@ struct RefSource<P> {
     _p: std::marker::PhantomData<fn() -> P>,
 }
 
+/// A source's checkpointed state: each owned split with the first record
+/// it has still to emit (union list state: on a rescale every new source
+/// sees every split and keeps its own), and for W4 the run time used, ns.
+type SourceState = (Vec<(u16, u64)>, Option<u64>);
+
 impl<P: Payload> RefSource<P> {
     fn new(index: usize, shared: Arc<Shared>, keys: KeySpace) -> Result<Self, WorkloadError> {
         let cfg = &shared.cfg;
         let gen = Generator::new(&keys, index, cfg.parallelism, shared.total)?;
+        let lanes = lanes_of(cfg.workload, &keys, &gen.split_positions(), shared.total);
         shared.sources[index].started.store(true, Relaxed);
         Ok(RefSource {
             index,
-            gen,
-            burst: cfg.workload.source_bursts(index),
+            lanes,
             keys,
             t0: None,
             shift: false,
@@ -1061,76 +1103,146 @@ impl<P: Payload> RefSource<P> {
         st.last_emit_ns.store(now, Relaxed);
         st.max_behind_ns.fetch_max(behind, Relaxed);
     }
+
+    /// The next record of the lanes as `(lane, n, schedule offset)`: the
+    /// earliest scheduled (ties: the lower lane).
+    fn earliest(&self, rate: u64) -> Option<(usize, u64, u64)> {
+        self.lanes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| {
+                l.gen
+                    .next_n()
+                    .map(|n| (i, n, scheduled_offset_ns(n, rate, l.burst)))
+            })
+            .min_by_key(|&(i, _, at)| (at, i))
+    }
+
+    /// Whether every lane is exhausted.
+    fn exhausted(&self) -> bool {
+        self.lanes.iter().all(|l| l.gen.next_n().is_none())
+    }
+
+    /// The next record's `n` of a one-lane source (W1, W4), the total when
+    /// none is left.
+    fn position(&self) -> u64 {
+        self.lanes
+            .iter()
+            .filter_map(|l| l.gen.next_n())
+            .min()
+            .unwrap_or(self.shared.total)
+    }
+
+    /// Rebuilds the lanes from restored split positions, keeping the
+    /// splits this source owns; `true` when the state restored is W4's
+    /// run time too.
+    fn restore_splits(&mut self, state: SourceState) -> Result<(), BoxError> {
+        let (splits, elapsed) = state;
+        let w4 = self.shared.cfg.workload == Workload::W4;
+        if elapsed.is_some() != w4 {
+            return Err(format!(
+                "the source state is not {}'s (a checkpoint of another workload?)",
+                self.shared.cfg.workload
+            )
+            .into());
+        }
+        if w4 {
+            self.restored_elapsed = elapsed;
+        }
+        let p = self.shared.cfg.parallelism;
+        let mine: Vec<(u16, u64)> = splits
+            .into_iter()
+            .filter(|(s, _)| split_owner(*s, p) == self.index)
+            .collect();
+        self.shared
+            .restored
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.lanes = lanes_of(
+            self.shared.cfg.workload,
+            &self.keys,
+            &mine,
+            self.shared.total,
+        );
+        self.shift = true;
+        self.t0 = None;
+        Ok(())
+    }
 }
 
 impl<P: Payload> Source<RefEvent<P>> for RefSource<P> {
     fn poll(&mut self, out: &mut Vec<RefEvent<P>>, max: usize) -> Result<SourcePoll, BoxError> {
-        let Some(mut next) = self.gen.next_n() else {
+        if self.exhausted() {
             return Ok(SourcePoll::Finished);
-        };
+        }
         let now = now_ns();
         let pb = self.shared.cfg.payload_bytes;
         if self.shared.cfg.workload == Workload::W4 && now >= self.w4_deadline(now) {
             // Its time is up: the records it emitted are the run's.
             self.shared.sources[self.index]
                 .position
-                .store(next, Relaxed);
+                .store(self.position(), Relaxed);
             return Ok(SourcePoll::Finished);
         }
         let cfg = &self.shared.cfg;
         if !cfg.workload.is_paced() {
-            for (n, key) in self.gen.by_ref().take(max) {
+            // One lane (only W3 has two).
+            for (n, key) in self.lanes[0].gen.by_ref().take(max) {
                 out.push(Self::event(n, key, now, now, pb));
             }
             self.account(out.len(), now, 0);
-            let next = self.gen.next_n();
+            let done = self.exhausted();
             self.shared.sources[self.index]
                 .position
-                .store(next.unwrap_or(self.shared.total), Relaxed);
-            return Ok(if next.is_none() {
+                .store(self.position(), Relaxed);
+            return Ok(if done {
                 SourcePoll::Finished
             } else {
                 SourcePoll::Ready
             });
         }
-        let (rate, burst) = (cfg.rate, self.burst);
+        let rate = cfg.rate;
+        let Some((_, _, first_at)) = self.earliest(rate) else {
+            return Ok(SourcePoll::Finished);
+        };
         let (shift, shared) = (self.shift, &self.shared);
         let t0 = *self.t0.get_or_insert_with(|| {
             *shared.sources[self.index].t0.get_or_init(|| {
                 if shift {
-                    now as i128 - scheduled_offset_ns(next, rate, burst) as i128
+                    now as i128 - first_at as i128
                 } else {
                     *shared.t0.get_or_init(|| now) as i128
                 }
             })
         });
         let offset_now = u64::try_from((now as i128 - t0).max(0)).unwrap_or(u64::MAX);
-        let due = due_until(offset_now, rate, burst);
         let mut behind = 0;
-        while out.len() < max && next < due {
-            let Some((n, key)) = self.gen.next() else {
+        while out.len() < max {
+            // The earliest scheduled record, if it is due.
+            let Some((lane, _, at)) = self.earliest(rate) else {
                 break;
             };
-            let ts = (t0 + scheduled_offset_ns(n, rate, burst) as i128).max(0) as u64;
+            if at > offset_now {
+                break;
+            }
+            let Some((n, key)) = self.lanes[lane].gen.next() else {
+                break;
+            };
+            let ts = (t0 + at as i128).max(0) as u64;
             if out.is_empty() {
                 behind = now.saturating_sub(ts);
             }
             out.push(Self::event(n, key, ts, now, pb));
-            match self.gen.next_n() {
-                Some(m) => next = m,
-                None => break,
-            }
         }
         if !out.is_empty() {
             self.account(out.len(), now, behind);
         }
-        if self.gen.next_n().is_none() {
+        let Some((_, _, next_at)) = self.earliest(rate) else {
             return Ok(SourcePoll::Finished);
-        }
+        };
         if out.len() >= max {
             return Ok(SourcePoll::Ready);
         }
-        let next_due = t0 + scheduled_offset_ns(next, rate, burst) as i128;
+        let next_due = t0 + next_at as i128;
         let earliest = now as i128 + self.shared.cfg.tick.as_nanos() as i128;
         let wake = next_due.max(earliest).clamp(0, u64::MAX as i128) as u64;
         Ok(SourcePoll::Idle {
@@ -1159,55 +1271,65 @@ impl<P: Payload> RefSource<P> {
 }
 
 impl<P: Payload> Checkpointed for RefSource<P> {
-    /// The next record's `n` (8 bytes, little endian); W4 adds the run
-    /// time used so far, ns (8 more).
+    /// Each owned split's next record ([`SourceState`], postcard); W4
+    /// adds the run time used so far, ns.
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
-        let pos = self.gen.next_n().unwrap_or(self.shared.total);
-        let mut state = pos.to_le_bytes().to_vec();
-        if self.shared.cfg.workload == Workload::W4 {
-            let elapsed = match self.t0 {
-                Some(t0) => u64::try_from((now_ns() as i128 - t0).max(0)).unwrap_or(u64::MAX),
-                None => self.restored_elapsed.unwrap_or(0),
-            };
-            state.extend_from_slice(&elapsed.to_le_bytes());
-        }
-        Ok(Some(state))
+        let splits: Vec<(u16, u64)> = self
+            .lanes
+            .iter()
+            .flat_map(|l| l.gen.split_positions())
+            .collect();
+        let elapsed = (self.shared.cfg.workload == Workload::W4).then(|| match self.t0 {
+            Some(t0) => u64::try_from((now_ns() as i128 - t0).max(0)).unwrap_or(u64::MAX),
+            None => self.restored_elapsed.unwrap_or(0),
+        });
+        let state: SourceState = (splits, elapsed);
+        Ok(Some(postcard::to_allocvec(&state)?))
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
-        let w4 = self.shared.cfg.workload == Workload::W4;
-        let want = if w4 { 16 } else { 8 };
-        if state.len() != want {
+        let state: SourceState = postcard::from_bytes(state).map_err(|e| {
+            format!("source state does not decode ({e}; a checkpoint of another job?)")
+        })?;
+        self.restore_splits(state)
+    }
+
+    /// Union list state: every split of every old source, each kept by
+    /// the source that owns it now. W4 is refused: its expected records
+    /// are each source's prefix of its splits, which a rescale breaks.
+    fn restore_rescaled(
+        &mut self,
+        chains: &[Vec<&[u8]>],
+        rescale: &lockgate::Rescale,
+    ) -> Result<(), BoxError> {
+        if self.shared.cfg.workload == Workload::W4 {
+            return Err(Box::new(lockgate::FatalError(format!(
+                "W4 cannot be restored at another parallelism ({} to {}): its run is timed per source",
+                rescale.old_parallelism, rescale.parallelism
+            ))));
+        }
+        let mut splits = Vec::new();
+        for last in chains.iter().filter_map(|c| c.last()) {
+            let (s, elapsed): SourceState = postcard::from_bytes(last).map_err(|e| {
+                format!("source state does not decode ({e}; a checkpoint of another job?)")
+            })?;
+            if elapsed.is_some() {
+                return Err("the source state is W4's, not this workload's".into());
+            }
+            splits.extend(s);
+        }
+        let mut seen: Vec<u16> = splits.iter().map(|(s, _)| *s).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.len() != splits.len() || seen.len() != usize::from(SPLITS) {
             return Err(format!(
-                "source state must be {want} bytes for {}, got {} (a checkpoint of another job?)",
-                self.shared.cfg.workload,
-                state.len()
+                "the old sources' states hold {} splits ({} distinct), not each of the {SPLITS} once",
+                splits.len(),
+                seen.len()
             )
             .into());
         }
-        let word = |i: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&state[i * 8..i * 8 + 8]);
-            u64::from_le_bytes(b)
-        };
-        let pos = word(0);
-        if w4 {
-            self.restored_elapsed = Some(word(1));
-        }
-        self.shared
-            .restored
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        let cfg = &self.shared.cfg;
-        self.gen = Generator::starting_at(
-            &self.keys,
-            self.index,
-            cfg.parallelism,
-            self.shared.total,
-            pos,
-        )?;
-        self.shift = true;
-        self.t0 = None;
-        Ok(())
+        self.restore_splits((splits, None))
     }
 }
 

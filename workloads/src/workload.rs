@@ -431,14 +431,35 @@ impl KeySpace {
     }
 }
 
-/// The records of one source: record `n` for every `n` in
-/// `first..total_records` with `n % parallelism == source_index`, in
-/// increasing `n`, as `(n, key)`.
+/// The number of splits a reference workload's records are made of
+/// (`workloads.md`, for rescaling): split `s` holds the records with
+/// `n % SPLITS == s`; source `i` of `P` owns the splits with `s % P == i`.
+/// For `P` dividing 128 that is the plain rule `n % P == i`.
+pub const SPLITS: u16 = 128;
+
+/// The source that owns split `split` at `parallelism`: `split % parallelism`.
+#[inline]
+pub fn split_owner(split: u16, parallelism: usize) -> usize {
+    usize::from(split) % parallelism.max(1)
+}
+
+/// The split of record `n`: `n % SPLITS`.
+#[inline]
+pub fn split_of(n: u64) -> u16 {
+    (n % u64::from(SPLITS)) as u16
+}
+
+/// The records of a set of splits, in increasing `n`, as `(n, key)`: for
+/// source `i` of `P` ([`Generator::new`]) the records of its splits
+/// (`(n % 128) % P == i`) from `first` to `total_records`; after a rescale
+/// ([`Generator::of_splits`]) each split from its own position (splits
+/// that were at different positions under their old sources: the ones
+/// behind go first, as the stream walks `n` upward).
 ///
-/// Each record costs `parallelism` steps of the stream (the source skips
-/// the other sources' outputs). Starting at sequence number `n` (for a
-/// restore, [`Generator::starting_at`]) steps the stream `n` times:
-/// O(n), about 1 ns a step.
+/// Each record costs as many steps of the stream as the gap to the next
+/// owned record (about `P`): the source skips the other sources' outputs.
+/// Starting at sequence number `n` steps the stream `n` times: O(n), about
+/// 1 ns a step.
 #[derive(Clone, Debug)]
 pub struct Generator {
     rng: XorShift64Star,
@@ -447,7 +468,16 @@ pub struct Generator {
     /// steps.
     next_n: u64,
     end: u64,
-    stride: u64,
+    /// The owned splits, ascending (offsets within one period of 128).
+    pattern: Vec<u16>,
+    /// The index in `pattern` of `next_n`'s split.
+    at: usize,
+    /// Per owned split (as `pattern`), its first record still to emit;
+    /// only read while `behind` is set.
+    starts: Vec<u64>,
+    /// Some split's start is beyond `next_n` (after a rescale): records
+    /// below a split's start are skipped.
+    behind: bool,
 }
 
 impl Generator {
@@ -484,23 +514,70 @@ impl Generator {
                 parallelism,
             });
         }
-        let (p, i) = (parallelism as u64, source_index as u64);
-        let r = from_n % p;
-        let first = if r <= i {
-            Some(from_n - r + i)
-        } else {
-            (from_n - r).checked_add(p + i)
-        };
-        let first = first.unwrap_or(u64::MAX).min(total_records);
+        let splits: Vec<(u16, u64)> = (0..SPLITS)
+            .filter(|s| split_owner(*s, parallelism) == source_index)
+            .map(|s| (s, first_of_split_from(s, from_n)))
+            .collect();
+        Ok(Self::of_splits(keys, &splits, total_records))
+    }
+
+    /// The records of `splits`, each `(split, first n still to emit)` (a
+    /// restored source's split positions, e.g. after a rescale), up to
+    /// `total_records`. A position that is not of its split is rounded up
+    /// to the split's next record. No splits: a generator with nothing to
+    /// emit (a source of a parallelism above 128 owns none).
+    pub fn of_splits(keys: &KeySpace, splits: &[(u16, u64)], total_records: u64) -> Self {
+        let mut splits: Vec<(u16, u64)> = splits
+            .iter()
+            .map(|&(s, n)| (s % SPLITS, first_of_split_from(s % SPLITS, n)))
+            .collect();
+        splits.sort_unstable();
+        splits.dedup_by_key(|(s, _)| *s);
+        let pattern: Vec<u16> = splits.iter().map(|(s, _)| *s).collect();
+        let starts: Vec<u64> = splits.iter().map(|(_, n)| *n).collect();
+        let lowest = starts.iter().copied().min().unwrap_or(u64::MAX);
+        let first = lowest.min(total_records);
+        let at = pattern
+            .iter()
+            .position(|s| u64::from(*s) == first % u64::from(SPLITS))
+            .unwrap_or(0);
         let mut rng = XorShift64Star::new();
         rng.skip(first);
-        Ok(Generator {
+        let behind = starts.iter().any(|n| *n > first);
+        let mut g = Generator {
             rng,
             keys: keys.clone(),
-            next_n: first,
+            next_n: if pattern.is_empty() {
+                total_records
+            } else {
+                first
+            },
             end: total_records,
-            stride: p,
-        })
+            pattern,
+            at,
+            starts,
+            behind,
+        };
+        g.skip_to_due_split();
+        g
+    }
+
+    /// Each owned split with the first record it has still to emit, for a
+    /// checkpoint (what [`Generator::of_splits`] takes back).
+    pub fn split_positions(&self) -> Vec<(u16, u64)> {
+        self.pattern
+            .iter()
+            .enumerate()
+            .map(|(j, &s)| {
+                let walked = first_of_split_from(s, self.next_n);
+                let pos = if self.behind {
+                    walked.max(self.starts[j])
+                } else {
+                    walked
+                };
+                (s, pos.min(first_of_split_from(s, self.end)))
+            })
+            .collect()
     }
 
     /// The sequence number of the record [`Iterator::next`] returns next,
@@ -520,6 +597,51 @@ impl Generator {
     pub fn key_space(&self) -> &KeySpace {
         &self.keys
     }
+
+    /// Moves `next_n` to the next owned record, stepping the stream.
+    #[inline]
+    fn advance(&mut self) {
+        let len = self.pattern.len();
+        let here = self.pattern[self.at];
+        let next_at = if self.at + 1 == len { 0 } else { self.at + 1 };
+        let gap = if next_at == 0 {
+            SPLITS - here + self.pattern[0]
+        } else {
+            self.pattern[next_at] - here
+        };
+        self.at = next_at;
+        self.next_n = self.next_n.saturating_add(u64::from(gap));
+        if self.next_n < self.end {
+            // The stream made one step for this record; skip the others'.
+            self.rng.skip(u64::from(gap) - 1);
+        }
+    }
+
+    /// While some split is behind: skips the records of splits whose
+    /// position is beyond them.
+    fn skip_to_due_split(&mut self) {
+        while self.behind && self.next_n < self.end {
+            if self.next_n >= self.starts[self.at] {
+                if self.starts.iter().all(|s| *s <= self.next_n) {
+                    self.behind = false;
+                }
+                return;
+            }
+            self.rng.skip(1);
+            self.advance();
+        }
+    }
+}
+
+/// The first record of split `split` at or after `n`.
+fn first_of_split_from(split: u16, n: u64) -> u64 {
+    let period = u64::from(SPLITS);
+    let base = n - n % period + u64::from(split);
+    if base >= n {
+        base
+    } else {
+        base.saturating_add(period)
+    }
 }
 
 impl Iterator for Generator {
@@ -533,21 +655,25 @@ impl Iterator for Generator {
         }
         let n = self.next_n;
         let key = self.keys.key_of(self.rng.next_output());
-        self.next_n = n.saturating_add(self.stride);
-        if self.next_n < self.end {
-            // Skip the other sources' outputs; after the last record there
-            // is nothing left to skip to.
-            self.rng.skip(self.stride - 1);
+        self.advance();
+        if self.behind {
+            self.skip_to_due_split();
         }
         Some((n, key))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = if self.next_n >= self.end {
-            0
-        } else {
-            (self.end - self.next_n).div_ceil(self.stride)
-        };
+        let left: u64 = self
+            .split_positions()
+            .iter()
+            .map(|&(_, pos)| {
+                if pos >= self.end {
+                    0
+                } else {
+                    (self.end - 1 - pos) / u64::from(SPLITS) + 1
+                }
+            })
+            .sum();
         let left = usize::try_from(left).unwrap_or(usize::MAX);
         (left, Some(left))
     }
@@ -695,18 +821,25 @@ pub fn due_until(now_offset_ns: u64, rate: u64, burst: bool) -> u64 {
 }
 
 /// How many of the sequence numbers `0..bound` belong to source
-/// `source_index` of `parallelism` (those with `n % parallelism ==
-/// source_index`). 0 for a parallelism of 0 or an index out of range.
+/// `source_index` of `parallelism` (those of its splits, `(n % 128) %
+/// parallelism == source_index`). 0 for a parallelism of 0 or an index
+/// out of range.
 pub fn source_share(bound: u64, source_index: usize, parallelism: usize) -> u64 {
     if source_index >= parallelism {
         return 0;
     }
-    let (p, i) = (parallelism as u64, source_index as u64);
-    if bound <= i {
-        0
-    } else {
-        (bound - i - 1) / p + 1
-    }
+    let period = u64::from(SPLITS);
+    (0..SPLITS)
+        .filter(|s| split_owner(*s, parallelism) == source_index)
+        .map(|s| {
+            let s = u64::from(s);
+            if bound <= s {
+                0
+            } else {
+                (bound - 1 - s) / period + 1
+            }
+        })
+        .sum()
 }
 
 // ---------------------------------------------------------------------------
@@ -767,7 +900,7 @@ impl ExpectedResult {
 
     /// The records of a run whose sources stopped where they were (W4,
     /// closed loop for a time): source `i` of `positions.len()` emitted the
-    /// records `n < positions[i]` with `n % positions.len() == i`, out of
+    /// records `n < positions[i]` of its splits ([`split_owner`]), out of
     /// `0..capacity` (O(largest position)).
     pub fn of_positions(positions: &[u64], capacity: u64, keys: &KeySpace) -> Self {
         let p = positions.len().max(1) as u64;
@@ -779,7 +912,11 @@ impl ExpectedResult {
         let mut rng = XorShift64Star::new();
         for n in 0..end {
             let key = keys.key_of(rng.next_output()) as usize;
-            if n < positions.get((n % p) as usize).copied().unwrap_or(0) {
+            if n < positions
+                .get(split_owner(split_of(n), p as usize))
+                .copied()
+                .unwrap_or(0)
+            {
                 sums[key] = sums[key].wrapping_add(chained_map(n));
                 counts[key] += 1;
                 total_records += 1;
@@ -807,7 +944,11 @@ impl ExpectedResult {
             None => n < self.total_records,
             Some(pos) => {
                 let p = pos.len().max(1) as u64;
-                n < self.capacity && n < pos.get((n % p) as usize).copied().unwrap_or(0)
+                n < self.capacity
+                    && n < pos
+                        .get(split_owner(split_of(n), p as usize))
+                        .copied()
+                        .unwrap_or(0)
             }
         }
     }
@@ -1399,13 +1540,44 @@ mod tests {
             for i in 0..p {
                 let part: Vec<(u64, u64)> = Generator::new(&keys, i, p, total).unwrap().collect();
                 assert!(part.windows(2).all(|w| w[0].0 < w[1].0));
-                assert!(part.iter().all(|(n, _)| *n as usize % p == i));
+                assert!(part.iter().all(|(n, _)| (*n % 128) as usize % p == i));
                 assert_eq!(part.len() as u64, source_share(total, i, p));
                 all.extend(part);
             }
             all.sort();
             assert_eq!(all, single, "parallelism {p}");
         }
+    }
+
+    #[test]
+    fn split_generators_rescaled_from_uneven_positions_emit_the_rest_once() {
+        let keys = KeySpace::uniform(97).unwrap();
+        let total = 5_000;
+        let single: Vec<(u64, u64)> = Generator::new(&keys, 0, 1, total).unwrap().collect();
+        // Two sources, stopped at different places.
+        let mut old: Vec<Generator> = (0..2)
+            .map(|i| Generator::new(&keys, i, 2, total).unwrap())
+            .collect();
+        let mut emitted: Vec<(u64, u64)> = old[0].by_ref().take(1_500).collect();
+        emitted.extend(old[1].by_ref().take(300));
+        let positions: Vec<(u16, u64)> = old.iter().flat_map(Generator::split_positions).collect();
+        assert_eq!(positions.len(), 128);
+        // Rescaled to 3: each takes its splits with their positions.
+        for i in 0..3 {
+            let mine: Vec<(u16, u64)> = positions
+                .iter()
+                .copied()
+                .filter(|(s, _)| split_owner(*s, 3) == i)
+                .collect();
+            let g = Generator::of_splits(&keys, &mine, total);
+            let n_left = g.size_hint().0;
+            let part: Vec<(u64, u64)> = g.collect();
+            assert_eq!(part.len(), n_left);
+            assert!(part.windows(2).all(|w| w[0].0 < w[1].0));
+            emitted.extend(part);
+        }
+        emitted.sort();
+        assert_eq!(emitted, single);
     }
 
     #[test]
@@ -1502,10 +1674,9 @@ mod tests {
             let mut per = vec![0u64; p];
             for key in 0..10_000u64 {
                 let r = key_to_subtask(key, p);
-                assert_eq!(
-                    r as u64,
-                    ((key.wrapping_mul(0x9E3779B97F4A7C15)) >> 32) % p as u64
-                );
+                // workloads.md: key group g = hash % 128, subtask g * p / 128.
+                let g = ((key.wrapping_mul(0x9E3779B97F4A7C15)) >> 32) % 128;
+                assert_eq!(r as u64, g * p as u64 / 128);
                 per[r] += 1;
             }
             let even = 10_000 / p as u64;

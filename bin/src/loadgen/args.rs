@@ -21,7 +21,7 @@ pub(crate) enum WorkloadArg {
     W1,
     /// Latency at a fixed rate, open loop.
     W2,
-    /// W2 with bursting odd-numbered sources (skewed alignment).
+    /// W2 with bursting records of odd n (skewed alignment).
     W3,
     /// Sustained backpressure: closed-loop sources for --duration, a sink
     /// that takes 5 µs a record (not a latency test).

@@ -16,9 +16,13 @@ use serde_json::{Map, Value};
 use std::ffi::OsString;
 use std::path::Path;
 
-/// Flags that may differ between a run and its restore (outputs, the
-/// failure plan, the folders themselves); the rest must match.
+/// Flags that may differ between a run and its restore (the parallelism,
+/// outputs, the failure plan, the folders themselves); the rest must
+/// match.
 pub(crate) const MAY_DIFFER: &[&str] = &[
+    // A rescale (issue 14): the engine redistributes keyed state by key
+    // group and the sources' splits; not given, it is the checkpoint's.
+    "parallelism",
     "inject_failures",
     "seed",
     "restore",
@@ -71,6 +75,20 @@ pub(crate) fn recorded_config<T>(dir: &Path, pick: impl Fn(&Value) -> Option<T>)
     ids.iter()
         .rev()
         .find_map(|id| pick(&storage.load_metadata(*id).ok()?.job.config))
+}
+
+/// The source parallelism of `dir`'s newest checkpoint whose metadata
+/// reads (`None`: none does).
+fn recorded_parallelism(dir: &Path) -> Option<usize> {
+    if !dir.is_dir() {
+        return None;
+    }
+    let storage = LocalDirStorage::open(dir).ok()?;
+    let ids = storage.list().ok()?;
+    ids.iter().rev().find_map(|id| {
+        let meta = storage.load_metadata(*id).ok()?;
+        meta.job.parallelism.get("source").map(|p| *p as usize)
+    })
 }
 
 /// `incremental: {incremental, full_every, max_chain_ratio}` as three
@@ -178,6 +196,15 @@ pub(crate) fn resolve(args: Args, argv: &[OsString]) -> Result<Args, String> {
             line.push(shown(value).into());
         }
     }
+    // The parallelism, not recorded with the flags (it may differ), is
+    // the checkpoint's unless given; W4 is not rescaled.
+    let stored_p = recorded_parallelism(&dir);
+    if !given("parallelism") {
+        if let Some(p) = stored_p {
+            line.push("--parallelism".into());
+            line.push(p.to_string().into());
+        }
+    }
     let completed = LoadgenLine::try_parse_from(&line)
         .map(|l| l.args)
         .map_err(|e| {
@@ -190,6 +217,15 @@ pub(crate) fn resolve(args: Args, argv: &[OsString]) -> Result<Args, String> {
     // The merged flags must make a run. (That they make the recorded one
     // the engine checks itself: the checkpoint's `run` config must equal
     // this run's, and it names any difference.)
+    if let Some(p) = stored_p.filter(|p| *p != completed.parallelism) {
+        if matches!(completed.workload, super::args::WorkloadArg::W4) {
+            return Err(format!(
+                "--restore {}: W4 cannot be restored at another parallelism (the checkpoint's is {p}, --parallelism {}): its run is timed per source",
+                dir.display(),
+                completed.parallelism
+            ));
+        }
+    }
     completed.plan().map_err(|e| {
         format!(
             "--restore {}: the flags recorded in its checkpoint, with yours, do not make a run: {e}",

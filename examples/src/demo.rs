@@ -68,7 +68,10 @@ pub fn build(job: &JobBuilder, out: PathBuf, records: u64, pace: Pace) {
             Sequence::part(i.index, i.parallelism, records).paced(64, Duration::from_millis(1))
         }
     })
-    .key_by(|x| x % 2)
+    // Routing key 2 * (x % 2): keys 0 and 1 hash into key groups 0 and
+    // 57, both subtask 0's at parallelism 2; routing keys 0 and 2 fall in
+    // groups 0 and 114, one per subtask.
+    .key_by(|x| (x % 2) * 2)
     .task("keyed_sum", 2)
     .process("keyed_sum", |_| RunningSum::default())
     .rebalance()

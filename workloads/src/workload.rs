@@ -730,7 +730,11 @@ impl Workload {
     }
 
     /// Whether source `source_index` emits in bursts: in W3 the
-    /// odd-numbered sources do (workloads.md names `source[1]` of 2).
+    /// odd-numbered sources do (workloads.md names `source[1]` of 2). W3's
+    /// bursts belong to the records with odd `n`; at an even parallelism
+    /// those are exactly the odd-numbered sources' (the baselines use
+    /// this; lockgate's reference source merges both schedules when a
+    /// source owns records of both parities).
     pub fn source_bursts(self, source_index: usize) -> bool {
         self == Workload::W3 && source_index % 2 == 1
     }

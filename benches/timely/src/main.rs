@@ -4,15 +4,16 @@
 //! One timely worker per source (2 by default, as the reference topology's
 //! parallelism): worker `i` is `source[i]` (it drives a [`Generator`] for
 //! source `i` of `workers` and applies the chained map), hosts
-//! `keyed_sum[i]` (records are exchanged by `hash(key) % workers`, which is
-//! timely's `Exchange` with `key_hash` as the hash: timely routes by
-//! `hash & (peers - 1)` for a power-of-two peer count, `hash % peers`
-//! otherwise, the same subtask as lockgate's `key_to_subtask`), and worker 0 hosts
+//! `keyed_sum[i]` (records are exchanged by key group, as lockgate routes:
+//! timely's `Exchange` with lockgate's `key_to_subtask(key, workers)` as
+//! the hash, which timely's `hash & (peers - 1)` or `hash % peers` leaves
+//! as it is, being below `peers`), and worker 0 hosts
 //! the single sink (every `SumRecord` is exchanged to worker 0).
 //!
 //! Pacing is lockgate's reference source's (`lockgate_workloads::refjob`):
 //! record `n` is due at `t0 + scheduled_offset_ns(n, rate, burst)` (burst for
-//! the odd-numbered sources in W3), carries that intended time in `ts_ns`,
+//! the odd-numbered sources in W3: the records with odd `n` at an even
+//! worker count, as lockgate's rule), carries that intended time in `ts_ns`,
 //! and a worker emits everything due, flushes its input, then steps timely
 //! or parks until the next record is due, never shorter than the tick
 //! (`--tick-us`, default 50 µs like loadgen's). `t0` is shared by all
@@ -32,7 +33,7 @@
 use lockgate_workloads::latency::{LatencyRecorder, Percentiles};
 use lockgate_workloads::refjob::RefJobConfig;
 use lockgate_workloads::workload::{
-    due_until, key_hash, scheduled_offset_ns, Event, ExpectedResult, Generator, KeySpace, KeyedSum,
+    due_until, key_to_subtask, scheduled_offset_ns, Event, ExpectedResult, Generator, KeySpace, KeyedSum,
     SinkCheck, SumRecord, Workload,
 };
 use std::cell::RefCell;
@@ -181,7 +182,9 @@ fn main() -> ExitCode {
             scope
                 .input_from(&mut input)
                 .unary::<timely::container::CapacityContainerBuilder<Vec<SumRecord>>, _, _, _>(
-                    Exchange::new(|e: &Event| key_hash(e.key)),
+                    // The subtask itself as the hash: below `peers`, timely's
+                    // `% peers` (or mask) keeps it, so routing is lockgate's.
+                    Exchange::new(move |e: &Event| key_to_subtask(e.key, peers) as u64),
                     "keyed_sum",
                     |_cap, _info| {
                         let mut state = KeyedSum::new();

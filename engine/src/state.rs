@@ -747,32 +747,6 @@ where
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ValueState<T>(pub T);
 
-impl<T: Serialize + DeserializeOwned> ValueState<T> {
-    /// The value as bytes.
-    ///
-    /// # Errors
-    /// When it cannot be encoded.
-    pub fn snapshot(&self) -> Result<Vec<u8>, StateError> {
-        postcard::to_allocvec(&self.0).map_err(|source| StateError {
-            what: "does not encode",
-            source,
-        })
-    }
-
-    /// The value from bytes of [`ValueState::snapshot`].
-    ///
-    /// # Errors
-    /// When the bytes are not such a snapshot.
-    pub fn restore(bytes: &[u8]) -> Result<Self, StateError> {
-        postcard::from_bytes(bytes)
-            .map(ValueState)
-            .map_err(|source| StateError {
-                what: "does not decode",
-                source,
-            })
-    }
-}
-
 /// Operator state as a list, redistributed evenly on a rescale (Flink's
 /// `ListState` as operator state): the old subtasks' lists are
 /// concatenated in subtask order and new subtask `i` of `P` gets the items
@@ -824,13 +798,15 @@ fn concat_lists<T: DeserializeOwned>(chains: &[Vec<&[u8]>]) -> Result<Vec<T>, St
     Ok(all)
 }
 
-macro_rules! list_state_codec {
+/// `snapshot`/`restore` with postcard, for the operator states of one
+/// value (the tuple struct's field).
+macro_rules! postcard_state_codec {
     ($name:ident) => {
         impl<T: Serialize + DeserializeOwned> $name<T> {
-            /// The list as bytes.
+            /// The state as bytes.
             ///
             /// # Errors
-            /// When an item cannot be encoded.
+            /// When it cannot be encoded.
             pub fn snapshot(&self) -> Result<Vec<u8>, StateError> {
                 postcard::to_allocvec(&self.0).map_err(|source| StateError {
                     what: "does not encode",
@@ -838,7 +814,7 @@ macro_rules! list_state_codec {
                 })
             }
 
-            /// The list from bytes of its `snapshot`.
+            /// The state from bytes of its `snapshot`.
             ///
             /// # Errors
             /// When the bytes are not such a snapshot.
@@ -851,7 +827,15 @@ macro_rules! list_state_codec {
                     })
             }
         }
+    };
+}
+postcard_state_codec!(ValueState);
+postcard_state_codec!(ListState);
+postcard_state_codec!(UnionListState);
 
+/// The managed state of a list, redistributed by its `restore_rescaled`.
+macro_rules! managed_list_state {
+    ($name:ident) => {
         impl<T: Serialize + DeserializeOwned + Send + 'static> ManagedState for $name<T> {
             fn snapshot_managed(&mut self) -> Result<StateSnapshot, BoxError> {
                 Ok(StateSnapshot::ready(self.snapshot()?))
@@ -871,8 +855,8 @@ macro_rules! list_state_codec {
         }
     };
 }
-list_state_codec!(ListState);
-list_state_codec!(UnionListState);
+managed_list_state!(ListState);
+managed_list_state!(UnionListState);
 
 impl<T: DeserializeOwned> ListState<T> {
     /// This subtask's even share of the old subtasks' lists (see the

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::wait_for;
+use common::{wait_for, MaxSink};
 use lockgate::*;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,11 +23,12 @@ struct SplitSource {
     index: usize,
     parallelism: usize,
     end: u64,
+    per_poll: usize,
     splits: Vec<(u16, u64)>,
 }
 
 impl SplitSource {
-    fn new(index: usize, parallelism: usize, end: u64) -> Self {
+    fn new(index: usize, parallelism: usize, end: u64, per_poll: usize) -> Self {
         let splits = (0..SPLITS)
             .filter(|s| usize::from(*s) % parallelism == index)
             .map(|s| (s, u64::from(s)))
@@ -36,6 +37,7 @@ impl SplitSource {
             index,
             parallelism,
             end,
+            per_poll,
             splits,
         }
     }
@@ -43,7 +45,7 @@ impl SplitSource {
 
 impl Source<u64> for SplitSource {
     fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourcePoll, BoxError> {
-        let max = max.min(64);
+        let max = max.min(self.per_poll);
         'fill: while out.len() < max {
             let mut any = false;
             for (_, next) in &mut self.splits {
@@ -120,23 +122,6 @@ impl StatefulOperator<u64, (u64, u64)> for Sum {
     }
 }
 
-/// Keeps the largest sum seen per key (sums only grow, so the largest is
-/// the last), across runs.
-struct MaxSink(Arc<Mutex<HashMap<u64, u64>>>);
-
-impl Sink<(u64, u64)> for MaxSink {
-    fn write(&mut self, input: &mut Vec<(u64, u64)>) -> Result<(), BoxError> {
-        let mut m = self.0.lock().unwrap();
-        for (k, s) in input.drain(..) {
-            let e = m.entry(k).or_default();
-            *e = (*e).max(s);
-        }
-        Ok(())
-    }
-}
-
-impl Checkpointed for MaxSink {}
-
 fn config(dir: &std::path::Path, restore: bool) -> JobConfig {
     let mut config = JobConfig::default();
     config.batch_size = 64;
@@ -155,11 +140,12 @@ fn job(
     config: JobConfig,
     parallelism: usize,
     end: u64,
+    per_poll: usize,
     sums: Arc<Mutex<HashMap<u64, u64>>>,
 ) -> JobBuilder {
     let job = JobBuilder::new("rescale", config);
     job.source("numbers", parallelism, move |i| {
-        SplitSource::new(i.index, i.parallelism, end)
+        SplitSource::new(i.index, i.parallelism, end, per_poll)
     })
     .key_by(|x| x % KEYS)
     .task("keyed_sum", parallelism)
@@ -175,32 +161,37 @@ fn job(
 #[test]
 fn keyed_state_and_source_splits_follow_their_keys_across_rescales() {
     let dir = tempfile::tempdir().unwrap();
-    let end = 4_000_000;
+    let end = 2_000_000;
     let sums = Arc::new(Mutex::new(HashMap::new()));
-    // Parallelism 2, stopped after some checkpoints (incremental ones:
-    // 10,000 keys, a few hundred change between two checkpoints).
-    let h = job(config(dir.path(), false), 2, end, sums.clone())
+    // Parallelism 2, slow sources (8 records a poll: a few hundred of the
+    // 10,000 keys change between two checkpoints, so checkpoints are
+    // deltas), stopped once some were.
+    let h = job(config(dir.path(), false), 2, end, 8, sums.clone())
         .start()
         .unwrap();
-    assert!(wait_for(30, || h.metrics().completed_checkpoints() >= 5));
+    assert!(wait_for(60, || {
+        let m = h.metrics();
+        m.completed_checkpoints() >= 5 && m.checkpoints.iter().any(|c| c.incremental)
+    }));
     h.stop();
-    let m = h.wait().unwrap();
-    assert!(
-        m.checkpoints.iter().any(|c| c.incremental),
-        "some checkpoint before the rescale is a delta"
-    );
+    h.wait().unwrap();
     // Parallelism 3, with a failure of a keyed_sum subtask after the
     // rescale (it restarts from the rescaled checkpoint, or a newer one).
-    let h = job(config(dir.path(), true), 3, end, sums.clone())
+    let h = job(config(dir.path(), true), 3, end, 256, sums.clone())
         .with_failures(FailurePlan::none().with(4, FailurePoint::AfterRecords(5_000)))
         .start()
         .unwrap();
-    assert!(wait_for(30, || h.metrics().completed_checkpoints() >= 3));
+    // Stopped once the failure struck and checkpoints completed (a
+    // condition, not a time).
+    assert!(wait_for(60, || {
+        let m = h.metrics();
+        m.restarts >= 1 && m.completed_checkpoints() >= 3
+    }));
     h.stop();
     let m = h.wait().unwrap();
     assert_eq!(m.restarts, 1, "the planned failure struck once");
     // Parallelism 1, to the end.
-    let h = job(config(dir.path(), true), 1, end, sums.clone())
+    let h = job(config(dir.path(), true), 1, end, 256, sums.clone())
         .start()
         .unwrap();
     h.wait().unwrap();
@@ -243,7 +234,7 @@ fn an_operator_without_a_redistribution_rule_fails_the_restore_by_name() {
     let make = |restore: bool, p: usize| {
         let job = JobBuilder::new("plain", config(dir.path(), restore));
         job.source("numbers", p, move |i| {
-            SplitSource::new(i.index, i.parallelism, u64::MAX)
+            SplitSource::new(i.index, i.parallelism, u64::MAX, 64)
         })
         .key_by(|x| x % KEYS)
         .task("count", p)
@@ -279,18 +270,18 @@ fn a_parallelism_above_max_parallelism_and_a_changed_max_parallelism_are_refused
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path(), false);
     c.max_parallelism = 2;
-    let err = job(c, 3, 10, Arc::default())
+    let err = job(c, 3, 10, 64, Arc::default())
         .start()
         .unwrap_err()
         .to_string();
     assert!(err.contains("max_parallelism of 2"), "{err}");
-    let h = job(config(dir.path(), false), 2, 100_000, Arc::default())
+    let h = job(config(dir.path(), false), 2, 100_000, 256, Arc::default())
         .start()
         .unwrap();
     h.wait().unwrap();
     let mut c = config(dir.path(), true);
     c.max_parallelism = 64;
-    let err = job(c, 2, 100_000, Arc::default())
+    let err = job(c, 2, 100_000, 256, Arc::default())
         .start()
         .unwrap_err()
         .to_string();

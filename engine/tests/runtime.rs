@@ -62,20 +62,6 @@ fn held_sum_job(
     (job, finals)
 }
 
-struct MaxSink(Finals);
-impl Sink<(u64, u64)> for MaxSink {
-    fn write(&mut self, input: &mut Vec<(u64, u64)>) -> Result<(), BoxError> {
-        let mut m = self.0.lock().unwrap();
-        for (k, s) in input.drain(..) {
-            let e = m.entry(k).or_default();
-            *e = (*e).max(s);
-        }
-        Ok(())
-    }
-}
-
-impl Checkpointed for MaxSink {}
-
 struct Failing {
     after: u64,
     seen: u64,

@@ -3,6 +3,24 @@
 
 use lockgate::*;
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Keeps the largest sum seen per key (sums only grow, so the largest is
+/// the last), across runs that share the map.
+pub(crate) struct MaxSink(pub Arc<Mutex<HashMap<u64, u64>>>);
+
+impl Sink<(u64, u64)> for MaxSink {
+    fn write(&mut self, input: &mut Vec<(u64, u64)>) -> Result<(), BoxError> {
+        let mut m = self.0.lock().unwrap();
+        for (k, s) in input.drain(..) {
+            let e = m.entry(k).or_default();
+            *e = (*e).max(s);
+        }
+        Ok(())
+    }
+}
+
+impl Checkpointed for MaxSink {}
 
 /// Emits `next, next+step, ...` below `end` (`end = u64::MAX`: forever),
 /// at most `per_poll` records a poll, then idles `pause_ns` if not 0; its

@@ -64,7 +64,10 @@ pub(crate) struct Args {
     /// The output folder (by_visibility.csv, daily.csv, parts/).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
-    /// Subtasks of the keyed operators (the join and the aggregates).
+    /// Subtasks of the keyed operators (the join and the aggregates). With
+    /// --restore it may differ from the checkpoint's: the job is rescaled
+    /// (keyed state moves by key group, the sinks' pending parts to their
+    /// new owners).
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub parallelism: usize,
     /// The watermark bound: how far (minutes of time_hour) a record may

@@ -168,6 +168,71 @@ fn the_bundled_data_with_injected_failures_gives_the_golden_files() {
 }
 
 #[test]
+fn the_bundled_data_rescaled_mid_run_gives_the_golden_files() {
+    // Issue 14: killed at parallelism 2 after a checkpoint, restored at 3:
+    // the join's and the windows' keyed state move by key group, the
+    // sinks' pending parts are committed by their new owners.
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/flights");
+    let dir = tempfile::tempdir().unwrap();
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lockgate"))
+        .args([
+            "flights",
+            "--out",
+            out.to_str().unwrap(),
+            "--parallelism",
+            "2",
+        ])
+        .args([
+            "--checkpoint",
+            "exactly-once",
+            "--checkpoint-interval-ms",
+            "20",
+        ])
+        .args(["--checkpoint-dir", chk.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let has_checkpoint = || {
+        std::fs::read_dir(&chk).is_ok_and(|d| {
+            d.filter_map(Result::ok)
+                .any(|e| e.file_name().to_string_lossy().starts_with("chk-"))
+        })
+    };
+    while !has_checkpoint() && std::time::Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let _ = child.kill(); // SIGKILL
+    let _ = child.wait();
+    assert!(has_checkpoint(), "no checkpoint in {}", chk.display());
+    let o = lockgate(&[
+        "flights",
+        "--out",
+        out.to_str().unwrap(),
+        "--parallelism",
+        "3",
+        "--checkpoint",
+        "exactly-once",
+        "--restore",
+        chk.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    assert!(stdout.contains("flights: 336776 records read"), "{stdout}");
+    assert!(stdout.contains("late records: 0"), "{stdout}");
+    for name in ["by_visibility.csv", "daily.csv"] {
+        let got = std::fs::read(out.join(name)).unwrap();
+        let want = std::fs::read(golden.join(name)).unwrap();
+        assert!(got == want, "{name} differs from the golden file");
+    }
+}
+
+#[test]
 fn a_checkpoint_interval_without_checkpoints_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     let (f, w) = files(dir.path(), FLIGHTS, WEATHER);

@@ -13,6 +13,7 @@
 
 use crate::element::CheckpointId;
 use crate::error::BoxError;
+use crate::key_groups::Rescale;
 use crate::operator::Checkpointed;
 use crate::operator::Sink;
 use serde::de::DeserializeOwned;
@@ -65,6 +66,28 @@ pub trait TwoPhaseCommit<T>: Send {
     /// # Errors
     /// Any I/O error; the restore then fails.
     fn recover(&mut self, restored: CheckpointId, pending: &[Self::Txn]) -> Result<(), BoxError>;
+
+    /// After a restore at another parallelism, for each old subtask
+    /// `old` this subtask takes over (`old % parallelism == subtask`):
+    /// what [`TwoPhaseCommit::recover`] and then `commit` of each of
+    /// `pending` do, for the output of old subtask `old` (remove what it
+    /// wrote after `restored`, make its pending transactions visible).
+    /// Default: refused (an output must say how another subtask finishes
+    /// its transactions).
+    ///
+    /// # Errors
+    /// Any I/O error, or no such rule; the restore then fails.
+    fn adopt(
+        &mut self,
+        old: usize,
+        restored: CheckpointId,
+        pending: Vec<Self::Txn>,
+    ) -> Result<(), BoxError> {
+        let _ = (restored, pending);
+        Err(Box::new(crate::error::FatalError(format!(
+            "the transactional output declares no rule to take over the transactions of old subtask {old} (TwoPhaseCommit::adopt)"
+        ))))
+    }
 
     /// Called when the sink starts without restored state: remove leftovers
     /// of this subtask from an earlier run (open transactions). Default:
@@ -198,6 +221,35 @@ impl<T, P: TwoPhaseCommit<T>> Checkpointed for TwoPhaseCommitSink<T, P> {
         self.inner.recover(state.checkpoint, &txns)?;
         for txn in txns {
             self.inner.commit(txn)?;
+        }
+        Ok(())
+    }
+
+    /// Each old subtask `j`'s pre-committed transactions are finished by
+    /// new subtask `j % parallelism` ([`TwoPhaseCommit::adopt`]); a new
+    /// subtask that takes over none starts fresh.
+    fn restore_rescaled(
+        &mut self,
+        chains: &[Vec<&[u8]>],
+        rescale: &Rescale,
+    ) -> Result<(), BoxError> {
+        self.started = true;
+        let mut adopted = false;
+        for (j, chain) in chains.iter().enumerate() {
+            if j % rescale.parallelism != rescale.subtask {
+                continue;
+            }
+            let Some(last) = chain.last() else { continue };
+            let state: SinkState<P::Txn> = serde_json::from_slice(last).map_err(|e| {
+                format!("two-phase-commit sink state of old subtask {j} does not decode: {e}")
+            })?;
+            let txns: Vec<P::Txn> = state.pending.into_iter().map(|(_, t)| t).collect();
+            self.inner.adopt(j, state.checkpoint, txns)?;
+            adopted |= j == rescale.subtask;
+        }
+        if !adopted {
+            // Its own leftovers (open transactions of an earlier run).
+            self.inner.start_fresh()?;
         }
         Ok(())
     }

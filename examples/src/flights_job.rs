@@ -75,7 +75,10 @@ impl FlightsJobSpec {
     }
 
     /// The job's configuration as recorded in checkpoints: a restore from a
-    /// checkpoint of another configuration is refused by the engine.
+    /// checkpoint of another configuration is refused by the engine. The
+    /// parallelism is not part of it: a restore at another one is a
+    /// rescale (the engine redistributes the join's and the windows' keyed
+    /// state by key group, and the sinks' pending parts).
     /// The output folder is part of it (made absolute when it exists):
     /// the committed parts a restore goes on with live there.
     pub fn app_config(&self) -> serde_json::Value {
@@ -84,7 +87,6 @@ impl FlightsJobSpec {
             "out": out.display().to_string(),
             "flights": self.flights.display().to_string(),
             "weather": self.weather.display().to_string(),
-            "parallelism": self.parallelism,
             "max_out_of_orderness_ms": self.max_out_of_orderness_ms,
             "bad_rows": format!("{:?}", self.bad_rows),
         })
@@ -299,6 +301,8 @@ pub fn build(job: &JobBuilder, spec: &FlightsJobSpec) -> FlightsProbes {
                 )
                 .with_counts_slot(join_slots[i.index].clone()),
             )
+            // Its state is keyed as its input is routed: rescalable.
+            .with_routing_key(|(o, t): &(Origin, i64)| origin_time_hash(o, *t))
         });
 
     let late_slots = probes.daily_late.clone();
@@ -324,6 +328,7 @@ pub fn build(job: &JobBuilder, spec: &FlightsJobSpec) -> FlightsProbes {
                 |e: &EnrichedFlight| e.flight.time_hour_ms,
             )
             .with_late_count_slot(late_slots[i.index].clone())
+            .with_routing_key(origin_hash)
         })
         .flat_map(|o: DailyOut| match o {
             WindowOutput::Fired(r) => Some(DailyRow {
@@ -349,6 +354,7 @@ pub fn build(job: &JobBuilder, spec: &FlightsJobSpec) -> FlightsProbes {
                 |e: &EnrichedFlight| (e.flight.origin, e.visibility),
                 |e: &EnrichedFlight| e.flight.time_hour_ms,
             )
+            .with_routing_key(|(o, _): &(Origin, Visibility)| origin_hash(o))
         })
         .flat_map(|o: ByVisOut| match o {
             WindowOutput::Fired(r) => Some(ByVisibilityRow {

@@ -16,10 +16,10 @@
 //! end of event time: every event-time timer left fires then.
 
 use crate::timers::TimerService;
-use crate::window::WindowKey;
+use crate::window::{RoutingKeyFn, WindowKey};
 use lockgate::Checkpointed;
 use lockgate::Context;
-use lockgate::{BoxError, CheckpointId, Either, Operator, Watermark};
+use lockgate::{BoxError, CheckpointId, Either, FatalError, Operator, Rescale, Watermark};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -166,6 +166,18 @@ pub trait KeyedCoProcessFunction<A, B, O>: Send {
     fn restore_function(&mut self, _bytes: &[u8]) -> Result<(), BoxError> {
         Ok(())
     }
+
+    /// After a restore at another parallelism: adds the function state of
+    /// one more old subtask (old subtask `j`'s goes to new subtask
+    /// `j % P`, so counters summed over subtasks stay exact), after
+    /// [`KeyedCoProcessFunction::restore_function`] of the first or none.
+    /// Default: refused (a function with state must say how it merges).
+    ///
+    /// # Errors
+    /// When the function cannot merge its state or the bytes do not decode.
+    fn merge_function(&mut self, _bytes: &[u8]) -> Result<(), BoxError> {
+        Err("the function declares no rule to merge its state (KeyedCoProcessFunction::merge_function)".into())
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -185,6 +197,7 @@ pub struct KeyedCoProcessOperator<A, B, O, F: KeyedCoProcessFunction<A, B, O>> {
     f: F,
     keyed: HashMap<F::Key, F::State>,
     timers: TimerService<F::Key>,
+    routing_key: Option<RoutingKeyFn<F::Key>>,
     _types: std::marker::PhantomData<fn(A, B) -> O>,
 }
 
@@ -204,8 +217,23 @@ impl<A, B, O, F: KeyedCoProcessFunction<A, B, O>> KeyedCoProcessOperator<A, B, O
             f,
             keyed: HashMap::new(),
             timers: TimerService::new(),
+            routing_key: None,
             _types: std::marker::PhantomData,
         }
+    }
+
+    /// Makes the keyed state rescalable: `routing_key(key)` is the `u64`
+    /// the input's `key_by` returns for the records of `key`, so that a
+    /// restore at another parallelism keeps at each subtask the state and
+    /// timers of the keys routed to it now; the function's own state is
+    /// merged by [`KeyedCoProcessFunction::merge_function`]. Without it a
+    /// rescaled restore fails, naming the operator.
+    pub fn with_routing_key(
+        mut self,
+        routing_key: impl Fn(&F::Key) -> u64 + Send + 'static,
+    ) -> Self {
+        self.routing_key = Some(Box::new(routing_key));
+        self
     }
 
     /// The function.
@@ -351,6 +379,52 @@ where
         if let Some(bytes) = state.function {
             self.f.restore_function(&bytes)?;
         }
+        Ok(())
+    }
+
+    fn restore_rescaled(
+        &mut self,
+        chains: &[Vec<&[u8]>],
+        rescale: &Rescale,
+    ) -> Result<(), BoxError> {
+        let Some(route) = &self.routing_key else {
+            return Err(Box::new(FatalError(format!(
+                "the co-process operator has no routing key (KeyedCoProcessOperator::with_routing_key) to redistribute its state from parallelism {} to {}",
+                rescale.old_parallelism, rescale.parallelism
+            ))));
+        };
+        let (mut keyed, mut timers) = (HashMap::new(), None::<TimerService<F::Key>>);
+        let mut functions = 0;
+        for (j, chain) in chains.iter().enumerate() {
+            let Some(last) = chain.last() else { continue };
+            let state: CoState<F::Key, F::State> = serde_json::from_slice(last)
+                .map_err(|e| format!("co-process state of old subtask {j} does not decode: {e}"))?;
+            keyed.extend(
+                state
+                    .keyed
+                    .into_iter()
+                    .filter(|(k, _)| rescale.owns_key(route(k))),
+            );
+            let mut t = state.timers;
+            t.retain_keys(|k| rescale.owns_key(route(k)));
+            match &mut timers {
+                Some(all) => all.merge(t),
+                None => timers = Some(t),
+            }
+            if let Some(bytes) = state
+                .function
+                .filter(|_| j % rescale.parallelism == rescale.subtask)
+            {
+                if functions == 0 {
+                    self.f.restore_function(&bytes)?;
+                } else {
+                    self.f.merge_function(&bytes)?;
+                }
+                functions += 1;
+            }
+        }
+        self.keyed = keyed;
+        self.timers = timers.unwrap_or_default();
         Ok(())
     }
 }

@@ -206,6 +206,30 @@ impl<T: Send> TwoPhaseCommit<T> for TransactionalFileSink<T> {
         self.remove_leftovers(None)
     }
 
+    /// Finishes old subtask `old`'s output as it would have on its own
+    /// restore: its files after `restored` removed, its pending parts
+    /// committed (under its own name, so the parts of every subtask stay
+    /// apart).
+    fn adopt(
+        &mut self,
+        old: usize,
+        restored: CheckpointId,
+        pending: Vec<FileTxn>,
+    ) -> Result<(), BoxError> {
+        let mut as_old = TransactionalFileSink::<T> {
+            dir: self.dir.clone(),
+            subtask: old,
+            format: Box::new(|_, _| {}),
+            writer: None,
+            buf: Vec::new(),
+        };
+        as_old.recover(restored, &pending)?;
+        for txn in pending {
+            as_old.commit(txn)?;
+        }
+        Ok(())
+    }
+
     fn is_empty(&self, txn: &FileTxn) -> bool {
         txn.records == 0
     }

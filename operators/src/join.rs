@@ -260,6 +260,18 @@ where
         self.publish();
         Ok(())
     }
+
+    /// Adds the counters of another old subtask (a rescaled restore).
+    fn merge_function(&mut self, bytes: &[u8]) -> Result<(), BoxError> {
+        let other: JoinCounts = serde_json::from_slice(bytes)
+            .map_err(|e| format!("join counters do not decode: {e}"))?;
+        self.counts.late_facts += other.late_facts;
+        self.counts.late_rows += other.late_rows;
+        self.counts.unmatched += other.unmatched;
+        self.counts.duplicate_rows += other.duplicate_rows;
+        self.publish();
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -112,6 +112,23 @@ impl<K: Ord + Clone> TimerService<K> {
         due
     }
 
+    /// Keeps only the timers of the keys `keep` accepts (a rescaled
+    /// restore keeps the keys this subtask owns now).
+    pub fn retain_keys(&mut self, keep: impl Fn(&K) -> bool) {
+        self.event.retain(|(_, k)| keep(k));
+        self.processing.retain(|(_, k)| keep(k));
+    }
+
+    /// Adds `other`'s timers (a rescaled restore gathers the timers of
+    /// several old subtasks); the watermark becomes the lower of the two
+    /// (at an aligned checkpoint every subtask has seen the same
+    /// watermarks, so they are equal).
+    pub fn merge(&mut self, other: TimerService<K>) {
+        self.event.extend(other.event);
+        self.processing.extend(other.processing);
+        self.watermark = self.watermark.min(other.watermark);
+    }
+
     /// The earliest processing-time timer, ns.
     pub fn next_processing_time(&self) -> Option<u64> {
         self.processing.first().map(|(t, _)| *t)

@@ -27,7 +27,7 @@
 use crate::timers::TimerService;
 use lockgate::Checkpointed;
 use lockgate::Context;
-use lockgate::{BoxError, CheckpointId, Operator, RecordSize, Watermark};
+use lockgate::{BoxError, CheckpointId, FatalError, Operator, RecordSize, Rescale, Watermark};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -376,6 +376,10 @@ struct WindowState<K, Acc> {
     late: u64,
 }
 
+/// The routing key of a state key: the `u64` the input's `key_by` returns
+/// for that key's records (see [`WindowOperator::with_routing_key`]).
+pub(crate) type RoutingKeyFn<K> = Box<dyn Fn(&K) -> u64 + Send>;
+
 /// A keyed event-time window operator (see the module docs). Its input
 /// must be partitioned by the same key (`key_by`), so that a key's records
 /// meet in one subtask.
@@ -387,6 +391,7 @@ pub struct WindowOperator<T, K, A: AggregateFunction<T>> {
     allowed_lateness_ms: i64,
     late_side_output: bool,
     late_slot: Option<Arc<AtomicU64>>,
+    routing_key: Option<RoutingKeyFn<K>>,
     windows: HashMap<(K, TimeWindow), A::Acc>,
     timers: TimerService<(K, TimeWindow)>,
     late: u64,
@@ -417,6 +422,7 @@ impl<T, K: WindowKey, A: AggregateFunction<T>> WindowOperator<T, K, A> {
             allowed_lateness_ms: 0,
             late_side_output: false,
             late_slot: None,
+            routing_key: None,
             windows: HashMap::new(),
             timers: TimerService::new(),
             late: 0,
@@ -445,6 +451,18 @@ impl<T, K: WindowKey, A: AggregateFunction<T>> WindowOperator<T, K, A> {
     /// each subtask its own slot.
     pub fn with_late_count_slot(mut self, slot: Arc<AtomicU64>) -> Self {
         self.late_slot = Some(slot);
+        self
+    }
+
+    /// Makes the windows rescalable: `routing_key(key)` is the `u64` the
+    /// input's `key_by` returns for the records of `key`, so that a
+    /// restore at another parallelism keeps at each subtask the windows
+    /// (and timers) of the keys routed to it now
+    /// ([`lockgate::Checkpointed::restore_rescaled`]); the late-record
+    /// count of old subtask `j` goes to new subtask `j % P`, so the sum is
+    /// kept. Without it a rescaled restore fails, naming the operator.
+    pub fn with_routing_key(mut self, routing_key: impl Fn(&K) -> u64 + Send + 'static) -> Self {
+        self.routing_key = Some(Box::new(routing_key));
         self
     }
 
@@ -600,6 +618,46 @@ where
         self.windows = state.windows.into_iter().collect();
         self.timers = state.timers;
         self.late = state.late;
+        self.publish_late();
+        Ok(())
+    }
+
+    fn restore_rescaled(
+        &mut self,
+        chains: &[Vec<&[u8]>],
+        rescale: &Rescale,
+    ) -> Result<(), BoxError> {
+        let Some(route) = &self.routing_key else {
+            return Err(Box::new(FatalError(format!(
+                "the window operator has no routing key (WindowOperator::with_routing_key) to redistribute its windows from parallelism {} to {}",
+                rescale.old_parallelism, rescale.parallelism
+            ))));
+        };
+        let (mut windows, mut timers, mut late) =
+            (HashMap::new(), None::<TimerService<(K, TimeWindow)>>, 0);
+        for (j, chain) in chains.iter().enumerate() {
+            let Some(last) = chain.last() else { continue };
+            let state: WindowState<K, A::Acc> = serde_json::from_slice(last)
+                .map_err(|e| format!("window state of old subtask {j} does not decode: {e}"))?;
+            windows.extend(
+                state
+                    .windows
+                    .into_iter()
+                    .filter(|((k, _), _)| rescale.owns_key(route(k))),
+            );
+            let mut t = state.timers;
+            t.retain_keys(|(k, _)| rescale.owns_key(route(k)));
+            match &mut timers {
+                Some(all) => all.merge(t),
+                None => timers = Some(t),
+            }
+            if j % rescale.parallelism == rescale.subtask {
+                late += state.late;
+            }
+        }
+        self.windows = windows;
+        self.timers = timers.unwrap_or_default();
+        self.late = late;
         self.publish_late();
         Ok(())
     }
@@ -843,5 +901,52 @@ mod tests {
         // a late update of it after the restore too
         assert!(got.contains(&(1, 0, 6, true)));
         assert!(restored.restore_state(b"not json").is_err());
+    }
+
+    #[test]
+    fn a_rescaled_restore_keeps_the_windows_of_the_keys_routed_here() {
+        // Two old subtasks with windows of keys 1..=6; restored at 2 and 1.
+        let mut olds = [sum_op(), sum_op()];
+        drive(&mut olds[0], &[(1, 5, 1), (2, 5, 2), (3, 15, 3)]);
+        drive(&mut olds[1], &[(4, 5, 4), (5, 25, 5), (6, 5, 6)]);
+        let snaps: Vec<Vec<u8>> = olds
+            .iter_mut()
+            .map(|o| o.snapshot_state(CheckpointId(1)).unwrap().unwrap())
+            .collect();
+        let chains: Vec<Vec<&[u8]>> = snaps.iter().map(|b| vec![&b[..]]).collect();
+        let rescale = |subtask, parallelism| Rescale {
+            subtask,
+            parallelism,
+            old_parallelism: 2,
+            max_parallelism: 128,
+        };
+        let restored = |subtask, parallelism| {
+            let mut op = sum_op().with_routing_key(|k: &u32| u64::from(*k));
+            op.restore_rescaled(&chains, &rescale(subtask, parallelism))
+                .unwrap();
+            op
+        };
+        let fired_at = |mut op: WindowOperator<Rec, u32, _>| -> Vec<u32> {
+            let mut keys: Vec<u32> = fired(&watermark(&mut op, i64::MAX))
+                .into_iter()
+                .map(|f| f.0)
+                .collect();
+            keys.sort_unstable();
+            keys
+        };
+        // At 1: every window; at 2: each key where key_to_subtask sends it.
+        assert_eq!(fired_at(restored(0, 1)), [1, 2, 3, 4, 5, 6]);
+        for i in 0..2 {
+            let want: Vec<u32> = (1..=6u32)
+                .filter(|k| lockgate::key_to_subtask(u64::from(*k), 2) == i)
+                .collect();
+            assert_eq!(fired_at(restored(i, 2)), want, "subtask {i}");
+        }
+        // Without a routing key the restore is refused, naming the rule.
+        let err = sum_op()
+            .restore_rescaled(&chains, &rescale(0, 1))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("with_routing_key"), "{err}");
     }
 }

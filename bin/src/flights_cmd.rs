@@ -64,12 +64,12 @@ pub(crate) struct Args {
     /// The output folder (by_visibility.csv, daily.csv, parts/).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
-    /// Subtasks of the keyed operators (the join and the aggregates). With
-    /// --restore it may differ from the checkpoint's: the job is rescaled
-    /// (keyed state moves by key group, the sinks' pending parts to their
-    /// new owners).
-    #[arg(long, default_value_t = 2, value_name = "N")]
-    pub parallelism: usize,
+    /// Subtasks of the keyed operators (the join and the aggregates)
+    /// [default: 2; with --restore, the checkpoint's]. With --restore it
+    /// may differ from the checkpoint's: the job is rescaled (keyed state
+    /// moves by key group, the sinks' pending parts to their new owners).
+    #[arg(long, value_name = "N")]
+    pub parallelism: Option<usize>,
     /// The watermark bound: how far (minutes of time_hour) a record may
     /// come after a later one and still be on time.
     #[arg(long, default_value_t = 60, value_name = "N")]
@@ -100,6 +100,10 @@ pub(crate) struct Args {
     #[command(flatten)]
     pub incremental: crate::incremental_args::IncrementalArgs,
 }
+
+/// The flights job's parallelism unless `--parallelism` or a restored
+/// checkpoint says otherwise.
+const DEFAULT_PARALLELISM: usize = 2;
 
 /// The output folder the newest readable checkpoint in `dir` recorded.
 fn recorded_out(dir: &std::path::Path) -> Option<String> {
@@ -135,11 +139,17 @@ pub(crate) fn run(args: Args) -> ExitCode {
         Ok(p) => p,
         Err(e) => return usage_error(&e.to_string()),
     };
-    if args.parallelism == 0 || args.parallelism > crate::loadgen::args::MAX_CLI_PARALLELISM {
+    // Not given: the checkpoint's on a restore (as loadgen), else 2.
+    let parallelism = args.parallelism.unwrap_or_else(|| {
+        args.restore
+            .as_deref()
+            .and_then(|d| crate::loadgen::restore::recorded_parallelism(d, "aggregate"))
+            .unwrap_or(DEFAULT_PARALLELISM)
+    });
+    if parallelism == 0 || parallelism > crate::loadgen::args::MAX_CLI_PARALLELISM {
         return usage_error(&format!(
-            "--parallelism must be between 1 and {}, got {}",
+            "--parallelism must be between 1 and {}, got {parallelism}",
             crate::loadgen::args::MAX_CLI_PARALLELISM,
-            args.parallelism
         ));
     }
     if args.inject_failures > MAX_INJECTED_FAILURES {
@@ -196,7 +206,7 @@ pub(crate) fn run(args: Args) -> ExitCode {
         flights: normalised(&flights),
         weather: normalised(&weather),
         out_dir: args.out.clone(),
-        parallelism: args.parallelism,
+        parallelism,
         max_out_of_orderness_ms: bound_ms,
         bad_rows: match args.bad_rows {
             BadRowsArg::Fail => BadRows::Fail,

@@ -230,6 +230,23 @@ fn the_bundled_data_rescaled_mid_run_gives_the_golden_files() {
         let want = std::fs::read(golden.join(name)).unwrap();
         assert!(got == want, "{name} differs from the golden file");
     }
+    // Restored again without --parallelism: the checkpoint's (3), not
+    // the default 2.
+    let o = lockgate(&[
+        "flights",
+        "--out",
+        out.to_str().unwrap(),
+        "--restore",
+        chk.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let store = lockgate::LocalDirStorage::open(&chk).unwrap();
+    let newest = *lockgate::CheckpointStorage::list(&store)
+        .unwrap()
+        .last()
+        .unwrap();
+    let meta = lockgate::CheckpointStorage::load_metadata(&store, newest).unwrap();
+    assert_eq!(meta.job.parallelism.get("aggregate"), Some(&3), "{meta:?}");
 }
 
 #[test]

@@ -290,3 +290,45 @@ fn a_parallelism_above_max_parallelism_and_a_changed_max_parallelism_are_refused
         "{err}"
     );
 }
+
+#[test]
+fn state_beyond_a_checkpoints_recorded_parallelism_makes_it_unusable() {
+    // An edited _metadata that records fewer keyed_sum subtasks than it
+    // has state files would drop their keys in silence: such a checkpoint
+    // is skipped like a corrupt one, naming why, and the older one used.
+    let dir = tempfile::tempdir().unwrap();
+    let end = 200_000;
+    let sums = Arc::new(Mutex::new(HashMap::new()));
+    let h = job(config(dir.path(), false), 2, end, 8, sums.clone())
+        .start()
+        .unwrap();
+    assert!(wait_for(60, || h.metrics().completed_checkpoints() >= 1));
+    h.stop_with_savepoint();
+    h.wait().unwrap();
+    let store = LocalDirStorage::open(dir.path()).unwrap();
+    let newest = *store.list().unwrap().last().unwrap();
+    let loaded = store.load(newest).unwrap();
+    let mut meta = loaded.metadata.clone();
+    meta.id = newest.next();
+    meta.job.parallelism.insert("keyed_sum".into(), 1);
+    let states: Vec<(TaskStateKey, Vec<u8>)> = loaded.states.into_iter().collect();
+    store.write_checkpoint(&meta, &states).unwrap();
+    drop(store);
+    let m = job(config(dir.path(), true), 3, end, 256, sums.clone())
+        .start()
+        .unwrap()
+        .wait()
+        .unwrap();
+    let skipped = &m.restore_skipped;
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert!(
+        skipped[0].reason.contains("keyed_sum[1]") && skipped[0].reason.contains("parallelism 1"),
+        "{skipped:?}"
+    );
+    let got = sums.lock().unwrap().clone();
+    let mut want: HashMap<u64, u64> = HashMap::new();
+    for x in 0..end {
+        *want.entry(x % KEYS).or_default() += x;
+    }
+    assert_eq!(got, want);
+}

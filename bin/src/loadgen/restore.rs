@@ -77,9 +77,9 @@ pub(crate) fn recorded_config<T>(dir: &Path, pick: impl Fn(&Value) -> Option<T>)
         .find_map(|id| pick(&storage.load_metadata(*id).ok()?.job.config))
 }
 
-/// The source parallelism of `dir`'s newest checkpoint whose metadata
-/// reads (`None`: none does).
-fn recorded_parallelism(dir: &Path) -> Option<usize> {
+/// The parallelism of task `task` in `dir`'s newest checkpoint whose
+/// metadata reads and has it (`None`: none does).
+pub(crate) fn recorded_parallelism(dir: &Path, task: &str) -> Option<usize> {
     if !dir.is_dir() {
         return None;
     }
@@ -87,7 +87,7 @@ fn recorded_parallelism(dir: &Path) -> Option<usize> {
     let ids = storage.list().ok()?;
     ids.iter().rev().find_map(|id| {
         let meta = storage.load_metadata(*id).ok()?;
-        meta.job.parallelism.get("source").map(|p| *p as usize)
+        meta.job.parallelism.get(task).map(|p| *p as usize)
     })
 }
 
@@ -198,7 +198,7 @@ pub(crate) fn resolve(args: Args, argv: &[OsString]) -> Result<Args, String> {
     }
     // The parallelism, not recorded with the flags (it may differ), is
     // the checkpoint's unless given; W4 is not rescaled.
-    let stored_p = recorded_parallelism(&dir);
+    let stored_p = recorded_parallelism(&dir, "source");
     if !given("parallelism") {
         if let Some(p) = stored_p {
             line.push("--parallelism".into());

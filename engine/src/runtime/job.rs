@@ -26,7 +26,7 @@ use crate::error::{JobError, TaskError};
 use crate::failure::FailurePlan;
 use crate::failure::FailurePoint;
 use crate::failure::InjectedFailure;
-use crate::key_groups::Rescale;
+use crate::key_groups::{Rescale, UPPER_MAX_PARALLELISM};
 use crate::metrics::{TaskMetrics, TaskMetricsSnapshot};
 use crate::protocol::{Control, OperatorSnapshot, TaskEvent, TaskRestore};
 use crate::task_id::TaskId;
@@ -873,6 +873,40 @@ fn restored_from(loaded: LoadedCheckpoint) -> Result<RestoredState, JobError> {
     })
 }
 
+/// Why a loaded checkpoint's state files do not fit its recorded
+/// parallelism (a damaged or edited `_metadata`): a task with parallelism
+/// 0 or above the number of key groups, or state of a subtask that the
+/// recorded parallelism does not have (it would be dropped in silence by
+/// a restore, rescaled or not).
+fn layout_error(loaded: &LoadedCheckpoint) -> Option<String> {
+    let job = &loaded.metadata.job;
+    let path = loaded.handle.path.display();
+    if let Some((task, p)) = job
+        .parallelism
+        .iter()
+        .find(|(_, p)| **p == 0 || **p > job.max_parallelism)
+    {
+        return Some(format!(
+            "{path} records parallelism {p} for '{task}', not between 1 and its max_parallelism {}",
+            job.max_parallelism
+        ));
+    }
+    loaded
+        .states
+        .keys()
+        .find_map(|key| match job.parallelism.get(&key.task) {
+            Some(p) if key.subtask < *p => None,
+            Some(p) => Some(format!(
+                "{path} holds state of {}[{}], beyond the parallelism {p} it records for '{}'",
+                key.task, key.subtask, key.task
+            )),
+            None => Some(format!(
+                "{path} holds state of {}[{}], a task its metadata does not list",
+                key.task, key.subtask
+            )),
+        })
+}
+
 /// Checkpoints a restore skipped, newest first, with why.
 type Skipped = Vec<(CheckpointId, String)>;
 
@@ -903,6 +937,10 @@ fn newest_usable(
         };
         if let Some(job) = job {
             check_compatible(&loaded.metadata.job, job, &loaded.handle.path)?;
+        }
+        if let Some(why) = layout_error(&loaded) {
+            corrupt.push((id, why));
+            continue;
         }
         let path = loaded.handle.path.clone();
         let r = match restored_from(loaded) {
@@ -1168,6 +1206,13 @@ fn check_compatible(
             path.display(),
             stored.job_name,
             now.job_name
+        )));
+    }
+    if stored.max_parallelism == 0 || stored.max_parallelism > UPPER_MAX_PARALLELISM {
+        return Err(JobError::Restore(format!(
+            "{} records max_parallelism {}, not between 1 and {UPPER_MAX_PARALLELISM} (a damaged or edited _metadata?)",
+            path.display(),
+            stored.max_parallelism
         )));
     }
     if stored.max_parallelism != now.max_parallelism {

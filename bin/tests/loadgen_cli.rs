@@ -761,11 +761,14 @@ fn a_killed_run_restores_at_another_parallelism_exactly_across_failures() {
         "{report}"
     );
     assert_eq!(report["config"]["parallelism"], 3, "{report}");
+    assert_eq!(report["rescaled_from"], 2, "{report}");
     assert_eq!(
         report["failures"].as_array().map(Vec::len),
         Some(2),
         "{report}"
     );
+    let (out, _) = text(&o);
+    assert!(out.contains("rescaled from parallelism 2 to 3"), "{out}");
 }
 
 #[test]

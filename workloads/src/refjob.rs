@@ -557,6 +557,9 @@ struct Shared {
     /// What the first attempt's sink restored (a `--restore` in a new
     /// process): the checkpoint and the distinct records it had received.
     process_restore: OnceLock<(CheckpointId, u64)>,
+    /// The sources' parallelism in the checkpoint that the first rescaled
+    /// restore read (set by the sources' `restore_rescaled`).
+    rescaled_from: OnceLock<usize>,
     /// Where the sink's interval 0 starts (its first delivery's view of
     /// the schedule's start).
     intervals_start: OnceLock<u64>,
@@ -667,6 +670,9 @@ pub struct RefJobReport {
     /// With a restore in a new process: the checkpoint restored and the
     /// records the sink had received before it (distinct).
     pub restored_from: Option<(CheckpointId, u64)>,
+    /// With a restore at another parallelism: the sources' parallelism in
+    /// the checkpoint restored.
+    pub rescaled_from: Option<usize>,
 }
 
 /// A task failure of the run and how long the job took to recover.
@@ -757,6 +763,7 @@ impl RefJobResults {
                 first_recorded_n: cfg.first_recorded_n(),
                 t0: OnceLock::new(),
                 process_restore: OnceLock::new(),
+                rescaled_from: OnceLock::new(),
                 intervals_start: OnceLock::new(),
                 record_from: OnceLock::new(),
                 sources: (0..cfg.parallelism)
@@ -1001,6 +1008,7 @@ impl RefJobResults {
             started_ns: first_emit,
             intervals_start_ns: self.shared.intervals_start.get().copied().unwrap_or(0),
             restored_from: self.shared.process_restore.get().copied(),
+            rescaled_from: self.shared.rescaled_from.get().copied(),
         })
     }
 }
@@ -1329,6 +1337,7 @@ impl<P: Payload> Checkpointed for RefSource<P> {
             )
             .into());
         }
+        let _ = self.shared.rescaled_from.set(rescale.old_parallelism);
         self.restore_splits((splits, None))
     }
 }

@@ -123,8 +123,10 @@ pub(crate) struct Args {
     /// Extra bytes carried per record.
     #[arg(long, default_value_t = 0)]
     pub payload_bytes: usize,
-    /// Parallelism of the sources and of keyed_sum (in W3 the odd-numbered
-    /// sources burst).
+    /// Parallelism of the sources and of keyed_sum, 1 to 64. With
+    /// --restore: the checkpoint's unless given; another value rescales
+    /// the run (the sources take over the checkpoint's 128 splits,
+    /// keyed_sum its key groups; not W4).
     #[arg(long, default_value_t = 2)]
     pub parallelism: usize,
     /// Records per batch at most.
@@ -173,7 +175,8 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 0)]
     pub inject_failures: usize,
     /// Resume from the latest complete checkpoint in DIR (which goes on
-    /// receiving checkpoints).
+    /// receiving checkpoints), with the flags it recorded; --parallelism
+    /// may differ (a rescale).
     #[arg(long, value_name = "DIR")]
     pub restore: Option<PathBuf>,
     /// Writes the run as JSON.

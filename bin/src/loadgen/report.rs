@@ -324,6 +324,10 @@ pub(crate) struct RunReport {
     /// With `--restore`: the records received before that checkpoint.
     #[serde(default)]
     pub restored_records: Option<u64>,
+    /// With `--restore` at another parallelism: the checkpoint's (a
+    /// rescale).
+    #[serde(default)]
+    pub rescaled_from: Option<usize>,
     /// The requested rate, records/s (W2/W3).
     pub requested_rate: Option<u64>,
     /// What the sources emitted per second (replays included).
@@ -436,6 +440,7 @@ impl RunReport {
             },
             restored_checkpoint: r.restored_from.map(|(id, _)| id.get()),
             restored_records: r.restored_from.map(|(_, n)| n),
+            rescaled_from: r.rescaled_from,
             requested_rate: paced.then_some(r.config.rate),
             achieved_rate: r.sources.achieved_rate,
             behind_schedule_max_ns: r.sources.max_behind_ns,
@@ -609,6 +614,13 @@ impl RunReport {
             let which = match (self.restored_checkpoint, self.restored_records) {
                 (Some(id), Some(n)) => format!("from chk-{id} ({n} records before it) in {dir}"),
                 _ => format!("from the latest complete checkpoint in {dir}"),
+            };
+            let which = match self.rescaled_from {
+                Some(p) => format!(
+                    "{which}, rescaled from parallelism {p} to {}",
+                    get("parallelism")
+                ),
+                None => which,
             };
             let _ = writeln!(
                 s,

@@ -393,7 +393,7 @@ where
                 rescale.old_parallelism, rescale.parallelism
             ))));
         };
-        let (mut keyed, mut timers) = (HashMap::new(), None::<TimerService<F::Key>>);
+        let (mut keyed, mut timers) = (HashMap::new(), Vec::new());
         let mut functions = 0;
         for (j, chain) in chains.iter().enumerate() {
             let Some(last) = chain.last() else { continue };
@@ -405,12 +405,7 @@ where
                     .into_iter()
                     .filter(|(k, _)| rescale.owns_key(route(k))),
             );
-            let mut t = state.timers;
-            t.retain_keys(|k| rescale.owns_key(route(k)));
-            match &mut timers {
-                Some(all) => all.merge(t),
-                None => timers = Some(t),
-            }
+            timers.push(state.timers);
             if let Some(bytes) = state
                 .function
                 .filter(|_| j % rescale.parallelism == rescale.subtask)
@@ -424,7 +419,7 @@ where
             }
         }
         self.keyed = keyed;
-        self.timers = timers.unwrap_or_default();
+        self.timers = TimerService::gather(timers, |k| rescale.owns_key(route(k)));
         Ok(())
     }
 }

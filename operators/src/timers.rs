@@ -119,14 +119,27 @@ impl<K: Ord + Clone> TimerService<K> {
         self.processing.retain(|(_, k)| keep(k));
     }
 
-    /// Adds `other`'s timers (a rescaled restore gathers the timers of
-    /// several old subtasks); the watermark becomes the lower of the two
-    /// (at an aligned checkpoint every subtask has seen the same
-    /// watermarks, so they are equal).
-    pub fn merge(&mut self, other: TimerService<K>) {
-        self.event.extend(other.event);
-        self.processing.extend(other.processing);
-        self.watermark = self.watermark.min(other.watermark);
+    /// The timers of several old subtasks' services (a rescaled restore),
+    /// only those of the keys `keep` accepts; the watermark is the lowest
+    /// of theirs (at an aligned checkpoint every subtask has seen the same
+    /// watermarks, so they are equal). No services: an empty one.
+    pub fn gather(
+        parts: impl IntoIterator<Item = TimerService<K>>,
+        keep: impl Fn(&K) -> bool,
+    ) -> Self {
+        let mut all: Option<TimerService<K>> = None;
+        for mut t in parts {
+            t.retain_keys(&keep);
+            match &mut all {
+                Some(a) => {
+                    a.event.extend(t.event);
+                    a.processing.extend(t.processing);
+                    a.watermark = a.watermark.min(t.watermark);
+                }
+                None => all = Some(t),
+            }
+        }
+        all.unwrap_or_default()
     }
 
     /// The earliest processing-time timer, ns.

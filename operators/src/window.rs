@@ -633,8 +633,7 @@ where
                 rescale.old_parallelism, rescale.parallelism
             ))));
         };
-        let (mut windows, mut timers, mut late) =
-            (HashMap::new(), None::<TimerService<(K, TimeWindow)>>, 0);
+        let (mut windows, mut timers, mut late) = (HashMap::new(), Vec::new(), 0);
         for (j, chain) in chains.iter().enumerate() {
             let Some(last) = chain.last() else { continue };
             let state: WindowState<K, A::Acc> = serde_json::from_slice(last)
@@ -645,18 +644,13 @@ where
                     .into_iter()
                     .filter(|((k, _), _)| rescale.owns_key(route(k))),
             );
-            let mut t = state.timers;
-            t.retain_keys(|(k, _)| rescale.owns_key(route(k)));
-            match &mut timers {
-                Some(all) => all.merge(t),
-                None => timers = Some(t),
-            }
+            timers.push(state.timers);
             if j % rescale.parallelism == rescale.subtask {
                 late += state.late;
             }
         }
         self.windows = windows;
-        self.timers = timers.unwrap_or_default();
+        self.timers = TimerService::gather(timers, |(k, _)| rescale.owns_key(route(k)));
         self.late = late;
         self.publish_late();
         Ok(())

@@ -63,7 +63,13 @@ impl ChannelSet {
     #[inline]
     pub fn contains(&self, channel: usize) -> bool {
         assert!(channel < self.capacity, "channel {channel} out of range");
-        self.words()[channel / 64] & (1 << (channel % 64)) != 0
+        let word = match &self.words {
+            // channel < capacity <= 128, so channel / 64 is 0 or 1: the mask
+            // states it, and the index needs no bounds check.
+            Words::Inline(w) => w[(channel / 64) & 1],
+            Words::Heap(w) => w[channel / 64],
+        };
+        word & (1 << (channel % 64)) != 0
     }
 
     /// Adds `channel`; returns true when it was not in the set before.

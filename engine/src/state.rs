@@ -23,6 +23,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
+
+/// The hash map of keyed state: foldhash's fast hasher, seeded per map
+/// (the one `hashbrown` defaults to), instead of `std`'s SipHash-1-3: a
+/// `u64` key costs a few instructions to hash, not about 130 (callgrind,
+/// W1; see BENCHMARKS.md).
+type StateMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -153,7 +159,7 @@ pub fn key_group<K: StateKey + ?Sized>(key: &K) -> u16 {
 /// assert!(KeyedState::<u64, u64>::restore(b"\xff\xff").is_err());
 /// ```
 pub struct KeyedState<K, V> {
-    map: HashMap<K, Slot<V>>,
+    map: StateMap<K, Slot<V>>,
     /// Keys changed since the last snapshot, each once (see `Slot::dirty`).
     dirty: Vec<K>,
     /// Keys removed since the last snapshot.
@@ -203,7 +209,7 @@ impl<K: Eq + Hash, V: PartialEq> PartialEq for KeyedState<K, V> {
 impl<K, V> Default for KeyedState<K, V> {
     fn default() -> Self {
         KeyedState {
-            map: HashMap::new(),
+            map: StateMap::default(),
             dirty: Vec::new(),
             removed: Vec::new(),
             replica: None,
@@ -332,7 +338,7 @@ struct Replica<K, V> {
     /// to it, else the plain copy of the last full change set (W2 with
     /// 10,000 keys changes most keys between checkpoints and never needs
     /// the map).
-    map: HashMap<K, V>,
+    map: StateMap<K, V>,
     copy: Option<Vec<(K, V)>>,
     /// Entries per key group.
     counts: Vec<u64>,
@@ -380,7 +386,7 @@ where
 {
     fn new() -> Self {
         Replica {
-            map: HashMap::new(),
+            map: StateMap::default(),
             copy: None,
             counts: vec![0; DEFAULT_MAX_PARALLELISM as usize],
             entry_bytes: 0,
@@ -395,7 +401,7 @@ where
     }
 
     /// The map, built from the plain copy first if there is one.
-    fn map(&mut self) -> &mut HashMap<K, V> {
+    fn map(&mut self) -> &mut StateMap<K, V> {
         if let Some(copy) = self.copy.take() {
             self.map = copy.into_iter().collect();
         }
@@ -561,7 +567,7 @@ where
     /// # Errors
     /// When a part does not decode, or no full snapshot starts the chain.
     pub fn restore_chain(chain: &[&[u8]]) -> Result<Self, StateError> {
-        let mut map = HashMap::new();
+        let mut map = StateMap::default();
         Self::apply_chain(chain, &mut map, |_, _| true)?;
         Ok(Self::of_map(map))
     }
@@ -595,7 +601,7 @@ where
     pub fn restore_rescaled(chains: &[Vec<&[u8]>], rescale: &Rescale) -> Result<Self, StateError> {
         let groups: KeyGroupRange = rescale.key_groups();
         let max = rescale.max_parallelism;
-        let mut map = HashMap::new();
+        let mut map = StateMap::default();
         for chain in chains.iter().filter(|c| !c.is_empty()) {
             Self::apply_chain(chain, &mut map, |g, k| {
                 if max == DEFAULT_MAX_PARALLELISM {
@@ -608,7 +614,7 @@ where
         Ok(Self::of_map(map))
     }
 
-    fn of_map(map: HashMap<K, Slot<V>>) -> Self {
+    fn of_map(map: StateMap<K, Slot<V>>) -> Self {
         KeyedState {
             map,
             dirty: Vec::new(),
@@ -622,7 +628,7 @@ where
     /// `map`, the entries `keep(group, key)` accepts only.
     fn apply_chain(
         chain: &[&[u8]],
-        map: &mut HashMap<K, Slot<V>>,
+        map: &mut StateMap<K, Slot<V>>,
         keep: impl Fn(u16, &K) -> bool,
     ) -> Result<(), StateError> {
         let mut parts = Vec::with_capacity(chain.len());

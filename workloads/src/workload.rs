@@ -188,10 +188,12 @@ impl RecordSize for SumRecord {}
 
 /// The state and logic of one `keyed_sum` subtask: a running wrapping sum
 /// of the (mapped) values per key. The map is the subtask's checkpointed
-/// state (serde-serializable).
+/// state (serde-serializable). It hashes with foldhash, as lockgate's
+/// `KeyedState` does, so the baselines that use it (raw, timely) keep
+/// doing the same work per record as lockgate.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyedSum {
-    sums: HashMap<u64, u64>,
+    sums: HashMap<u64, u64, foldhash::fast::RandomState>,
 }
 
 impl KeyedSum {
@@ -230,7 +232,7 @@ impl KeyedSum {
     }
 
     /// All running sums, key → sum.
-    pub fn sums(&self) -> &HashMap<u64, u64> {
+    pub fn sums(&self) -> &HashMap<u64, u64, foldhash::fast::RandomState> {
         &self.sums
     }
 }

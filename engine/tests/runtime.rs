@@ -1423,15 +1423,17 @@ fn incremental_checkpoints_chain_deltas_and_a_corrupt_base_falls_back() {
             .filter(|c| c.is_completed() && c.incremental)
             .collect();
         for c in &inc {
-            // A delta writes less than the state it stands for.
-            let ks: Vec<_> = c
+            // A delta writes less than the state it stands for. (A subtask
+            // may write a full part at an incremental checkpoint: when most
+            // of its keys changed, as under load, between two checkpoints.)
+            let deltas: Vec<_> = c
                 .subtasks
                 .iter()
-                .filter(|t| t.task.operator == "keyed_sum")
+                .filter(|t| t.task.operator == "keyed_sum" && t.incremental)
                 .collect();
-            assert!(ks.iter().all(|t| t.incremental), "{c:?}");
+            assert!(!deltas.is_empty(), "{c:?}");
             assert!(
-                ks.iter().all(|t| t.checkpointed_bytes < t.state_bytes),
+                deltas.iter().all(|t| t.checkpointed_bytes < t.state_bytes),
                 "{c:?}"
             );
         }

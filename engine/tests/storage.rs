@@ -529,3 +529,52 @@ proptest! {
         prop_assert_eq!(store.list().unwrap(), vec![CheckpointId(id)]);
     }
 }
+
+#[test]
+fn a_part_written_after_its_checkpoint_was_discarded_is_refused_and_leaves_nothing() {
+    // Many threads write parts of checkpoints 1..=8 while checkpoint 1..=8
+    // is discarded halfway: after the discard no part of it is written,
+    // and no staging folder is left behind for it.
+    let (_d, store) = open();
+    let store = std::sync::Arc::new(store);
+    for id in 1..=8u64 {
+        let writers: Vec<_> = (0..4u32)
+            .map(|s| {
+                let st = store.clone();
+                std::thread::spawn(move || {
+                    (0..50)
+                        .map(|_| {
+                            st.write_part(
+                                CheckpointId(id),
+                                &TaskStateKey::new("keyed_sum", s),
+                                &[7u8; 4096],
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        store.discard(CheckpointId(id)).unwrap();
+        for w in writers {
+            let results = w.join().unwrap();
+            // Once one write is refused, every later one is too.
+            let first_refused = results.iter().position(Result::is_err);
+            if let Some(i) = first_refused {
+                assert!(results[i..].iter().all(|r| matches!(
+                    r,
+                    Err(StorageError::Discarded { id: d, .. }) if *d == CheckpointId(id)
+                )));
+            }
+        }
+        let left: Vec<String> = fs::read_dir(store.root())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(&format!("chk-{id}-")))
+            .collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+    // Another checkpoint still writes and publishes.
+    let m = meta(9, SnapshotKind::Checkpoint);
+    store.write_checkpoint(&m, &states(9)).unwrap();
+    assert_eq!(store.list().unwrap(), ids(&[9]));
+}

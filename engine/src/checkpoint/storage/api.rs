@@ -133,6 +133,18 @@ pub enum StorageError {
         /// The holder's process id, when it wrote one.
         holder: Option<u32>,
     },
+    /// A part written for a checkpoint that was discarded (aborted) before
+    /// it: refused, so that a late write does not leave a staging folder
+    /// behind ([`LocalDirStorage`](crate::LocalDirStorage)).
+    #[error(
+        "checkpoint {id} was aborted and its parts dropped in {root}; a late part is not written"
+    )]
+    Discarded {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// The storage's root.
+        root: PathBuf,
+    },
     /// No published checkpoint with this id.
     #[error("checkpoint {id} not found in {root}")]
     NotFound {

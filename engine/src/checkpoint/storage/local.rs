@@ -9,11 +9,12 @@ use super::api::{
 use super::framing::{read_framed, sync_dir, write_framed, FORMAT_VERSION, HEADER_LEN};
 use crate::element::CheckpointId;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 
 /// Name of the metadata file inside a checkpoint folder (Flink's name).
 const METADATA_FILE: &str = "_metadata";
@@ -71,6 +72,13 @@ struct MetadataFile {
 #[derive(Clone, Debug)]
 pub struct LocalDirStorage {
     root: PathBuf,
+    /// Checkpoints this handle (or a clone) discarded: a part written for
+    /// one later is refused ([`StorageError::Discarded`]), so a snapshot
+    /// thread that finishes after an abort cannot recreate the staging
+    /// folder the abort removed. Part writes hold the read side while
+    /// they create and fill the folder, `discard` the write side, so the
+    /// two never interleave and parts still write side by side.
+    discarded: Arc<RwLock<BTreeSet<CheckpointId>>>,
 }
 
 impl LocalDirStorage {
@@ -98,7 +106,10 @@ impl LocalDirStorage {
                 io::Error::other("not a directory"),
             ));
         }
-        Ok(LocalDirStorage { root })
+        Ok(LocalDirStorage {
+            root,
+            discarded: Arc::default(),
+        })
     }
 
     /// The root directory.
@@ -304,6 +315,16 @@ fn create_staging(dir: &Path) -> Result<()> {
 impl CheckpointStorage for LocalDirStorage {
     fn write_part(&self, id: CheckpointId, key: &TaskStateKey, bytes: &[u8]) -> Result<PartHandle> {
         validate_id(id)?;
+        let discarded = self
+            .discarded
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        if discarded.contains(&id) {
+            return Err(StorageError::Discarded {
+                id,
+                root: self.root.clone(),
+            });
+        }
         let dir = self.staging_dir(id);
         create_staging(&dir)?;
         let file = state_file_name(key);
@@ -381,6 +402,13 @@ impl CheckpointStorage for LocalDirStorage {
     }
 
     fn discard(&self, id: CheckpointId) -> Result<()> {
+        // No part write is under way once this is held, and none starts
+        // for `id` after it.
+        let mut discarded = self
+            .discarded
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        discarded.insert(id);
         let dir = self.staging_dir(id);
         match fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {

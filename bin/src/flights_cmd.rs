@@ -295,6 +295,23 @@ pub(crate) fn run(args: Args) -> ExitCode {
         }
     };
     let s = r.summary;
+    if let (Some(dir), Some(at)) = (&args.restore, &r.metrics.restored) {
+        let rescaled: Vec<String> = at
+            .rescaled
+            .iter()
+            .map(|(task, old, new)| format!("{task} {old} → {new}"))
+            .collect();
+        println!(
+            "restored: chk-{} from {}{}",
+            at.checkpoint,
+            dir.display(),
+            if rescaled.is_empty() {
+                String::new()
+            } else {
+                format!(", rescaled ({})", rescaled.join(", "))
+            }
+        );
+    }
     println!(
         "flights: {} records read from {} ({} bad rows skipped)",
         s.flights_read,

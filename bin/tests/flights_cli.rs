@@ -225,6 +225,10 @@ fn the_bundled_data_rescaled_mid_run_gives_the_golden_files() {
     let stdout = text(&o.stdout);
     assert!(stdout.contains("flights: 336776 records read"), "{stdout}");
     assert!(stdout.contains("late records: 0"), "{stdout}");
+    assert!(
+        stdout.contains("rescaled (enrich 2 → 3, aggregate 2 → 3)"),
+        "{stdout}"
+    );
     for name in ["by_visibility.csv", "daily.csv"] {
         let got = std::fs::read(out.join(name)).unwrap();
         let want = std::fs::read(golden.join(name)).unwrap();

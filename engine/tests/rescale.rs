@@ -190,6 +190,14 @@ fn keyed_state_and_source_splits_follow_their_keys_across_rescales() {
     h.stop();
     let m = h.wait().unwrap();
     assert_eq!(m.restarts, 1, "the planned failure struck once");
+    let restored = m.restored.expect("restored at start");
+    assert_eq!(
+        restored.rescaled,
+        [
+            ("numbers".to_string(), 2, 3),
+            ("keyed_sum".to_string(), 2, 3)
+        ]
+    );
     // Parallelism 1, to the end.
     let h = job(config(dir.path(), true), 1, end, 256, sums.clone())
         .start()

@@ -56,6 +56,19 @@ pub struct JobMetrics {
     /// Checkpoints newer than the one restored at start that did not load,
     /// newest first (empty without a restore).
     pub restore_skipped: Vec<SkippedCheckpoint>,
+    /// The checkpoint restored at start (`None`: the job started fresh).
+    pub restored: Option<RestoredAtStart>,
+}
+
+/// The checkpoint a job restored at start, and which of its tasks it
+/// restored at another parallelism.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RestoredAtStart {
+    /// The checkpoint.
+    pub checkpoint: CheckpointId,
+    /// The tasks restored at another parallelism (a rescale), by name:
+    /// `(task, parallelism in the checkpoint, parallelism now)`.
+    pub rescaled: Vec<(String, u32, u32)>,
 }
 
 /// A checkpoint a restore at start skipped because it did not load.
@@ -117,6 +130,7 @@ pub(crate) struct Shared {
     pub(crate) checkpoints: Mutex<Vec<CheckpointStats>>,
     pub(crate) restarts: Mutex<(u32, Vec<JobFailure>)>,
     pub(crate) restore_skipped: Vec<SkippedCheckpoint>,
+    pub(crate) restored: Option<RestoredAtStart>,
 }
 
 impl Shared {
@@ -128,6 +142,7 @@ impl Shared {
             restarts,
             failures,
             restore_skipped: self.restore_skipped.clone(),
+            restored: self.restored.clone(),
         }
     }
 }
@@ -241,8 +256,20 @@ pub(crate) fn start(
     publisher: Option<Publisher>,
     restore_skipped: Vec<SkippedCheckpoint>,
 ) -> JobHandle {
+    let restored_at_start = restored.as_ref().map(|r| RestoredAtStart {
+        checkpoint: r.checkpoint,
+        rescaled: graph
+            .parallelisms()
+            .into_iter()
+            .filter_map(|(task, now)| {
+                let old = *r.parallelism.get(&task)?;
+                (old as usize != now).then_some((task, old, now as u32))
+            })
+            .collect(),
+    });
     let shared = Arc::new(Shared {
         restore_skipped,
+        restored: restored_at_start,
         metrics: graph
             .task_ids()
             .into_iter()

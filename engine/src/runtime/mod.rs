@@ -16,4 +16,4 @@ pub(crate) mod plan;
 pub(crate) mod snapshot;
 pub(crate) mod task;
 
-pub use job::{JobFailure, JobHandle, JobMetrics, SkippedCheckpoint};
+pub use job::{JobFailure, JobHandle, JobMetrics, RestoredAtStart, SkippedCheckpoint};

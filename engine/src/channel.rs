@@ -35,8 +35,18 @@ pub(crate) enum Partitioning<T> {
     Broadcast,
     /// By key: the key group of the key the function returns, then the
     /// group's subtask ([`crate::key_to_subtask`]'s rule, with the job's
-    /// `max_parallelism`).
+    /// `max_parallelism`), through the writer's [`KeyGroupRouter`].
     Hash(KeyFn<T>),
+}
+
+/// A writer's partitioning with what it needs at run time: the hash
+/// exchange's key group → channel table, built once the channel count is
+/// known.
+enum Route<T> {
+    Forward,
+    Rebalance,
+    Broadcast,
+    Hash(KeyFn<T>, Arc<KeyGroupRouter>),
 }
 
 impl<T> Clone for Partitioning<T> {
@@ -119,12 +129,10 @@ pub(crate) fn send_blocking<T>(
 pub(crate) struct ChannelWriter<T> {
     channels: Vec<ChannelSender<T>>,
     buffers: Vec<Vec<T>>,
-    partitioning: Partitioning<T>,
+    route: Route<T>,
     /// This producer's subtask index (for forward partitioning).
     subtask: usize,
     next_rr: usize,
-    /// Hash partitioning's key group → channel table.
-    router: Option<Arc<KeyGroupRouter>>,
     config: OutputConfig,
     /// When the oldest unsent record was added; `None` when all are sent.
     oldest_ns: Option<u64>,
@@ -145,15 +153,21 @@ impl<T: Clone + Send> ChannelWriter<T> {
             .iter()
             .map(|_| Vec::with_capacity(config.batch_size))
             .collect();
-        let router = matches!(partitioning, Partitioning::Hash(_))
-            .then(|| Arc::new(KeyGroupRouter::new(channels.len(), config.max_parallelism)));
+        let route = match partitioning {
+            Partitioning::Forward => Route::Forward,
+            Partitioning::Rebalance => Route::Rebalance,
+            Partitioning::Broadcast => Route::Broadcast,
+            Partitioning::Hash(key_fn) => Route::Hash(
+                key_fn,
+                Arc::new(KeyGroupRouter::new(channels.len(), config.max_parallelism)),
+            ),
+        };
         ChannelWriter {
             channels,
             buffers,
-            partitioning,
+            route,
             subtask,
             next_rr: subtask,
-            router,
             config,
             oldest_ns: None,
             cancel,
@@ -185,11 +199,11 @@ impl<T: Clone + Send> ChannelWriter<T> {
         }
         let n = self.channels.len();
         let batch_size = self.config.batch_size;
-        match &self.partitioning {
+        match &self.route {
             // One channel, whatever the partitioning: whole runs of records.
             _ if n == 1 => self.push_run(0, records)?,
-            Partitioning::Forward => self.push_run(self.subtask % n, records)?,
-            Partitioning::Rebalance => {
+            Route::Forward => self.push_run(self.subtask % n, records)?,
+            Route::Rebalance => {
                 // Batch by batch round robin: each run fills one channel's
                 // batch, then the next channel takes over.
                 while !records.is_empty() {
@@ -207,7 +221,7 @@ impl<T: Clone + Send> ChannelWriter<T> {
                     }
                 }
             }
-            Partitioning::Broadcast => {
+            Route::Broadcast => {
                 for r in records.drain(..) {
                     for ch in 0..n {
                         self.buffers[ch].push(r.clone());
@@ -217,9 +231,8 @@ impl<T: Clone + Send> ChannelWriter<T> {
                     }
                 }
             }
-            Partitioning::Hash(key_fn) => {
-                let key_fn = key_fn.clone();
-                let router = self.router.clone().expect("hash partitioning has a router");
+            Route::Hash(key_fn, router) => {
+                let (key_fn, router) = (key_fn.clone(), router.clone());
                 for r in records.drain(..) {
                     let ch = router.route(key_fn(&r));
                     self.buffers[ch].push(r);

@@ -568,7 +568,7 @@ where
     /// When a part does not decode, or no full snapshot starts the chain.
     pub fn restore_chain(chain: &[&[u8]]) -> Result<Self, StateError> {
         let mut map = StateMap::default();
-        Self::apply_chain(chain, &mut map, |_, _| true)?;
+        Self::apply_chain(chain, &mut map, |_| true)?;
         Ok(Self::of_map(map))
     }
 
@@ -603,12 +603,8 @@ where
         let max = rescale.max_parallelism;
         let mut map = StateMap::default();
         for chain in chains.iter().filter(|c| !c.is_empty()) {
-            Self::apply_chain(chain, &mut map, |g, k| {
-                if max == DEFAULT_MAX_PARALLELISM {
-                    groups.contains(g)
-                } else {
-                    groups.contains(key_group_of(k.routing_key(), max))
-                }
+            Self::apply_chain(chain, &mut map, |k| {
+                groups.contains(key_group_of(k.routing_key(), max))
             })?;
         }
         Ok(Self::of_map(map))
@@ -625,11 +621,11 @@ where
     }
 
     /// Applies `chain` (its newest full part and the deltas after it) to
-    /// `map`, the entries `keep(group, key)` accepts only.
+    /// `map`, the entries of the keys `keep` accepts only.
     fn apply_chain(
         chain: &[&[u8]],
         map: &mut StateMap<K, Slot<V>>,
-        keep: impl Fn(u16, &K) -> bool,
+        keep: impl Fn(&K) -> bool,
     ) -> Result<(), StateError> {
         let mut parts = Vec::with_capacity(chain.len());
         for bytes in chain {
@@ -653,9 +649,9 @@ where
             });
         };
         for part in parts.into_iter().skip(start) {
-            for (g, entries) in part.groups {
+            for (_, entries) in part.groups {
                 for (k, v) in entries {
-                    if !keep(g, &k) {
+                    if !keep(&k) {
                         continue;
                     }
                     match v {
@@ -839,9 +835,11 @@ postcard_state_codec!(ValueState);
 postcard_state_codec!(ListState);
 postcard_state_codec!(UnionListState);
 
-/// The managed state of a list, redistributed by its `restore_rescaled`.
-macro_rules! managed_list_state {
-    ($name:ident) => {
+/// The managed state of one value snapshotted whole; with `rescaled`,
+/// redistributed by its own `restore_rescaled` (the lists), else refused
+/// on a rescale (the trait's default: [`ValueState`]).
+macro_rules! managed_whole_state {
+    ($name:ident $(, $rescaled:ident)?) => {
         impl<T: Serialize + DeserializeOwned + Send + 'static> ManagedState for $name<T> {
             fn snapshot_managed(&mut self) -> Result<StateSnapshot, BoxError> {
                 Ok(StateSnapshot::ready(self.snapshot()?))
@@ -852,17 +850,20 @@ macro_rules! managed_list_state {
                 Ok($name::restore(last)?)
             }
 
-            fn restore_managed_rescaled(
+            $(
+            fn $rescaled(
                 chains: &[Vec<&[u8]>],
                 rescale: &Rescale,
             ) -> Result<Self, BoxError> {
                 Ok($name::restore_rescaled(chains, rescale)?)
             }
+            )?
         }
     };
 }
-managed_list_state!(ListState);
-managed_list_state!(UnionListState);
+managed_whole_state!(ValueState);
+managed_whole_state!(ListState, restore_managed_rescaled);
+managed_whole_state!(UnionListState, restore_managed_rescaled);
 
 impl<T: DeserializeOwned> ListState<T> {
     /// This subtask's even share of the old subtasks' lists (see the
@@ -955,20 +956,6 @@ where
     }
 }
 
-impl<T> ManagedState for ValueState<T>
-where
-    T: Serialize + DeserializeOwned + Send + 'static,
-{
-    fn snapshot_managed(&mut self) -> Result<StateSnapshot, BoxError> {
-        Ok(StateSnapshot::ready(self.snapshot()?))
-    }
-
-    fn restore_managed(chain: &[&[u8]]) -> Result<Self, BoxError> {
-        let last = chain.last().ok_or("no snapshot to restore")?;
-        Ok(ValueState::restore(last)?)
-    }
-}
-
 /// Two managed states side by side: one snapshot holds both, each part
 /// full or a delta on its own.
 impl<A: ManagedState, B: ManagedState> ManagedState for (A, B) {
@@ -988,16 +975,11 @@ impl<A: ManagedState, B: ManagedState> ManagedState for (A, B) {
     }
 
     fn restore_managed(chain: &[&[u8]]) -> Result<Self, BoxError> {
-        let mut a = Vec::with_capacity(chain.len());
-        let mut b = Vec::with_capacity(chain.len());
-        for bytes in chain {
-            let ((_, pa), (_, pb)): PairPart = postcard::from_bytes(bytes)?;
-            a.push(pa);
-            b.push(pb);
-        }
-        let a: Vec<&[u8]> = a.iter().map(Vec::as_slice).collect();
-        let b: Vec<&[u8]> = b.iter().map(Vec::as_slice).collect();
-        Ok((A::restore_managed(&a)?, B::restore_managed(&b)?))
+        let (a, b) = split_pair_chain(chain)?;
+        Ok((
+            A::restore_managed(&slices(&a))?,
+            B::restore_managed(&slices(&b))?,
+        ))
     }
 
     fn restore_managed_rescaled(
@@ -1007,28 +989,37 @@ impl<A: ManagedState, B: ManagedState> ManagedState for (A, B) {
         let mut a = Vec::with_capacity(chains.len());
         let mut b = Vec::with_capacity(chains.len());
         for chain in chains {
-            let (mut ca, mut cb) = (Vec::new(), Vec::new());
-            for bytes in chain {
-                let ((_, pa), (_, pb)): PairPart = postcard::from_bytes(bytes)?;
-                ca.push(pa);
-                cb.push(pb);
-            }
+            let (ca, cb) = split_pair_chain(chain)?;
             a.push(ca);
             b.push(cb);
         }
-        let a: Vec<Vec<&[u8]>> = a
-            .iter()
-            .map(|c| c.iter().map(Vec::as_slice).collect())
-            .collect();
-        let b: Vec<Vec<&[u8]>> = b
-            .iter()
-            .map(|c| c.iter().map(Vec::as_slice).collect())
-            .collect();
+        let a: Vec<Vec<&[u8]>> = a.iter().map(|c| slices(c)).collect();
+        let b: Vec<Vec<&[u8]>> = b.iter().map(|c| slices(c)).collect();
         Ok((
             A::restore_managed_rescaled(&a, rescale)?,
             B::restore_managed_rescaled(&b, rescale)?,
         ))
     }
+}
+
+/// The parts of one chain, oldest first.
+type Parts = Vec<Vec<u8>>;
+
+/// A chain of pair snapshots as the two halves' chains.
+fn split_pair_chain(chain: &[&[u8]]) -> Result<(Parts, Parts), BoxError> {
+    let mut a = Vec::with_capacity(chain.len());
+    let mut b = Vec::with_capacity(chain.len());
+    for bytes in chain {
+        let ((_, pa), (_, pb)): PairPart = postcard::from_bytes(bytes)?;
+        a.push(pa);
+        b.push(pb);
+    }
+    Ok((a, b))
+}
+
+/// The parts of a chain as the slices the restore hooks take.
+fn slices(parts: &[Vec<u8>]) -> Vec<&[u8]> {
+    parts.iter().map(Vec::as_slice).collect()
 }
 
 /// One snapshot of a pair: (delta?, bytes) of each.

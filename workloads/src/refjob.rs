@@ -1073,6 +1073,12 @@ struct RefSource<P> {
 /// sees every split and keeps its own), and for W4 the run time used, ns.
 type SourceState = (Vec<(u16, u64)>, Option<u64>);
 
+/// A source state from its bytes, or an error naming it.
+fn decode_source_state(bytes: &[u8]) -> Result<SourceState, BoxError> {
+    Ok(postcard::from_bytes(bytes)
+        .map_err(|e| format!("source state does not decode ({e}; a checkpoint of another job?)"))?)
+}
+
 impl<P: Payload> RefSource<P> {
     fn new(index: usize, shared: Arc<Shared>, keys: KeySpace) -> Result<Self, WorkloadError> {
         let cfg = &shared.cfg;
@@ -1296,10 +1302,7 @@ impl<P: Payload> Checkpointed for RefSource<P> {
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
-        let state: SourceState = postcard::from_bytes(state).map_err(|e| {
-            format!("source state does not decode ({e}; a checkpoint of another job?)")
-        })?;
-        self.restore_splits(state)
+        self.restore_splits(decode_source_state(state)?)
     }
 
     /// Union list state: every split of every old source, each kept by
@@ -1318,9 +1321,7 @@ impl<P: Payload> Checkpointed for RefSource<P> {
         }
         let mut splits = Vec::new();
         for last in chains.iter().filter_map(|c| c.last()) {
-            let (s, elapsed): SourceState = postcard::from_bytes(last).map_err(|e| {
-                format!("source state does not decode ({e}; a checkpoint of another job?)")
-            })?;
+            let (s, elapsed) = decode_source_state(last)?;
             if elapsed.is_some() {
                 return Err("the source state is W4's, not this workload's".into());
             }

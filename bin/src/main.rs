@@ -4,7 +4,8 @@
 //!   checkpoints and correctness;
 //! - `report`: shows or compares saved `loadgen` runs;
 //! - `scenario`: runs barrier scenario files through the barrier handlers;
-//! - `flights`: the NYC flights job (event time, a join, windows).
+//! - `flights`: the NYC flights job (event time, a join, windows);
+//! - `kafka`: the reference workload over Kafka, across processes.
 //!
 //! To add a subcommand: a module `<name>_cmd.rs` with its clap `Args`
 //! struct and a `run` function returning the exit code, one variant in
@@ -12,6 +13,7 @@
 
 mod flights_cmd;
 mod incremental_args;
+mod kafka_cmd;
 mod loadgen;
 mod report_cmd;
 mod scenario_cmd;
@@ -56,6 +58,10 @@ enum Command {
     /// Runs the NYC flights job: enriches flights with hourly weather,
     /// writes by_visibility.csv and daily.csv.
     Flights(flights_cmd::Args),
+    /// The reference workload over Kafka: produce an input topic, run the
+    /// job on a share of its partitions, verify the output topic.
+    #[command(subcommand)]
+    Kafka(kafka_cmd::KafkaCommand),
 }
 
 fn init_tracing(verbose: u8, quiet: bool) {
@@ -110,6 +116,10 @@ fn main() -> ExitCode {
         Command::Flights(args) => {
             init_tracing(cli.verbose, false);
             flights_cmd::run(args)
+        }
+        Command::Kafka(command) => {
+            init_tracing(cli.verbose, false);
+            kafka_cmd::run(command)
         }
     }
 }

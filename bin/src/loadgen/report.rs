@@ -179,7 +179,99 @@ pub(crate) struct CheckpointsJson {
 }
 
 impl CheckpointsJson {
-    fn from_stats(stats: &[CheckpointStats]) -> Self {
+    /// Writes the report's checkpoint lines (counts, alignment, end-to-end
+    /// duration, sync and async parts, bytes) for a run in checkpoint
+    /// `mode` (`exactly-once` or `at-least-once`) into `s`: the summary
+    /// `loadgen` and `kafka run` print.
+    pub(crate) fn write_summary(&self, s: &mut String, mode: &str) {
+        let cp = self;
+        // `1 aborted (timeout)`; with several reasons, a count each.
+        let reasons: Vec<String> = if cp.aborted_by_reason.len() == 1 {
+            cp.aborted_by_reason.keys().cloned().collect()
+        } else {
+            cp.aborted_by_reason
+                .iter()
+                .map(|(r, n)| format!("{n} {r}"))
+                .collect()
+        };
+        let _ = writeln!(
+            s,
+            "  checkpoints: {} completed, {} aborted{} (whole run)",
+            cp.completed,
+            cp.aborted,
+            if reasons.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", reasons.join(", "))
+            }
+        );
+        if cp.completed == 0 {
+            let _ = writeln!(s, "    none completed: no durations or sizes to show");
+        } else if mode == "at-least-once" {
+            // As Flink's BarrierTracker: barriers are counted, no
+            // channel is blocked, so there is no alignment.
+            let _ = writeln!(
+                s,
+                "    alignment   none (at-least-once: barriers are counted, channels never blocked)"
+            );
+        } else {
+            let (v, unit) = in_unit(
+                &[
+                    cp.alignment_ns.p50,
+                    cp.alignment_ns.p99,
+                    cp.alignment_ns.max,
+                ],
+                Unit::Ms,
+            );
+            let _ = writeln!(
+                s,
+                "    alignment   p50 {:>8}  p99 {:>8}  max {:>8} {unit}",
+                v[0], v[1], v[2]
+            );
+        }
+        if cp.completed > 0 {
+            let (v, unit) = in_unit(
+                &[cp.duration_ns.p50, cp.duration_ns.p99, cp.duration_ns.max],
+                Unit::Ms,
+            );
+            let _ = writeln!(
+                s,
+                "    end-to-end  p50 {:>8}  p99 {:>8}  max {:>8} {unit}",
+                v[0], v[1], v[2]
+            );
+            let v2 = cp.sync_ns != Spread::default() || cp.async_ns != Spread::default();
+            if v2 {
+                // Two lines: the parts differ by orders of magnitude.
+                for (name, part, unit) in [
+                    ("sync part ", cp.sync_ns, Unit::Us),
+                    ("async part", cp.async_ns, Unit::Ms),
+                ] {
+                    let (v, unit) = in_unit(&[part.p50, part.p99, part.max], unit);
+                    let _ = writeln!(
+                        s,
+                        "    {name}  p50 {:>8}  p99 {:>8}  max {:>8} {unit} (per subtask)",
+                        v[0], v[1], v[2]
+                    );
+                }
+                let _ = writeln!(
+                    s,
+                    "    written per checkpoint p50 {} B (p99 {} B; files, headers and _metadata), full state {} B; max buffered in alignment {} B",
+                    cp.checkpointed_bytes.p50,
+                    cp.checkpointed_bytes.p99,
+                    cp.state_bytes_last,
+                    cp.buffered_bytes_max
+                );
+            } else {
+                let _ = writeln!(
+                    s,
+                    "    max buffered in alignment {} B, last state size {} B",
+                    cp.buffered_bytes_max, cp.state_bytes_last
+                );
+            }
+        }
+    }
+
+    pub(crate) fn from_stats(stats: &[CheckpointStats]) -> Self {
         let mut c = CheckpointsJson::default();
         let mut align = Vec::new();
         let mut dur = Vec::new();
@@ -710,92 +802,8 @@ impl RunReport {
                 fmt_lat(&self.latency_uncorrected_ns)
             );
         }
-        let cp = &self.checkpoints;
         if self.mode != "none" {
-            // `1 aborted (timeout)`; with several reasons, a count each.
-            let reasons: Vec<String> = if cp.aborted_by_reason.len() == 1 {
-                cp.aborted_by_reason.keys().cloned().collect()
-            } else {
-                cp.aborted_by_reason
-                    .iter()
-                    .map(|(r, n)| format!("{n} {r}"))
-                    .collect()
-            };
-            let _ = writeln!(
-                s,
-                "  checkpoints: {} completed, {} aborted{} (whole run)",
-                cp.completed,
-                cp.aborted,
-                if reasons.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", reasons.join(", "))
-                }
-            );
-            if cp.completed == 0 {
-                let _ = writeln!(s, "    none completed: no durations or sizes to show");
-            } else if self.mode == "at-least-once" {
-                // As Flink's BarrierTracker: barriers are counted, no
-                // channel is blocked, so there is no alignment.
-                let _ = writeln!(
-                    s,
-                    "    alignment   none (at-least-once: barriers are counted, channels never blocked)"
-                );
-            } else {
-                let (v, unit) = in_unit(
-                    &[
-                        cp.alignment_ns.p50,
-                        cp.alignment_ns.p99,
-                        cp.alignment_ns.max,
-                    ],
-                    Unit::Ms,
-                );
-                let _ = writeln!(
-                    s,
-                    "    alignment   p50 {:>8}  p99 {:>8}  max {:>8} {unit}",
-                    v[0], v[1], v[2]
-                );
-            }
-            if cp.completed > 0 {
-                let (v, unit) = in_unit(
-                    &[cp.duration_ns.p50, cp.duration_ns.p99, cp.duration_ns.max],
-                    Unit::Ms,
-                );
-                let _ = writeln!(
-                    s,
-                    "    end-to-end  p50 {:>8}  p99 {:>8}  max {:>8} {unit}",
-                    v[0], v[1], v[2]
-                );
-                let v2 = cp.sync_ns != Spread::default() || cp.async_ns != Spread::default();
-                if v2 {
-                    // Two lines: the parts differ by orders of magnitude.
-                    for (name, part, unit) in [
-                        ("sync part ", cp.sync_ns, Unit::Us),
-                        ("async part", cp.async_ns, Unit::Ms),
-                    ] {
-                        let (v, unit) = in_unit(&[part.p50, part.p99, part.max], unit);
-                        let _ = writeln!(
-                            s,
-                            "    {name}  p50 {:>8}  p99 {:>8}  max {:>8} {unit} (per subtask)",
-                            v[0], v[1], v[2]
-                        );
-                    }
-                    let _ = writeln!(
-                        s,
-                        "    written per checkpoint p50 {} B (p99 {} B; files, headers and _metadata), full state {} B; max buffered in alignment {} B",
-                        cp.checkpointed_bytes.p50,
-                        cp.checkpointed_bytes.p99,
-                        cp.state_bytes_last,
-                        cp.buffered_bytes_max
-                    );
-                } else {
-                    let _ = writeln!(
-                        s,
-                        "    max buffered in alignment {} B, last state size {} B",
-                        cp.buffered_bytes_max, cp.state_bytes_last
-                    );
-                }
-            }
+            self.checkpoints.write_summary(&mut s, &self.mode);
         }
         let _ = writeln!(
             s,

@@ -1,0 +1,634 @@
+//! `lockgate kafka`: the reference workload over Kafka, across processes.
+//!
+//! - `produce` writes the reference workload's records into a topic, each
+//!   to partition `hash(key) % P` (so a key's records live in one);
+//! - `run` runs the reference topology on this process's partitions
+//!   (`p % processes == index`), writing `(key, sum, n)` to the output
+//!   topic, the partition of each output record that of its input record;
+//! - `verify` reads the output with `read_committed` and checks it against
+//!   the closed form.
+//!
+//! Exit status: 0 on success; 2 for bad input, before anything is written
+//! (no broker reachable within 5 s, a missing input topic, `--index` not
+//! below `--processes`, a restore folder of another topic or process
+//! count, invalid flag values); 1 when the job or the check failed.
+
+use clap::{Subcommand, ValueEnum};
+use lockgate::{
+    CheckpointMode, CheckpointStorage, JobBuilder, JobConfig, JobError, LocalDirStorage,
+};
+use lockgate_kafka::{
+    build_job, connect_check, create_topic, end_offsets, partition_count, partition_of_key,
+    read_topic, ClientSettings, InputRecord, KafkaError, KafkaJobSpec, KafkaSourceConfig,
+    OutputRecord, SinkGuarantee, TopicWriter,
+};
+use lockgate_workloads::workload::{ExpectedResult, KeySpace, XorShift64Star, DEFAULT_KEYS};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The most partitions `produce` creates a topic with.
+const MAX_PARTITIONS: u32 = 10_000;
+
+/// The subcommands of `lockgate kafka`.
+#[derive(Subcommand, Debug)]
+pub(crate) enum KafkaCommand {
+    /// Writes the reference workload's records into a topic (created with
+    /// --partitions if absent), each to partition hash(key) % P.
+    Produce(ProduceArgs),
+    /// Runs the reference topology (chained map, key_by, keyed_sum, sink)
+    /// on this process's partitions of the input topic.
+    Run(RunArgs),
+    /// Reads an output topic (read_committed) and checks it: lost and
+    /// duplicated records, every key's last sum against the closed form.
+    Verify(VerifyArgs),
+}
+
+/// The flags of `lockgate kafka produce`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct ProduceArgs {
+    /// Kafka brokers, HOST:PORT[,HOST:PORT...].
+    #[arg(long, value_name = "HOST:PORT")]
+    bootstrap: String,
+    /// The topic to write.
+    #[arg(long)]
+    topic: String,
+    /// Its partition count (the topic is created with it if absent; an
+    /// existing topic with another count is refused).
+    #[arg(long, value_name = "P")]
+    partitions: u32,
+    /// Records to write: the workload's records 0..N.
+    #[arg(long, value_name = "N")]
+    records: u64,
+    /// Records per second [default: as fast as the brokers take them].
+    #[arg(long, value_name = "R")]
+    rate: Option<u64>,
+    /// Distinct keys.
+    #[arg(long, default_value_t = DEFAULT_KEYS, value_name = "K")]
+    keys: u64,
+}
+
+/// What the Kafka sink guarantees (`--sink`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SinkArg {
+    /// Flush on every checkpoint: nothing lost; records since the restored
+    /// checkpoint are written again after a failure.
+    AtLeastOnce,
+    /// Kafka transactions committed when a checkpoint completes:
+    /// read_committed readers see each record once. Needs a broker with
+    /// transactions (not the test broker, tansu).
+    ExactlyOnce,
+}
+
+/// The checkpointing mode of `kafka run`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CheckpointArg {
+    /// No checkpoints (a failure restarts from the beginning).
+    None,
+    /// Aligned barriers.
+    ExactlyOnce,
+    /// Tracked barriers.
+    AtLeastOnce,
+}
+
+/// The flags of `lockgate kafka run`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct RunArgs {
+    /// Kafka brokers, HOST:PORT[,HOST:PORT...].
+    #[arg(long, value_name = "HOST:PORT")]
+    bootstrap: String,
+    /// The input topic (must exist).
+    #[arg(long, value_name = "T")]
+    input: String,
+    /// The output topic (created with the input's partition count if
+    /// absent).
+    #[arg(long, value_name = "O")]
+    output: String,
+    /// Processes sharing the input's partitions.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    processes: u32,
+    /// This process's index, below --processes: it owns the partitions p
+    /// with p % processes == index.
+    #[arg(long, default_value_t = 0, value_name = "I")]
+    index: u32,
+    /// Read up to the end offsets seen at start, then end.
+    #[arg(long)]
+    bounded: bool,
+    /// The sink's guarantee.
+    #[arg(long, value_enum, default_value_t = SinkArg::AtLeastOnce)]
+    sink: SinkArg,
+    /// Checkpointing mode.
+    #[arg(long, value_enum, default_value_t = CheckpointArg::ExactlyOnce)]
+    checkpoint: CheckpointArg,
+    /// Time between checkpoints, ms.
+    #[arg(long, default_value_t = 100, value_name = "MS")]
+    checkpoint_interval_ms: u64,
+    /// Where checkpoints are written [default: kept in memory].
+    #[arg(long, value_name = "D")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Resume from the latest complete checkpoint in D (taken by a run
+    /// with the same input, output, --processes and --index); the run goes
+    /// on writing checkpoints there.
+    #[arg(long, value_name = "D")]
+    restore: Option<PathBuf>,
+    /// Subtasks of the source and of keyed_sum in this process.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    parallelism: usize,
+}
+
+/// The flags of `lockgate kafka verify`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct VerifyArgs {
+    /// Kafka brokers, HOST:PORT[,HOST:PORT...].
+    #[arg(long, value_name = "HOST:PORT")]
+    bootstrap: String,
+    /// The output topic to check.
+    #[arg(long, value_name = "O")]
+    topic: String,
+    /// Records the input held (0..N).
+    #[arg(long, value_name = "N")]
+    records: u64,
+    /// Distinct keys of the input.
+    #[arg(long, default_value_t = DEFAULT_KEYS, value_name = "K")]
+    keys: u64,
+    /// What to hold the output to: exactly-once also fails on duplicates.
+    #[arg(long, value_enum, default_value_t = SinkArg::ExactlyOnce)]
+    guarantee: SinkArg,
+}
+
+fn usage_error(msg: &str) -> ExitCode {
+    eprintln!("error: {msg}");
+    ExitCode::from(2)
+}
+
+/// Runs a `kafka` subcommand.
+pub(crate) fn run(command: KafkaCommand) -> ExitCode {
+    match command {
+        KafkaCommand::Produce(a) => produce(&a),
+        KafkaCommand::Run(a) => run_job(&a),
+        KafkaCommand::Verify(a) => verify(&a),
+    }
+}
+
+fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn produce(a: &ProduceArgs) -> ExitCode {
+    if a.partitions == 0 || a.partitions > MAX_PARTITIONS {
+        return usage_error(&format!(
+            "--partitions must be between 1 and {MAX_PARTITIONS}, got {}",
+            a.partitions
+        ));
+    }
+    if a.rate == Some(0) {
+        return usage_error("--rate must be positive");
+    }
+    let keys = match KeySpace::uniform(a.keys) {
+        Ok(k) => k,
+        Err(e) => return usage_error(&format!("--keys: {e}")),
+    };
+    let settings = ClientSettings::new(&a.bootstrap);
+    if let Err(e) = connect_check(&settings) {
+        return usage_error(&e.to_string());
+    }
+    match create_topic(&settings, &a.topic, a.partitions) {
+        Ok(true) => println!("created topic {} with {} partitions", a.topic, a.partitions),
+        Ok(false) => println!("topic {} exists with {} partitions", a.topic, a.partitions),
+        Err(e @ KafkaError::PartitionCount { .. }) => return usage_error(&e.to_string()),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    let mut writer = match TopicWriter::new(&settings, &a.topic) {
+        Ok(w) => w,
+        Err(e) => return usage_error(&e.to_string()),
+    };
+    let started = Instant::now();
+    let t0 = unix_ns();
+    let mut rng = XorShift64Star::new();
+    for n in 0..a.records {
+        let key = keys.key_of(rng.next_output());
+        let ts_ns = match a.rate {
+            Some(rate) => {
+                // Open loop: record n is due at t0 + n / rate.
+                let due = Duration::from_nanos(
+                    u64::try_from(u128::from(n) * 1_000_000_000 / u128::from(rate))
+                        .unwrap_or(u64::MAX),
+                );
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+                t0.saturating_add(due.as_nanos() as u64)
+            }
+            None => unix_ns(),
+        };
+        let r = InputRecord { key, n, ts_ns };
+        let partition = partition_of_key(key, a.partitions);
+        if let Err(e) = writer.send(
+            partition,
+            &r.key_bytes(),
+            &r.value_bytes(),
+            lockgate_kafka::timestamp_ms(ts_ns),
+        ) {
+            eprintln!("error: record {n}: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    if let Err(e) = writer.flush() {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "produced {} records to {} ({} partitions, {} keys) in {secs:.2} s ({:.0} records/s)",
+        a.records,
+        a.topic,
+        a.partitions,
+        a.keys,
+        a.records as f64 / secs.max(1e-9)
+    );
+    ExitCode::SUCCESS
+}
+
+/// What a `kafka run` records in its checkpoints, to refuse a restore of
+/// another job's folder.
+fn recorded_job(dir: &std::path::Path) -> Option<Value> {
+    crate::loadgen::restore::recorded_config(dir, |c| c.get("kafka").cloned())
+}
+
+fn run_job(a: &RunArgs) -> ExitCode {
+    if a.processes == 0 {
+        return usage_error("--processes must be at least 1");
+    }
+    if a.index >= a.processes {
+        return usage_error(&format!(
+            "--index {} is not below --processes {}: indexes run from 0 to {}",
+            a.index,
+            a.processes,
+            a.processes - 1
+        ));
+    }
+    let max = crate::loadgen::args::MAX_CLI_PARALLELISM;
+    if a.parallelism == 0 || a.parallelism > max {
+        return usage_error(&format!(
+            "--parallelism must be between 1 and {max}, got {}",
+            a.parallelism
+        ));
+    }
+    let checkpoints = a.checkpoint != CheckpointArg::None;
+    if a.checkpoint_interval_ms == 0 {
+        return usage_error("--checkpoint-interval-ms must be positive");
+    }
+    if !checkpoints && (a.restore.is_some() || a.checkpoint_dir.is_some()) {
+        return usage_error("--restore and --checkpoint-dir need checkpoints");
+    }
+    if !checkpoints && a.sink == SinkArg::ExactlyOnce {
+        return usage_error(
+            "--sink exactly-once needs checkpoints (its transactions commit when a checkpoint completes)",
+        );
+    }
+    let checkpoint_dir = match (&a.restore, &a.checkpoint_dir) {
+        (Some(r), _) if !r.is_dir() => {
+            return usage_error(&format!("--restore {}: no such folder", r.display()))
+        }
+        (Some(r), Some(c)) if r != c => {
+            return usage_error(&format!(
+                "--restore {} and --checkpoint-dir {} differ: a restored run goes on writing checkpoints to the folder it restores from",
+                r.display(),
+                c.display()
+            ))
+        }
+        (Some(r), _) => Some(r.clone()),
+        (None, c) => c.clone(),
+    };
+    let identity = json!({
+        "input": a.input,
+        "output": a.output,
+        "processes": a.processes,
+        "index": a.index,
+    });
+    if let Some(dir) = &a.restore {
+        match recorded_job(dir) {
+            None => {
+                if let Ok(s) = LocalDirStorage::open(dir) {
+                    if s.list().is_ok_and(|l| !l.is_empty()) {
+                        return usage_error(&format!(
+                            "--restore {}: its checkpoints were not taken by `lockgate kafka run`",
+                            dir.display()
+                        ));
+                    }
+                }
+            }
+            Some(recorded) => {
+                let mut diffs = Vec::new();
+                for k in ["input", "output", "processes", "index"] {
+                    if recorded.get(k) != identity.get(k) {
+                        diffs.push(format!(
+                            "{k}: {} → {}",
+                            recorded.get(k).unwrap_or(&Value::Null),
+                            identity[k]
+                        ));
+                    }
+                }
+                if !diffs.is_empty() {
+                    return usage_error(&format!(
+                        "--restore {}: the checkpoint was taken by another job ({}); rescaling across processes is not supported",
+                        dir.display(),
+                        diffs.join(", ")
+                    ));
+                }
+            }
+        }
+    }
+    let settings = ClientSettings::new(&a.bootstrap);
+    if let Err(e) = connect_check(&settings) {
+        return usage_error(&e.to_string());
+    }
+    let partitions = match partition_count(&settings, &a.input) {
+        Ok(p) => p,
+        Err(e @ KafkaError::MissingTopic(_)) => {
+            return usage_error(&format!("--input: {e}"));
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match create_topic(&settings, &a.output, partitions) {
+        Ok(_) => {}
+        Err(KafkaError::PartitionCount { actual, .. }) => {
+            return usage_error(&format!(
+                "--output: topic `{}` has {actual} partitions, the input `{}` {partitions}: each output record goes to its input record's partition",
+                a.output, a.input
+            ));
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    let end = if a.bounded {
+        match end_offsets(&settings, &a.input, partitions) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        None
+    };
+    let owned = lockgate_kafka::owned_partitions(partitions, a.processes, a.index);
+    let spec = KafkaJobSpec {
+        source: KafkaSourceConfig {
+            client: settings,
+            topic: a.input.clone(),
+            partitions,
+            processes: a.processes,
+            index: a.index,
+            end_offsets: end.clone(),
+            group_id: format!("lockgate-{}-{}", a.input, a.output),
+            out_of_orderness_ns: 0,
+        },
+        output: a.output.clone(),
+        parallelism: a.parallelism,
+        guarantee: match a.sink {
+            SinkArg::AtLeastOnce => SinkGuarantee::AtLeastOnce,
+            SinkArg::ExactlyOnce => SinkGuarantee::ExactlyOnce,
+        },
+        transactional_prefix: format!("lockgate-{}-{}of{}", a.output, a.index, a.processes),
+    };
+    let mut config = JobConfig::default();
+    config.checkpoint.mode = match a.checkpoint {
+        CheckpointArg::None => CheckpointMode::None,
+        CheckpointArg::ExactlyOnce => CheckpointMode::ExactlyOnce,
+        CheckpointArg::AtLeastOnce => CheckpointMode::AtLeastOnce,
+    };
+    if checkpoints {
+        config.checkpoint.interval = Some(Duration::from_millis(a.checkpoint_interval_ms));
+    }
+    config.checkpoint.dir = checkpoint_dir;
+    config.checkpoint.restore = a.restore.is_some();
+    let mut app = identity.clone();
+    app["sink"] = json!(format!("{:?}", a.sink));
+    let job = JobBuilder::new("kafka", config).with_app_config(json!({ "kafka": app }));
+    if let Err(e) = build_job(&job, &spec) {
+        return usage_error(&e.to_string());
+    }
+    println!(
+        "process {} of {}: partitions {:?} of {} ({} of {}), {} subtasks; {}",
+        a.index,
+        a.processes,
+        owned,
+        a.input,
+        owned.len(),
+        partitions,
+        a.parallelism,
+        match &end {
+            Some(e) => format!(
+                "bounded: {} records up to the end offsets",
+                owned.iter().map(|&p| e[p as usize]).sum::<i64>()
+            ),
+            None => "unbounded: Ctrl-C stops it".into(),
+        }
+    );
+    let handle = match job.start() {
+        Ok(h) => h,
+        Err(
+            e @ (JobError::Config(_)
+            | JobError::Storage(_)
+            | JobError::FolderInUse(_)
+            | JobError::Restore(_)),
+        ) => {
+            return usage_error(&e.to_string());
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    // Ctrl-C stops the job (sources stop, what is in flight drains, a
+    // final checkpoint commits it) and the summary is printed.
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let flag = interrupted.clone();
+        let _ = ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
+    }
+    let mut stopping = false;
+    if let Some(at) = &handle.metrics().restored {
+        println!(
+            "restored: chk-{} from {}",
+            at.checkpoint,
+            a.restore
+                .as_ref()
+                .map_or_else(String::new, |d| d.display().to_string())
+        );
+    }
+    let started = Instant::now();
+    let mut last_print = Instant::now();
+    while !handle.is_finished() {
+        std::thread::sleep(Duration::from_millis(50));
+        if !stopping && interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+            stopping = true;
+            println!("stopping (Ctrl-C): draining and taking a final checkpoint");
+            handle.stop();
+        }
+        if last_print.elapsed() >= Duration::from_secs(1) {
+            last_print = Instant::now();
+            let m = handle.metrics();
+            let read: u64 = m
+                .tasks
+                .iter()
+                .filter(|t| t.name.starts_with("source["))
+                .map(|t| t.records_out)
+                .sum();
+            println!(
+                "  {:>5.1} s: {read} records read, {} checkpoints completed, {} restarts",
+                started.elapsed().as_secs_f64(),
+                m.completed_checkpoints(),
+                m.restarts
+            );
+        }
+    }
+    let last_metrics = handle.metrics();
+    let result = handle.wait();
+    let secs = started.elapsed().as_secs_f64();
+    // A failed run's metrics are the handle's last snapshot.
+    let metrics = match &result {
+        Ok(m) => m.clone(),
+        Err(_) => last_metrics,
+    };
+    let read: u64 = metrics
+        .tasks
+        .iter()
+        .filter(|t| t.name.starts_with("source["))
+        .map(|t| t.records_out)
+        .sum();
+    println!(
+        "kafka run: {read} records read in {secs:.2} s ({:.0} records/s), {} restarts",
+        read as f64 / secs.max(1e-9),
+        metrics.restarts
+    );
+    if checkpoints {
+        let mut s = String::new();
+        crate::loadgen::report::CheckpointsJson::from_stats(&metrics.checkpoints).write_summary(
+            &mut s,
+            match a.checkpoint {
+                CheckpointArg::AtLeastOnce => "at-least-once",
+                _ => "exactly-once",
+            },
+        );
+        print!("{s}");
+    }
+    match result {
+        Ok(_) => {
+            println!("result: ok");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("result: FAILED ({e})");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn verify(a: &VerifyArgs) -> ExitCode {
+    let keys = match KeySpace::uniform(a.keys) {
+        Ok(k) => k,
+        Err(e) => return usage_error(&format!("--keys: {e}")),
+    };
+    if a.records > lockgate_workloads::workload::MAX_CHECKED_RECORDS {
+        return usage_error(&format!(
+            "--records must be at most {}",
+            lockgate_workloads::workload::MAX_CHECKED_RECORDS
+        ));
+    }
+    let settings = ClientSettings::new(&a.bootstrap);
+    if let Err(e) = connect_check(&settings) {
+        return usage_error(&e.to_string());
+    }
+    let n_total = a.records;
+    let mut seen = vec![0u64; n_total.div_ceil(64) as usize];
+    let mut distinct = 0u64;
+    let mut duplicated = 0u64;
+    let mut foreign = 0u64;
+    // Per key: the record with the largest n (its sum is the key's final
+    // one, whatever order duplicates came in).
+    let mut last: std::collections::HashMap<u64, (u64, u64)> = std::collections::HashMap::new();
+    let read = read_topic(&settings, &a.topic, true, |p, offset, k, v| {
+        let r = OutputRecord::decode(k, v).map_err(|why| KafkaError::BadRecord {
+            topic: a.topic.clone(),
+            partition: p,
+            offset,
+            why,
+        })?;
+        if r.n >= n_total {
+            foreign += 1;
+            return Ok(());
+        }
+        let (w, bit) = ((r.n / 64) as usize, 1u64 << (r.n % 64));
+        if seen[w] & bit != 0 {
+            duplicated += 1;
+        } else {
+            seen[w] |= bit;
+            distinct += 1;
+        }
+        let e = last.entry(r.key).or_insert((r.n, r.sum));
+        if r.n >= e.0 {
+            *e = (r.n, r.sum);
+        }
+        Ok(())
+    });
+    let read = match read {
+        Ok(n) => n,
+        Err(e @ KafkaError::MissingTopic(_)) => return usage_error(&format!("--topic: {e}")),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let expected = ExpectedResult::compute(n_total, &keys);
+    let mut wrong = 0u64;
+    for key in 0..a.keys {
+        let want = expected.final_sum(key);
+        let got = last.get(&key).map(|&(_, s)| s);
+        if want != got {
+            wrong += 1;
+        }
+    }
+    wrong += last.keys().filter(|&&k| k >= a.keys).count() as u64;
+    let lost = n_total - distinct;
+    println!("records: {read} read from {} (read_committed)", a.topic);
+    println!("lost: {lost}");
+    println!("duplicated: {duplicated}");
+    if wrong == 0 {
+        println!("sums: ok");
+    } else {
+        println!("sums: {wrong} wrong");
+    }
+    let mut why = Vec::new();
+    if lost > 0 {
+        why.push(format!("{lost} lost"));
+    }
+    if a.guarantee == SinkArg::ExactlyOnce && duplicated > 0 {
+        why.push(format!("{duplicated} duplicated"));
+    }
+    if wrong > 0 {
+        why.push(format!("{wrong} keys with a wrong last sum"));
+    }
+    if foreign > 0 {
+        why.push(format!("{foreign} records with n >= {n_total}"));
+    }
+    if why.is_empty() {
+        println!("result: ok");
+        ExitCode::SUCCESS
+    } else {
+        println!("result: FAILED ({})", why.join(", "));
+        ExitCode::from(1)
+    }
+}

@@ -1,0 +1,382 @@
+//! `lockgate kafka produce | run | verify` driven as a user drives them,
+//! against tansu (a Kafka-API broker, see `lockgate_kafka::TestBroker`):
+//! several processes sharing a topic's partitions, one killed with
+//! SIGKILL mid-run and restored from its folder. Skipped, saying so, when
+//! tansu is not installed, unless `LOCKGATE_REQUIRE_KAFKA=1`. The input
+//! errors that need no broker run everywhere.
+
+use lockgate_kafka::TestBroker;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Runs that move records take the machine's 2 cores: one at a time.
+static HEAVY: Mutex<()> = Mutex::new(());
+
+fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    HEAVY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lockgate"));
+    c.env_remove("RUST_LOG");
+    c
+}
+
+fn kafka(args: &[&str]) -> Output {
+    bin()
+        .arg("kafka")
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn broker() -> Option<TestBroker> {
+    match TestBroker::start() {
+        Ok(Some(b)) => Some(b),
+        Ok(None) => {
+            eprintln!(
+                "skipped: tansu is not installed (LOCKGATE_REQUIRE_KAFKA=1 makes this a failure)"
+            );
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn run_args<'a>(
+    bootstrap: &'a str,
+    input: &'a str,
+    output: &'a str,
+    processes: &'a str,
+    index: &'a str,
+    dir: &'a str,
+) -> Vec<&'a str> {
+    vec![
+        "run",
+        "--bootstrap",
+        bootstrap,
+        "--input",
+        input,
+        "--output",
+        output,
+        "--processes",
+        processes,
+        "--index",
+        index,
+        "--sink",
+        "at-least-once",
+        "--checkpoint",
+        "exactly-once",
+        "--checkpoint-interval-ms",
+        "100",
+        "--checkpoint-dir",
+        dir,
+    ]
+}
+
+fn assert_ok(o: &Output, what: &str) {
+    let t = text(o);
+    assert!(o.status.success(), "{what}: {t}");
+    assert!(t.contains("result: ok"), "{what}: {t}");
+}
+
+/// Completed checkpoints in `dir`.
+fn checkpoints(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|it| {
+            it.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("chk-"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn wait_for_checkpoints(dir: &Path, child: &mut Child, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while checkpoints(dir) < n {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the run ended ({status}) before {n} checkpoints");
+        }
+        assert!(Instant::now() < deadline, "not {n} checkpoints after 120 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `processes` processes on a 4-partition topic of `records` records,
+/// process 0 killed with SIGKILL mid-run (while the input is still being
+/// produced, so that it is surely mid-run) and restored from its folder;
+/// then `verify --guarantee at-least-once`.
+fn killed_and_restored(processes: u32, records: u64) {
+    let Some(b) = broker() else { return };
+    let _g = heavy();
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = b.bootstrap();
+    let procs = processes.to_string();
+    let recs = records.to_string();
+    // The topic first, then the records at a rate, beside the victim.
+    let o = kafka(&[
+        "produce",
+        "--bootstrap",
+        bs,
+        "--topic",
+        "in",
+        "--partitions",
+        "4",
+        "--records",
+        "0",
+    ]);
+    assert_ok_or_produced(&o);
+    let mut producer = bin()
+        .args([
+            "kafka",
+            "produce",
+            "--bootstrap",
+            bs,
+            "--topic",
+            "in",
+            "--partitions",
+            "4",
+            "--records",
+            &recs,
+            "--rate",
+            "20000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dir0 = tmp.path().join("p0");
+    let d0 = dir0.to_str().unwrap();
+    // Unbounded: it reads as the records arrive.
+    let mut victim = bin()
+        .arg("kafka")
+        .args(run_args(bs, "in", "out", &procs, "0", d0))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_checkpoints(&dir0, &mut victim, 3);
+    assert!(
+        producer.try_wait().unwrap().is_none(),
+        "the input was all produced before the kill: not mid-run"
+    );
+    victim.kill().unwrap(); // SIGKILL
+    let _ = victim.wait();
+    let produced = producer.wait_with_output().unwrap();
+    assert!(produced.status.success(), "{}", text(&produced));
+    // The victim's restore and the other processes, bounded.
+    let mut args = run_args(bs, "in", "out", &procs, "0", d0);
+    args.retain(|a| *a != "--checkpoint-dir" && *a != d0);
+    args.extend(["--restore", d0, "--bounded"]);
+    let o = kafka(&args);
+    assert_ok(&o, "the restored process 0");
+    assert!(text(&o).contains("restored: chk-"), "{}", text(&o));
+    for i in 1..processes {
+        let dir = tmp.path().join(format!("p{i}"));
+        let idx = i.to_string();
+        let mut args = run_args(bs, "in", "out", &procs, &idx, dir.to_str().unwrap());
+        args.push("--bounded");
+        assert_ok(&kafka(&args), &format!("process {i}"));
+    }
+    let o = kafka(&[
+        "verify",
+        "--bootstrap",
+        bs,
+        "--topic",
+        "out",
+        "--records",
+        &recs,
+        "--guarantee",
+        "at-least-once",
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("lost: 0\n") && t.contains("sums: ok\n") && t.ends_with("result: ok\n"),
+        "{t}"
+    );
+    // The same output fails the exactly-once check only by its duplicates.
+    let o = kafka(&[
+        "verify",
+        "--bootstrap",
+        bs,
+        "--topic",
+        "out",
+        "--records",
+        &recs,
+    ]);
+    let t = text(&o);
+    if t.contains("duplicated: 0\n") {
+        assert!(o.status.success(), "{t}");
+    } else {
+        assert_eq!(o.status.code(), Some(1), "{t}");
+        assert!(
+            t.contains("result: FAILED (") && t.contains("duplicated)"),
+            "{t}"
+        );
+    }
+}
+
+/// `produce --records 0` creates the topic and writes nothing.
+fn assert_ok_or_produced(o: &Output) {
+    assert!(o.status.success(), "{}", text(o));
+}
+
+#[test]
+fn two_processes_one_killed_and_restored_lose_nothing() {
+    killed_and_restored(2, 60_000);
+}
+
+#[test]
+fn one_process_killed_and_restored_loses_nothing() {
+    killed_and_restored(1, 30_000);
+}
+
+#[test]
+fn four_processes_one_killed_and_restored_lose_nothing() {
+    killed_and_restored(4, 40_000);
+}
+
+#[test]
+fn verify_finds_lost_records_and_bad_input_is_refused() {
+    let Some(b) = broker() else { return };
+    let _g = heavy();
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = b.bootstrap();
+    assert_ok_or_produced(&kafka(&[
+        "produce",
+        "--bootstrap",
+        bs,
+        "--topic",
+        "in",
+        "--partitions",
+        "2",
+        "--records",
+        "1000",
+        "--keys",
+        "10",
+    ]));
+    // Another partition count for an existing topic.
+    let o = kafka(&[
+        "produce",
+        "--bootstrap",
+        bs,
+        "--topic",
+        "in",
+        "--partitions",
+        "3",
+        "--records",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("exists with 2 partitions, not 3"),
+        "{}",
+        text(&o)
+    );
+    // A missing input topic.
+    let o = kafka(&["run", "--bootstrap", bs, "--input", "nope", "--output", "o"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("topic `nope` does not exist"),
+        "{}",
+        text(&o)
+    );
+    // Only process 0 of 2 runs: verify finds the other half missing.
+    let dir = tmp.path().join("p0");
+    let mut args = run_args(bs, "in", "out", "2", "0", dir.to_str().unwrap());
+    args.push("--bounded");
+    assert_ok(&kafka(&args), "process 0");
+    let o = kafka(&[
+        "verify",
+        "--bootstrap",
+        bs,
+        "--topic",
+        "out",
+        "--records",
+        "1000",
+        "--keys",
+        "10",
+    ]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(
+        !t.contains("lost: 0\n") && t.contains("result: FAILED ("),
+        "{t}"
+    );
+    // Its folder restored as another process, or with another count.
+    for (procs, index, why) in [("2", "1", "index: 0 → 1"), ("3", "0", "processes: 2 → 3")] {
+        let mut args = run_args(bs, "in", "out", procs, index, dir.to_str().unwrap());
+        args.retain(|a| !a.starts_with("--checkpoint-dir") && *a != dir.to_str().unwrap());
+        args.extend(["--restore", dir.to_str().unwrap()]);
+        let o = kafka(&args);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains(why), "{}", text(&o));
+    }
+}
+
+#[test]
+fn bad_flags_are_refused_before_anything_is_written() {
+    let o = kafka(&[
+        "run",
+        "--bootstrap",
+        "127.0.0.1:1",
+        "--input",
+        "a",
+        "--output",
+        "b",
+        "--processes",
+        "2",
+        "--index",
+        "2",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("--index 2 is not below --processes 2"),
+        "{}",
+        text(&o)
+    );
+    let o = kafka(&[
+        "produce",
+        "--bootstrap",
+        "127.0.0.1:1",
+        "--topic",
+        "t",
+        "--partitions",
+        "0",
+        "--records",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("--partitions must be between 1"),
+        "{}",
+        text(&o)
+    );
+    // No broker: refused within the connect timeout (5 s) and a little.
+    let o = kafka(&[
+        "verify",
+        "--bootstrap",
+        "127.0.0.1:1",
+        "--topic",
+        "t",
+        "--records",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("no Kafka broker reachable at 127.0.0.1:1 within 5 s"),
+        "{}",
+        text(&o)
+    );
+}

@@ -1,0 +1,69 @@
+//! The connector's errors (a leaf module: every other module uses it).
+
+/// What can go wrong talking to Kafka or reading its records.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    /// No broker answered within the connect timeout
+    /// ([`crate::CONNECT_TIMEOUT`]).
+    #[error("no Kafka broker reachable at {bootstrap} within {secs} s: {why}")]
+    Unreachable {
+        /// The bootstrap servers given.
+        bootstrap: String,
+        /// The timeout, s.
+        secs: u64,
+        /// The client's last error.
+        why: String,
+    },
+    /// The topic does not exist.
+    #[error("topic `{0}` does not exist")]
+    MissingTopic(String),
+    /// The topic exists with another partition count than asked for.
+    #[error("topic `{topic}` exists with {actual} partitions, not {wanted}")]
+    PartitionCount {
+        /// The topic.
+        topic: String,
+        /// Its partition count.
+        actual: u32,
+        /// The count asked for.
+        wanted: u32,
+    },
+    /// A record whose key or value is not in the connector's encoding
+    /// (see [`crate::encoding`]).
+    #[error("record at {topic}/{partition}@{offset} is not a lockgate record: {why}")]
+    BadRecord {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The record's offset.
+        offset: i64,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The Kafka client failed.
+    #[error("{context}: {source}")]
+    Client {
+        /// What was being done.
+        context: String,
+        /// The client's error.
+        #[source]
+        source: rdkafka::error::KafkaError,
+    },
+    /// A transactional producer was fenced: a newer instance with the same
+    /// transactional id started (this one is a zombie and must stop).
+    #[error("transactional id `{0}` was fenced by a newer producer")]
+    Fenced(String),
+    /// Anything else, said in words.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl KafkaError {
+    /// Wraps a client error with what was being done.
+    pub(crate) fn client(context: impl Into<String>, source: rdkafka::error::KafkaError) -> Self {
+        KafkaError::Client {
+            context: context.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! The reference topology over Kafka, as `lockgate kafka run` drives it:
+//! a Kafka source with the chained map (`value = 2n + 1`), `key_by(key)`,
+//! `keyed_sum` (a running sum per key in managed keyed state) and a Kafka
+//! sink chained behind it, each output record written to its input
+//! record's partition of the output topic.
+
+use crate::client::ClientSettings;
+use crate::encoding::{OutputRecord, SinkRecord, SourceRecord};
+use crate::error::KafkaError;
+use crate::sink::{KafkaSink, RdKafkaLog};
+use crate::source::{KafkaSource, KafkaSourceConfig};
+use crate::txn::{LogFactory, WriteAheadOutput};
+use lockgate::{
+    BoxError, Context, JobBuilder, KeyedState, Managed, StatefulOperator, TwoPhaseCommitSink,
+};
+use std::sync::Arc;
+
+/// What the Kafka sink guarantees its readers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SinkGuarantee {
+    /// Every record of a completed checkpoint is in the output; after a
+    /// restore, records since it are written again (readers may see
+    /// duplicates).
+    AtLeastOnce,
+    /// `read_committed` readers see each record once: output is written in
+    /// Kafka transactions after its checkpoint completes (see the `txn`
+    /// module's protocol). Needs brokers with transactions.
+    ExactlyOnce,
+}
+
+/// A Kafka job of the reference topology.
+#[derive(Clone, Debug)]
+pub struct KafkaJobSpec {
+    /// The source's settings (brokers, input topic, ownership, bounds).
+    pub source: KafkaSourceConfig,
+    /// The output topic (with at least the input's partition count).
+    pub output: String,
+    /// Subtasks of the source and of `keyed_sum` (with its sink) in this
+    /// process.
+    pub parallelism: usize,
+    /// The sink's guarantee.
+    pub guarantee: SinkGuarantee,
+    /// Exactly-once: sink subtask `j` uses transactional id
+    /// `<prefix>-<j>` (one prefix per process and output; never shared by
+    /// two running jobs).
+    pub transactional_prefix: String,
+}
+
+/// `keyed_sum`: the running sum of the mapped values per key.
+struct KafkaKeyedSum;
+
+impl StatefulOperator<SourceRecord, SinkRecord> for KafkaKeyedSum {
+    type State = KeyedState<u64, u64>;
+
+    fn process(
+        &mut self,
+        sums: &mut Self::State,
+        input: &mut Vec<SourceRecord>,
+        ctx: &mut Context<'_, SinkRecord>,
+    ) -> Result<(), BoxError> {
+        for r in input.drain(..) {
+            let sum = sums.get_or_default(r.key);
+            *sum = sum.wrapping_add(r.value);
+            ctx.emit(SinkRecord {
+                partition: r.partition,
+                record: OutputRecord {
+                    key: r.key,
+                    sum: *sum,
+                    n: lockgate_workloads::workload::seq_of_mapped_value(r.value),
+                },
+                ts_ns: r.ts_ns,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Adds the topology to `job`. The sinks connect lazily (on their first
+/// record or checkpoint), so a broker problem fails the task, and the
+/// job's restart strategy applies.
+///
+/// # Errors
+/// None today; reserved for settings the builder can check up front.
+pub fn build_job(job: &JobBuilder, spec: &KafkaJobSpec) -> Result<(), KafkaError> {
+    let source = Arc::new(spec.source.clone());
+    let p = spec.parallelism;
+    let summed = job
+        .source("source", p, move |info| {
+            KafkaSource::new(source.clone(), info)
+        })
+        .map_in_place(|r| r.value = lockgate_workloads::workload::chained_map(r.value))
+        .key_by(|r: &SourceRecord| r.key)
+        .task("keyed_sum", p)
+        .process("keyed_sum", |_| Managed::new(KafkaKeyedSum));
+    let settings: ClientSettings = spec.source.client.clone();
+    let output = spec.output.clone();
+    match spec.guarantee {
+        SinkGuarantee::AtLeastOnce => {
+            summed.sink("sink", move |_| {
+                LazySink::new(settings.clone(), output.clone())
+            });
+        }
+        SinkGuarantee::ExactlyOnce => {
+            let prefix = spec.transactional_prefix.clone();
+            let logs: LogFactory<RdKafkaLog> =
+                Arc::new(move |j| RdKafkaLog::new(&settings, &output, &format!("{prefix}-{j}")));
+            summed.sink("sink", move |info| {
+                TwoPhaseCommitSink::new(WriteAheadOutput::new(logs.clone(), info.index))
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A [`KafkaSink`] created on first use, so that a bad setting fails the
+/// task (with the job's restart strategy) instead of the job's build.
+struct LazySink {
+    settings: ClientSettings,
+    topic: String,
+    sink: Option<KafkaSink>,
+}
+
+impl LazySink {
+    fn new(settings: ClientSettings, topic: String) -> Self {
+        LazySink {
+            settings,
+            topic,
+            sink: None,
+        }
+    }
+
+    fn get(&mut self) -> Result<&mut KafkaSink, BoxError> {
+        if self.sink.is_none() {
+            self.sink = Some(KafkaSink::new(&self.settings, &self.topic)?);
+        }
+        Ok(self.sink.as_mut().expect("created above"))
+    }
+}
+
+impl lockgate::Sink<SinkRecord> for LazySink {
+    fn write(&mut self, input: &mut Vec<SinkRecord>) -> Result<(), BoxError> {
+        self.get()?.write(input)
+    }
+
+    fn end_of_input(&mut self) -> Result<(), BoxError> {
+        self.get()?.end_of_input()
+    }
+}
+
+impl lockgate::Checkpointed for LazySink {
+    fn snapshot_state(&mut self, id: lockgate::CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        lockgate::Checkpointed::snapshot_state(self.get()?, id)
+    }
+}

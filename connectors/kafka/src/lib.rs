@@ -1,0 +1,45 @@
+//! Kafka for lockgate: a source whose splits are a topic's partitions, with
+//! the partition offsets in the checkpoint; an at-least-once sink; and an
+//! exactly-once sink through the engine's two-phase commit
+//! ([`lockgate::TwoPhaseCommitSink`]).
+//!
+//! Modules, bottom to top: `error` and `encoding` (the vocabulary: records
+//! on the topics), `partitions` (ownership, watermarks), `txn` (the
+//! exactly-once protocol, sans-I/O) and `fake` (its model for tests),
+//! `client` (rdkafka set-up and topic administration), `source`, `sink`,
+//! and `job` (the reference topology over Kafka, as `lockgate kafka run`
+//! drives it).
+//!
+//! Anchors: Flink's Kafka connector (offsets in the checkpoint, committed
+//! to Kafka only for monitoring after a checkpoint completes; `KafkaSink`'s
+//! `EXACTLY_ONCE` over two-phase commit) and FLIP-27's splits.
+
+mod client;
+mod encoding;
+mod error;
+mod fake;
+mod job;
+mod partitions;
+mod sink;
+mod source;
+mod test_broker;
+mod txn;
+
+pub use client::{
+    connect_check, create_topic, end_offsets, partition_count, read_topic, ClientSettings,
+    CONNECT_TIMEOUT,
+};
+pub use encoding::{
+    decode_key, encode_key, timestamp_ms, InputRecord, OutputRecord, SinkRecord, SourceRecord,
+    KEY_BYTES, SINK_RECORD_BYTES, VALUE_BYTES,
+};
+pub use error::KafkaError;
+pub use fake::{Crash, FakeCluster, FakeProducer};
+pub use job::{build_job, KafkaJobSpec, SinkGuarantee};
+pub use partitions::{
+    owned_partitions, partition_of_key, process_owns, subtask_owns, PartitionWatermarks,
+};
+pub use sink::{KafkaSink, RdKafkaLog, TopicWriter};
+pub use source::{KafkaSource, KafkaSourceConfig};
+pub use test_broker::TestBroker;
+pub use txn::{LogFactory, Marker, TransactionalLog, WriteAheadOutput, WriteAheadTxn};

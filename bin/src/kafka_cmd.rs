@@ -129,9 +129,12 @@ pub(crate) struct RunArgs {
     checkpoint_dir: Option<PathBuf>,
     /// Resume from the latest complete checkpoint in D (taken by a run
     /// with the same input, output, --processes and --index); the run goes
-    /// on writing checkpoints there.
-    #[arg(long, value_name = "D")]
-    restore: Option<PathBuf>,
+    /// on writing checkpoints there. With another --processes: every old
+    /// process's folder, D0,D1,... (each process takes the partitions and
+    /// keys it owns now from all of them), and a new, empty
+    /// --checkpoint-dir.
+    #[arg(long, value_name = "D[,D...]")]
+    restore: Option<String>,
     /// Subtasks of the source and of keyed_sum in this process.
     #[arg(long, default_value_t = 2, value_name = "N")]
     parallelism: usize,
@@ -292,59 +295,16 @@ fn run_job(a: &RunArgs) -> ExitCode {
             "--sink exactly-once needs checkpoints (its transactions commit when a checkpoint completes)",
         );
     }
-    let checkpoint_dir = match (&a.restore, &a.checkpoint_dir) {
-        (Some(r), _) if !r.is_dir() => {
-            return usage_error(&format!("--restore {}: no such folder", r.display()))
-        }
-        (Some(r), Some(c)) if r != c => {
-            return usage_error(&format!(
-                "--restore {} and --checkpoint-dir {} differ: a restored run goes on writing checkpoints to the folder it restores from",
-                r.display(),
-                c.display()
-            ))
-        }
-        (Some(r), _) => Some(r.clone()),
-        (None, c) => c.clone(),
-    };
     let identity = json!({
         "input": a.input,
         "output": a.output,
         "processes": a.processes,
         "index": a.index,
     });
-    if let Some(dir) = &a.restore {
-        match recorded_job(dir) {
-            None => {
-                if let Ok(s) = LocalDirStorage::open(dir) {
-                    if s.list().is_ok_and(|l| !l.is_empty()) {
-                        return usage_error(&format!(
-                            "--restore {}: its checkpoints were not taken by `lockgate kafka run`",
-                            dir.display()
-                        ));
-                    }
-                }
-            }
-            Some(recorded) => {
-                let mut diffs = Vec::new();
-                for k in ["input", "output", "processes", "index"] {
-                    if recorded.get(k) != identity.get(k) {
-                        diffs.push(format!(
-                            "{k}: {} → {}",
-                            recorded.get(k).unwrap_or(&Value::Null),
-                            identity[k]
-                        ));
-                    }
-                }
-                if !diffs.is_empty() {
-                    return usage_error(&format!(
-                        "--restore {}: the checkpoint was taken by another job ({}); rescaling across processes is not supported",
-                        dir.display(),
-                        diffs.join(", ")
-                    ));
-                }
-            }
-        }
-    }
+    let plan = match plan_restore(a, &identity) {
+        Ok(p) => p,
+        Err(msg) => return usage_error(&msg),
+    };
     let settings = ClientSettings::new(&a.bootstrap);
     if let Err(e) = connect_check(&settings) {
         return usage_error(&e.to_string());
@@ -359,6 +319,23 @@ fn run_job(a: &RunArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // A key group must not span partitions (so that each lives in one
+    // process, and a restore across processes can hand it on whole): with
+    // P dividing max_parallelism, key group g = hash % 128 lies in
+    // partition g % P. And every process owns as many partitions.
+    let groups = lockgate::DEFAULT_MAX_PARALLELISM;
+    if groups % partitions != 0 {
+        return usage_error(&format!(
+            "--input: topic `{}` has {partitions} partitions, which does not divide the {groups} key groups (use 1, 2, 4, 8, ... {groups} partitions)",
+            a.input
+        ));
+    }
+    if partitions % a.processes != 0 {
+        return usage_error(&format!(
+            "--processes {}: it must divide the {partitions} partitions of `{}` (each process owns as many)",
+            a.processes, a.input
+        ));
+    }
     match create_topic(&settings, &a.output, partitions) {
         Ok(_) => {}
         Err(KafkaError::PartitionCount { actual, .. }) => {
@@ -384,7 +361,7 @@ fn run_job(a: &RunArgs) -> ExitCode {
         None
     };
     let owned = lockgate_kafka::owned_partitions(partitions, a.processes, a.index);
-    let spec = KafkaJobSpec {
+    let mut spec = KafkaJobSpec {
         source: KafkaSourceConfig {
             client: settings,
             topic: a.input.clone(),
@@ -402,6 +379,7 @@ fn run_job(a: &RunArgs) -> ExitCode {
             SinkArg::ExactlyOnce => SinkGuarantee::ExactlyOnce,
         },
         transactional_prefix: format!("lockgate-{}-{}of{}", a.output, a.index, a.processes),
+        adopted_ids: Vec::new(),
     };
     let mut config = JobConfig::default();
     config.checkpoint.mode = match a.checkpoint {
@@ -412,11 +390,34 @@ fn run_job(a: &RunArgs) -> ExitCode {
     if checkpoints {
         config.checkpoint.interval = Some(Duration::from_millis(a.checkpoint_interval_ms));
     }
-    config.checkpoint.dir = checkpoint_dir;
-    config.checkpoint.restore = a.restore.is_some();
+    config.checkpoint.dir = plan.checkpoint_dir().cloned();
+    config.checkpoint.restore = matches!(plan, RestorePlan::Own(_));
     let mut app = identity.clone();
     app["sink"] = json!(format!("{:?}", a.sink));
-    let job = JobBuilder::new("kafka", config).with_app_config(json!({ "kafka": app }));
+    let mut job = JobBuilder::new("kafka", config).with_app_config(json!({ "kafka": app }));
+    if let RestorePlan::Merged {
+        from,
+        old_processes,
+        state,
+        ..
+    } = &plan
+    {
+        let sinks: Vec<u32> = from.iter().map(|(_, p)| *p).collect();
+        spec.adopted_ids = sinks
+            .iter()
+            .enumerate()
+            .flat_map(|(j, &p)| {
+                (0..p).map(move |k| format!("lockgate-{}-{j}of{old_processes}-{k}", a.output))
+            })
+            .collect();
+        job = job.with_restored_state(state.clone());
+        println!(
+            "restoring from the {old_processes} folders of {old_processes} processes ({}): this process takes partitions {:?} and finishes the pending output of old processes {:?}",
+            from.iter().map(|(d, _)| d.display().to_string()).collect::<Vec<_>>().join(", "),
+            lockgate_kafka::owned_partitions(partitions, a.processes, a.index),
+            (0..*old_processes).filter(|j| j % a.processes == a.index).collect::<Vec<_>>()
+        );
+    }
     if let Err(e) = build_job(&job, &spec) {
         return usage_error(&e.to_string());
     }
@@ -460,14 +461,8 @@ fn run_job(a: &RunArgs) -> ExitCode {
         let _ = ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
     }
     let mut stopping = false;
-    if let Some(at) = &handle.metrics().restored {
-        println!(
-            "restored: chk-{} from {}",
-            at.checkpoint,
-            a.restore
-                .as_ref()
-                .map_or_else(String::new, |d| d.display().to_string())
-        );
+    if let (RestorePlan::Own(dir), Some(at)) = (&plan, &handle.metrics().restored) {
+        println!("restored: chk-{} from {}", at.checkpoint, dir.display());
     }
     let started = Instant::now();
     let mut last_print = Instant::now();
@@ -631,4 +626,192 @@ fn verify(a: &VerifyArgs) -> ExitCode {
         println!("result: FAILED ({})", why.join(", "));
         ExitCode::from(1)
     }
+}
+
+/// Where a `kafka run` restores from and writes its checkpoints.
+enum RestorePlan {
+    /// A fresh start, checkpoints to this folder (or in memory).
+    Fresh(Option<PathBuf>),
+    /// This process's own folder: restored, and written on.
+    Own(PathBuf),
+    /// The folders of every process of an earlier run with another
+    /// `--processes`, merged; checkpoints to a new folder.
+    Merged {
+        /// The new folder.
+        dir: PathBuf,
+        /// Each old process's folder, by old index, with its sink
+        /// subtasks (keyed_sum's parallelism).
+        from: Vec<(PathBuf, u32)>,
+        /// The old process count.
+        old_processes: u32,
+        /// The merged state.
+        state: lockgate::RestoredState,
+    },
+}
+
+impl RestorePlan {
+    fn checkpoint_dir(&self) -> Option<&PathBuf> {
+        match self {
+            RestorePlan::Fresh(d) => d.as_ref(),
+            RestorePlan::Own(d) => Some(d),
+            RestorePlan::Merged { dir, .. } => Some(dir),
+        }
+    }
+}
+
+/// The recorded identity's differences from this run's, as `key: old →
+/// new`, for `keys`.
+fn differences(recorded: &Value, identity: &Value, keys: &[&str]) -> Vec<String> {
+    keys.iter()
+        .filter(|k| recorded.get(**k) != identity.get(**k))
+        .map(|k| {
+            format!(
+                "{k}: {} → {}",
+                recorded.get(*k).unwrap_or(&Value::Null),
+                identity[*k]
+            )
+        })
+        .collect()
+}
+
+/// Checks `--restore` and `--checkpoint-dir` and decides the plan (see
+/// [`RestorePlan`]); a merged restore loads every old folder's newest
+/// intact checkpoint here. Errors are bad input (exit 2), in words.
+fn plan_restore(a: &RunArgs, identity: &Value) -> Result<RestorePlan, String> {
+    let Some(list) = &a.restore else {
+        return Ok(RestorePlan::Fresh(a.checkpoint_dir.clone()));
+    };
+    let dirs: Vec<PathBuf> = list
+        .split(',')
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    if dirs.is_empty() {
+        return Err("--restore needs a folder".into());
+    }
+    for d in &dirs {
+        if !d.is_dir() {
+            return Err(format!("--restore {}: no such folder", d.display()));
+        }
+    }
+    let mut recorded = Vec::new();
+    for d in &dirs {
+        match recorded_job(d) {
+            Some(r) => recorded.push(r),
+            None => {
+                let taken = LocalDirStorage::open(d)
+                    .ok()
+                    .is_some_and(|s| s.list().is_ok_and(|l| !l.is_empty()));
+                return Err(if taken {
+                    format!(
+                        "--restore {}: its checkpoints were not taken by `lockgate kafka run`",
+                        d.display()
+                    )
+                } else {
+                    format!("--restore {}: no checkpoint there", d.display())
+                });
+            }
+        }
+    }
+    let same_processes = recorded[0].get("processes") == identity.get("processes");
+    if dirs.len() == 1 && same_processes {
+        let diffs = differences(&recorded[0], identity, &["input", "output", "index"]);
+        if !diffs.is_empty() {
+            return Err(format!(
+                "--restore {}: the checkpoint was taken by another job ({})",
+                dirs[0].display(),
+                diffs.join(", ")
+            ));
+        }
+        if let Some(c) = &a.checkpoint_dir {
+            if c != &dirs[0] {
+                return Err(format!(
+                    "--restore {} and --checkpoint-dir {} differ: a restored run goes on writing checkpoints to the folder it restores from",
+                    dirs[0].display(),
+                    c.display()
+                ));
+            }
+        }
+        return Ok(RestorePlan::Own(dirs[0].clone()));
+    }
+    // Across processes: every old process's folder, one each.
+    for (d, r) in dirs.iter().zip(&recorded) {
+        let diffs = differences(r, identity, &["input", "output"]);
+        if !diffs.is_empty() {
+            return Err(format!(
+                "--restore {}: the checkpoint was taken by another job ({})",
+                d.display(),
+                diffs.join(", ")
+            ));
+        }
+    }
+    let counts: std::collections::BTreeSet<u64> = recorded
+        .iter()
+        .filter_map(|r| r.get("processes")?.as_u64())
+        .collect();
+    let old_processes = match counts.iter().collect::<Vec<_>>().as_slice() {
+        [n] => u32::try_from(**n).map_err(|_| "a recorded process count is too large")?,
+        _ => {
+            return Err(format!(
+                "--restore: the folders come from runs with different process counts ({counts:?})"
+            ))
+        }
+    };
+    let mut by_index: Vec<Option<PathBuf>> = vec![None; old_processes as usize];
+    for (d, r) in dirs.iter().zip(&recorded) {
+        let j = r.get("index").and_then(Value::as_u64).unwrap_or(u64::MAX);
+        match by_index.get_mut(j as usize) {
+            Some(slot @ None) => *slot = Some(d.clone()),
+            Some(Some(other)) => {
+                return Err(format!(
+                    "--restore: {} and {} are both old process {j}'s",
+                    other.display(),
+                    d.display()
+                ))
+            }
+            None => return Err(format!("--restore {}: a bad recorded index", d.display())),
+        }
+    }
+    let missing: Vec<usize> = (0..by_index.len())
+        .filter(|&j| by_index[j].is_none())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "--restore: the run had {old_processes} processes; the folders of old processes {missing:?} are missing (each new process needs every old folder: partitions and keys move between processes)"
+        ));
+    }
+    let Some(dir) = a.checkpoint_dir.clone() else {
+        return Err(format!(
+            "--restore from the {old_processes} processes' folders at --processes {}: give a new, empty --checkpoint-dir for this process",
+            a.processes
+        ));
+    };
+    if dirs.contains(&dir) {
+        return Err(format!(
+            "--checkpoint-dir {}: it is an old process's folder; a restore across processes writes to a new, empty one",
+            dir.display()
+        ));
+    }
+    let mut parts = Vec::new();
+    let mut from = Vec::new();
+    for d in by_index.into_iter().flatten() {
+        let storage =
+            LocalDirStorage::open(&d).map_err(|e| format!("--restore {}: {e}", d.display()))?;
+        let state = lockgate::load_restorable(&storage)
+            .map_err(|e| format!("--restore {}: {e}", d.display()))?
+            .ok_or_else(|| format!("--restore {}: no checkpoint there loads", d.display()))?;
+        let sinks = state.parallelism.get("keyed_sum").copied().unwrap_or(0);
+        parts.push(state);
+        from.push((d, sinks));
+    }
+    let (processes, index) = (a.processes, a.index);
+    let state = lockgate::RestoredState::merge(parts, move |j, operator| {
+        operator != "sink" || j as u32 % processes == index
+    });
+    Ok(RestorePlan::Merged {
+        dir,
+        from,
+        old_processes,
+        state,
+    })
 }

@@ -315,7 +315,10 @@ fn verify_finds_lost_records_and_bad_input_is_refused() {
         "{t}"
     );
     // Its folder restored as another process, or with another count.
-    for (procs, index, why) in [("2", "1", "index: 0 → 1"), ("3", "0", "processes: 2 → 3")] {
+    for (procs, index, why) in [
+        ("2", "1", "index: 0 → 1"),
+        ("4", "0", "the folders of old processes [1] are missing"),
+    ] {
         let mut args = run_args(bs, "in", "out", procs, index, dir.to_str().unwrap());
         args.retain(|a| !a.starts_with("--checkpoint-dir") && *a != dir.to_str().unwrap());
         args.extend(["--restore", dir.to_str().unwrap()]);
@@ -379,4 +382,187 @@ fn bad_flags_are_refused_before_anything_is_written() {
         "{}",
         text(&o)
     );
+}
+
+/// Starts process `index` of `processes`, unbounded, checkpointing to
+/// `dir`.
+fn spawn_run(bs: &str, processes: &str, index: &str, dir: &Path) -> Child {
+    bin()
+        .arg("kafka")
+        .args(run_args(
+            bs,
+            "in",
+            "out",
+            processes,
+            index,
+            dir.to_str().unwrap(),
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn two_killed_processes_restart_as_four_from_both_folders() {
+    let Some(b) = broker() else { return };
+    let _g = heavy();
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = b.bootstrap();
+    let records = "60000";
+    assert_ok_or_produced(&kafka(&[
+        "produce",
+        "--bootstrap",
+        bs,
+        "--topic",
+        "in",
+        "--partitions",
+        "4",
+        "--records",
+        "0",
+    ]));
+    let mut producer = bin()
+        .args([
+            "kafka",
+            "produce",
+            "--bootstrap",
+            bs,
+            "--topic",
+            "in",
+            "--partitions",
+            "4",
+            "--records",
+            records,
+            "--rate",
+            "20000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let old: Vec<_> = (0..2).map(|i| tmp.path().join(format!("old{i}"))).collect();
+    let mut runs: Vec<Child> = (0..2)
+        .map(|i| spawn_run(bs, "2", &i.to_string(), &old[i]))
+        .collect();
+    for (dir, child) in old.iter().zip(runs.iter_mut()) {
+        wait_for_checkpoints(dir, child, 3);
+    }
+    assert!(
+        producer.try_wait().unwrap().is_none(),
+        "not mid-run: the input was all produced"
+    );
+    for mut c in runs {
+        c.kill().unwrap(); // SIGKILL
+        let _ = c.wait();
+    }
+    let produced = producer.wait_with_output().unwrap();
+    assert!(produced.status.success(), "{}", text(&produced));
+    let from = format!("{},{}", old[0].display(), old[1].display());
+    // Three processes do not divide the four partitions.
+    let new0 = tmp.path().join("new0");
+    let o = kafka(&[
+        "run",
+        "--bootstrap",
+        bs,
+        "--input",
+        "in",
+        "--output",
+        "out",
+        "--processes",
+        "3",
+        "--index",
+        "0",
+        "--restore",
+        &from,
+        "--checkpoint-dir",
+        new0.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("--processes 3: it must divide the 4 partitions"),
+        "{}",
+        text(&o)
+    );
+    // Writing on into an old folder is refused.
+    let o = kafka(&[
+        "run",
+        "--bootstrap",
+        bs,
+        "--input",
+        "in",
+        "--output",
+        "out",
+        "--processes",
+        "4",
+        "--index",
+        "0",
+        "--restore",
+        &from,
+        "--checkpoint-dir",
+        old[0].to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    for i in 0..4 {
+        let dir = tmp.path().join(format!("new{i}"));
+        let idx = i.to_string();
+        let o = kafka(&[
+            "run",
+            "--bootstrap",
+            bs,
+            "--input",
+            "in",
+            "--output",
+            "out",
+            "--processes",
+            "4",
+            "--index",
+            &idx,
+            "--bounded",
+            "--restore",
+            &from,
+            "--checkpoint-dir",
+            dir.to_str().unwrap(),
+        ]);
+        assert_ok(&o, &format!("new process {i}"));
+        assert!(
+            text(&o).contains("restoring from the 2 folders of 2 processes"),
+            "{}",
+            text(&o)
+        );
+    }
+    let o = kafka(&[
+        "verify",
+        "--bootstrap",
+        bs,
+        "--topic",
+        "out",
+        "--records",
+        records,
+        "--guarantee",
+        "at-least-once",
+    ]);
+    let t = text(&o);
+    assert!(
+        o.status.success() && t.contains("lost: 0\n") && t.contains("sums: ok\n"),
+        "{t}"
+    );
+    // The new folders restore as their own processes' (nothing left).
+    let new1 = tmp.path().join("new1");
+    let o = kafka(&[
+        "run",
+        "--bootstrap",
+        bs,
+        "--input",
+        "in",
+        "--output",
+        "out",
+        "--processes",
+        "4",
+        "--index",
+        "1",
+        "--bounded",
+        "--restore",
+        new1.to_str().unwrap(),
+    ]);
+    assert_ok(&o, "new process 1 again");
 }

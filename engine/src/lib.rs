@@ -91,7 +91,9 @@ pub use operator::{
     SourcePoll, StateSnapshot,
 };
 pub use protocol::OperatorSnapshot;
-pub use runtime::{JobFailure, JobHandle, JobMetrics, RestoredAtStart, SkippedCheckpoint};
+pub use runtime::{
+    load_restorable, JobFailure, JobHandle, JobMetrics, RestoredAtStart, SkippedCheckpoint,
+};
 pub use state::{
     key_group, KeyedState, ListState, Managed, ManagedState, StateError, StateKey,
     StatefulOperator, UnionListState, ValueState,

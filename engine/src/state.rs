@@ -289,6 +289,29 @@ impl<K: Eq + Hash + Clone, V> KeyedState<K, V> {
         Some(s.value)
     }
 
+    /// Keeps only the keys for which `keep(key, value)` is true; the others
+    /// are removed (as [`KeyedState::remove`]: a delta records them).
+    ///
+    /// # Examples
+    /// ```
+    /// let mut s = lockgate::KeyedState::<u64, u64>::new();
+    /// for k in 0..10 {
+    ///     s.insert(k, k * k);
+    /// }
+    /// s.retain(|k, _| k % 2 == 0);
+    /// assert_eq!((s.len(), s.get(&4), s.get(&5)), (5, Some(&16), None));
+    /// ```
+    pub fn retain(&mut self, mut keep: impl FnMut(&K, &V) -> bool) {
+        let removed = &mut self.removed;
+        self.map.retain(|k, s| {
+            let kept = keep(k, &s.value);
+            if !kept {
+                removed.push(k.clone());
+            }
+            kept
+        });
+    }
+
     /// Keys with a value.
     pub fn len(&self) -> usize {
         self.map.len()

@@ -28,7 +28,7 @@ pub enum KafkaError {
         wanted: u32,
     },
     /// A record whose key or value is not in the connector's encoding
-    /// (see [`crate::encoding`]).
+    /// (see the crate docs and [`crate::InputRecord`]).
     #[error("record at {topic}/{partition}@{offset} is not a lockgate record: {why}")]
     BadRecord {
         /// The topic.

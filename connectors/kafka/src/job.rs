@@ -7,11 +7,13 @@
 use crate::client::ClientSettings;
 use crate::encoding::{OutputRecord, SinkRecord, SourceRecord};
 use crate::error::KafkaError;
+use crate::partitions::{partition_of_key, process_owns};
 use crate::sink::{KafkaSink, RdKafkaLog};
 use crate::source::{KafkaSource, KafkaSourceConfig};
 use crate::txn::{LogFactory, WriteAheadOutput};
 use lockgate::{
-    BoxError, Context, JobBuilder, KeyedState, Managed, StatefulOperator, TwoPhaseCommitSink,
+    BoxError, CheckpointId, Checkpointed, Context, JobBuilder, KeyedState, Operator, Rescale,
+    StateSnapshot, TwoPhaseCommitSink,
 };
 use std::sync::Arc;
 
@@ -44,20 +46,33 @@ pub struct KafkaJobSpec {
     /// `<prefix>-<j>` (one prefix per process and output; never shared by
     /// two running jobs).
     pub transactional_prefix: String,
+    /// Exactly-once, after a restore merged from other processes'
+    /// checkpoints ([`lockgate::RestoredState::merge`]): the transactional
+    /// id of each old sink subtask, by its index in the merged state, whose
+    /// pending transactions this process finishes. Empty: old subtask `j`
+    /// had `<prefix>-<j>` (a restore of this process's own folder).
+    pub adopted_ids: Vec<String>,
 }
 
-/// `keyed_sum`: the running sum of the mapped values per key.
-struct KafkaKeyedSum;
+/// `keyed_sum`: the running sum of the mapped values per key, in keyed
+/// state (snapshotted incrementally). On a rescaled restore it keeps the
+/// keys of its key groups *and* of this process's partitions: a restore
+/// merged from several processes' checkpoints holds every process's keys,
+/// and the key groups of a subtask here span other processes' partitions.
+struct KafkaKeyedSum {
+    sums: KeyedState<u64, u64>,
+    partitions: u32,
+    processes: u32,
+    index: u32,
+}
 
-impl StatefulOperator<SourceRecord, SinkRecord> for KafkaKeyedSum {
-    type State = KeyedState<u64, u64>;
-
+impl Operator<SourceRecord, SinkRecord> for KafkaKeyedSum {
     fn process(
         &mut self,
-        sums: &mut Self::State,
         input: &mut Vec<SourceRecord>,
         ctx: &mut Context<'_, SinkRecord>,
     ) -> Result<(), BoxError> {
+        let sums = &mut self.sums;
         for r in input.drain(..) {
             let sum = sums.get_or_default(r.key);
             *sum = sum.wrapping_add(r.value);
@@ -71,6 +86,32 @@ impl StatefulOperator<SourceRecord, SinkRecord> for KafkaKeyedSum {
                 ts_ns: r.ts_ns,
             });
         }
+        Ok(())
+    }
+}
+
+impl Checkpointed for KafkaKeyedSum {
+    fn snapshot_state_async(
+        &mut self,
+        _id: CheckpointId,
+    ) -> Result<Option<StateSnapshot>, BoxError> {
+        Ok(Some(self.sums.snapshot_async()))
+    }
+
+    fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
+        self.sums = KeyedState::restore_chain(chain)?;
+        Ok(())
+    }
+
+    fn restore_rescaled(
+        &mut self,
+        chains: &[Vec<&[u8]>],
+        rescale: &Rescale,
+    ) -> Result<(), BoxError> {
+        self.sums = KeyedState::restore_rescaled(chains, rescale)?;
+        let (partitions, processes, index) = (self.partitions, self.processes, self.index);
+        self.sums
+            .retain(|&key, _| process_owns(partition_of_key(key, partitions), processes, index));
         Ok(())
     }
 }
@@ -91,7 +132,19 @@ pub fn build_job(job: &JobBuilder, spec: &KafkaJobSpec) -> Result<(), KafkaError
         .map_in_place(|r| r.value = lockgate_workloads::workload::chained_map(r.value))
         .key_by(|r: &SourceRecord| r.key)
         .task("keyed_sum", p)
-        .process("keyed_sum", |_| Managed::new(KafkaKeyedSum));
+        .process("keyed_sum", {
+            let (partitions, processes, index) = (
+                spec.source.partitions,
+                spec.source.processes,
+                spec.source.index,
+            );
+            move |_| KafkaKeyedSum {
+                sums: KeyedState::new(),
+                partitions,
+                processes,
+                index,
+            }
+        });
     let settings: ClientSettings = spec.source.client.clone();
     let output = spec.output.clone();
     match spec.guarantee {
@@ -102,10 +155,26 @@ pub fn build_job(job: &JobBuilder, spec: &KafkaJobSpec) -> Result<(), KafkaError
         }
         SinkGuarantee::ExactlyOnce => {
             let prefix = spec.transactional_prefix.clone();
+            let (s2, o2) = (settings.clone(), output.clone());
             let logs: LogFactory<RdKafkaLog> =
                 Arc::new(move |j| RdKafkaLog::new(&settings, &output, &format!("{prefix}-{j}")));
+            let adopted = if spec.adopted_ids.is_empty() {
+                logs.clone()
+            } else {
+                let ids = spec.adopted_ids.clone();
+                let adopted: LogFactory<RdKafkaLog> = Arc::new(move |j| {
+                    let id = ids.get(j).ok_or_else(|| {
+                        KafkaError::Other(format!("no transactional id for old sink subtask {j}"))
+                    })?;
+                    RdKafkaLog::new(&s2, &o2, id)
+                });
+                adopted
+            };
             summed.sink("sink", move |info| {
-                TwoPhaseCommitSink::new(WriteAheadOutput::new(logs.clone(), info.index))
+                TwoPhaseCommitSink::new(
+                    WriteAheadOutput::new(logs.clone(), info.index)
+                        .with_adopted_logs(adopted.clone()),
+                )
             });
         }
     }

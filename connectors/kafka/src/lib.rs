@@ -10,6 +10,16 @@
 //! and `job` (the reference topology over Kafka, as `lockgate kafka run`
 //! drives it).
 //!
+//! # Records on the topics
+//! All integers 8 bytes big-endian ([`InputRecord`], [`OutputRecord`]):
+//!
+//! | | key | value |
+//! |---|---|---|
+//! | input record | `key` | `n`, then `ts_ns` (16 bytes) |
+//! | output record | `key` | `sum`, then `n` (16 bytes) |
+//!
+//! The Kafka timestamp of a record is `ts_ns / 1e6` ms ([`timestamp_ms`]).
+//!
 //! Anchors: Flink's Kafka connector (offsets in the checkpoint, committed
 //! to Kafka only for monitoring after a checkpoint completes; `KafkaSink`'s
 //! `EXACTLY_ONCE` over two-phase commit) and FLIP-27's splits.

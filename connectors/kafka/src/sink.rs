@@ -125,7 +125,7 @@ impl TopicWriter {
     /// ms); waits while librdkafka's queue is full.
     ///
     /// # Errors
-    /// When the queue stays full for [`REQUEST_TIMEOUT`], or the record is
+    /// When the queue stays full for 30 s, or the record is
     /// refused.
     // rdkafka's `send` hands the record back by value in its error (so it
     // can be retried): the large error is its signature, not ours.

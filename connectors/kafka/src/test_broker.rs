@@ -69,11 +69,10 @@ impl TestBroker {
             .arg(&url)
             .arg("--advertised-listener-url")
             .arg(&url)
+            // tansu reads the URL's path relative to its working folder.
             .arg("--storage-engine")
-            .arg(format!(
-                "sqlite://{}",
-                dir.path().join("tansu.db").display()
-            ))
+            .arg("sqlite://tansu.db")
+            .current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)

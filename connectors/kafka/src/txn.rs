@@ -142,6 +142,7 @@ pub type LogFactory<L> = Arc<dyn Fn(usize) -> Result<L, KafkaError> + Send + Syn
 /// module docs).
 pub struct WriteAheadOutput<L: TransactionalLog> {
     logs: LogFactory<L>,
+    adopted: LogFactory<L>,
     subtask: usize,
     log: Option<L>,
     run: u64,
@@ -176,12 +177,21 @@ impl<L: TransactionalLog> WriteAheadOutput<L> {
     /// The output of sink subtask `subtask`, its logs made by `logs`.
     pub fn new(logs: LogFactory<L>, subtask: usize) -> Self {
         WriteAheadOutput {
+            adopted: logs.clone(),
             logs,
             subtask,
             log: None,
             run: fresh_run(),
             landed: None,
         }
+    }
+
+    /// Takes old subtask `j`'s log from `adopted` on a rescaled restore
+    /// (default: `logs`, the same transactional ids): across processes the
+    /// old subtasks' ids are the old processes'.
+    pub fn with_adopted_logs(mut self, adopted: LogFactory<L>) -> Self {
+        self.adopted = adopted;
+        self
     }
 
     /// The run id of this output's transactions.
@@ -292,23 +302,18 @@ impl<L: TransactionalLog> TwoPhaseCommit<SinkRecord> for WriteAheadOutput<L> {
 
     /// Old subtask `old`'s pending transactions, written through its own
     /// transactional id (so its zombie is fenced and its marker read).
+    /// This subtask's own output then goes on under its own id and a fresh
+    /// run (its log opens, fencing leftovers, at its first commit).
     fn adopt(
         &mut self,
         old: usize,
         _restored: CheckpointId,
         pending: Vec<WriteAheadTxn>,
     ) -> Result<(), BoxError> {
-        let mut log = (self.logs)(old)?;
+        let mut log = (self.adopted)(old)?;
         let mut landed = log.init()?;
         for txn in &pending {
             landed = Self::write_through(&mut log, landed, txn)?;
-        }
-        if old == self.subtask {
-            if let Some(first) = pending.first() {
-                self.run = first.run;
-            }
-            self.landed = landed;
-            self.log = Some(log);
         }
         Ok(())
     }

@@ -206,3 +206,48 @@ fn a_fresh_run_is_not_mistaken_for_an_earlier_one() {
     }
     assert_eq!(cluster.committed(), [record(7), record(7)]);
 }
+
+/// A rescaled restore (across processes: other transactional ids) finishes
+/// the old subtasks' pending transactions once each, through their own
+/// ids (fencing their zombies), and the new subtask's own output goes on
+/// under its own id.
+#[test]
+fn a_rescaled_restore_finishes_old_transactions_through_their_ids() {
+    let cluster = FakeCluster::new();
+    let old_sink = |j: usize| {
+        let c = cluster.clone();
+        let logs: LogFactory<FakeProducer> = Arc::new(move |k| Ok(c.producer(&format!("old-{k}"))));
+        TwoPhaseCommitSink::new(WriteAheadOutput::new(logs, j))
+    };
+    // Old subtask 0 committed checkpoint 1 and crashed before hearing so;
+    // old subtask 1 never heard of its completion.
+    let (mut a, mut b) = (old_sink(0), old_sink(1));
+    a.write(&mut vec![record(0)]).unwrap();
+    b.write(&mut vec![record(1)]).unwrap();
+    let sa = a.snapshot_state(CheckpointId(1)).unwrap().unwrap();
+    let sb = b.snapshot_state(CheckpointId(1)).unwrap().unwrap();
+    a.notify_checkpoint_complete(CheckpointId(1)).unwrap();
+    assert_eq!(cluster.committed(), [record(0)]);
+    // The new job: one subtask takes over both, with its own ids.
+    let c = cluster.clone();
+    let own: LogFactory<FakeProducer> = Arc::new(move |k| Ok(c.producer(&format!("new-{k}"))));
+    let c = cluster.clone();
+    let adopted: LogFactory<FakeProducer> = Arc::new(move |k| Ok(c.producer(&format!("old-{k}"))));
+    let mut new: TestSink =
+        TwoPhaseCommitSink::new(WriteAheadOutput::new(own, 0).with_adopted_logs(adopted));
+    let rescale = lockgate::Rescale {
+        subtask: 0,
+        parallelism: 1,
+        old_parallelism: 2,
+        max_parallelism: 128,
+    };
+    new.restore_rescaled(&[vec![&sa[..]], vec![&sb[..]]], &rescale)
+        .unwrap();
+    assert_eq!(cluster.committed(), [record(0), record(1)]);
+    // The zombie of old subtask 1 is fenced: its commit does not land.
+    assert!(b.notify_checkpoint_complete(CheckpointId(1)).is_err());
+    new.write(&mut vec![record(2)]).unwrap();
+    new.snapshot_state(CheckpointId(5)).unwrap();
+    new.notify_checkpoint_complete(CheckpointId(5)).unwrap();
+    assert_eq!(cluster.committed(), [record(0), record(1), record(2)]);
+}

@@ -71,6 +71,7 @@ fn exactly_once_output_survives_failures_on_a_real_kafka() {
         parallelism: 2,
         guarantee: SinkGuarantee::ExactlyOnce,
         transactional_prefix: format!("lockgate-test-{tag}"),
+        adopted_ids: Vec::new(),
     };
     build_job(&job, &spec).unwrap();
     let m = job.start().unwrap().wait().unwrap();

@@ -73,6 +73,7 @@ fn spec(
         parallelism: 2,
         guarantee: SinkGuarantee::AtLeastOnce,
         transactional_prefix: format!("test-{output}"),
+        adopted_ids: Vec::new(),
     }
 }
 

@@ -440,6 +440,7 @@ impl Coordinator {
                 p.states
             },
             parallelism: BTreeMap::new(),
+            always_rescale: false,
         });
         if let Some(r) = p.reply {
             let _ = r.send(Ok(id));

@@ -855,7 +855,7 @@ fn task_restore(
     max_parallelism: u32,
 ) -> TaskRestore {
     match r.parallelism.get(&task.operator) {
-        Some(&old) if old as usize != parallelism => TaskRestore::Rescaled {
+        Some(&old) if old as usize != parallelism || r.always_rescale => TaskRestore::Rescaled {
             old: (0..old as usize)
                 .map(|j| r.states_of(&TaskId::new(task.operator.clone(), j)))
                 .collect(),
@@ -897,7 +897,22 @@ fn restored_from(loaded: LoadedCheckpoint) -> Result<RestoredState, JobError> {
         checkpoint: loaded.metadata.id,
         states,
         parallelism: loaded.metadata.job.parallelism.clone(),
+        always_rescale: false,
     })
+}
+
+/// The newest checkpoint in `storage` whose whole chain loads and
+/// decodes, as a restore at start would pick it (newer ones that do not
+/// load are skipped, logged, and left in place), for a job that restores
+/// from several folders at once ([`RestoredState::merge`], handed to
+/// [`crate::JobBuilder::with_restored_state`]). `Ok(None)`: no checkpoint
+/// loads (the error of each is logged).
+///
+/// # Errors
+/// The storage cannot be listed.
+pub fn load_restorable(storage: &dyn CheckpointStorage) -> Result<Option<RestoredState>, JobError> {
+    let ids = storage.list().map_err(JobError::Storage)?;
+    Ok(newest_usable(storage, &ids, None)?.0)
 }
 
 /// Why a loaded checkpoint's state files do not fit its recorded

@@ -16,4 +16,6 @@ pub(crate) mod plan;
 pub(crate) mod snapshot;
 pub(crate) mod task;
 
-pub use job::{JobFailure, JobHandle, JobMetrics, RestoredAtStart, SkippedCheckpoint};
+pub use job::{
+    load_restorable, JobFailure, JobHandle, JobMetrics, RestoredAtStart, SkippedCheckpoint,
+};

@@ -28,6 +28,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// How often `kafka run` prints a progress line.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
 /// The most partitions `produce` creates a topic with.
 const MAX_PARTITIONS: u32 = 10_000;
 
@@ -138,6 +141,13 @@ pub(crate) struct RunArgs {
     /// Subtasks of the source and of keyed_sum in this process.
     #[arg(long, default_value_t = 2, value_name = "N")]
     parallelism: usize,
+    /// Restarts after a task failure (a broker error, a timeout), each from
+    /// the latest completed checkpoint.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    restarts: u32,
+    /// Wait before each restart, ms.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    restart_delay_ms: u64,
 }
 
 /// The flags of `lockgate kafka verify`.
@@ -390,6 +400,10 @@ fn run_job(a: &RunArgs) -> ExitCode {
     if checkpoints {
         config.checkpoint.interval = Some(Duration::from_millis(a.checkpoint_interval_ms));
     }
+    config.restart = lockgate::RestartStrategy {
+        max_attempts: a.restarts,
+        delay: Duration::from_millis(a.restart_delay_ms),
+    };
     config.checkpoint.dir = plan.checkpoint_dir().cloned();
     config.checkpoint.restore = matches!(plan, RestorePlan::Own(_));
     let mut app = identity.clone();
@@ -473,7 +487,7 @@ fn run_job(a: &RunArgs) -> ExitCode {
             println!("stopping (Ctrl-C): draining and taking a final checkpoint");
             handle.stop();
         }
-        if last_print.elapsed() >= Duration::from_secs(1) {
+        if last_print.elapsed() >= PROGRESS_EVERY {
             last_print = Instant::now();
             let m = handle.metrics();
             let read: u64 = m
@@ -483,7 +497,7 @@ fn run_job(a: &RunArgs) -> ExitCode {
                 .map(|t| t.records_out)
                 .sum();
             println!(
-                "  {:>5.1} s: {read} records read, {} checkpoints completed, {} restarts",
+                "  {:>5.1} s: {read} records read (replays included), {} checkpoints completed, {} restarts",
                 started.elapsed().as_secs_f64(),
                 m.completed_checkpoints(),
                 m.restarts
@@ -509,6 +523,17 @@ fn run_job(a: &RunArgs) -> ExitCode {
         read as f64 / secs.max(1e-9),
         metrics.restarts
     );
+    for (i, f) in metrics.failures.iter().enumerate() {
+        let last = i + 1 == metrics.failures.len();
+        println!(
+            "  failure: {f} ({})",
+            match f.restored_from {
+                _ if last && result.is_err() => "no restart left".to_string(),
+                Some(id) => format!("restarted from chk-{id}"),
+                None => "restarted from the start".into(),
+            }
+        );
+    }
     if checkpoints {
         let mut s = String::new();
         crate::loadgen::report::CheckpointsJson::from_stats(&metrics.checkpoints).write_summary(

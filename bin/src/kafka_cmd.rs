@@ -210,7 +210,19 @@ fn produce(a: &ProduceArgs) -> ExitCode {
     }
     match create_topic(&settings, &a.topic, a.partitions) {
         Ok(true) => println!("created topic {} with {} partitions", a.topic, a.partitions),
-        Ok(false) => println!("topic {} exists with {} partitions", a.topic, a.partitions),
+        Ok(false) => {
+            let held: i64 = end_offsets(&settings, &a.topic, a.partitions)
+                .map(|e| e.iter().sum())
+                .unwrap_or(0);
+            if held > 0 && a.records > 0 {
+                println!(
+                    "topic {} exists with {} partitions and about {held} records: appending (records 0..{} again)",
+                    a.topic, a.partitions, a.records
+                );
+            } else {
+                println!("topic {} exists with {} partitions", a.topic, a.partitions);
+            }
+        }
         Err(e @ KafkaError::PartitionCount { .. }) => return usage_error(&e.to_string()),
         Err(e) => {
             eprintln!("error: {e}");
@@ -266,6 +278,15 @@ fn produce(a: &ProduceArgs) -> ExitCode {
         a.records as f64 / secs.max(1e-9)
     );
     ExitCode::SUCCESS
+}
+
+/// Records the sources emitted (every attempt's, replays included).
+fn records_read(m: &lockgate::JobMetrics) -> u64 {
+    m.tasks
+        .iter()
+        .filter(|t| t.name.starts_with("source["))
+        .map(|t| t.records_out)
+        .sum()
 }
 
 /// What a `kafka run` records in its checkpoints, to refuse a restore of
@@ -490,15 +511,10 @@ fn run_job(a: &RunArgs) -> ExitCode {
         if last_print.elapsed() >= PROGRESS_EVERY {
             last_print = Instant::now();
             let m = handle.metrics();
-            let read: u64 = m
-                .tasks
-                .iter()
-                .filter(|t| t.name.starts_with("source["))
-                .map(|t| t.records_out)
-                .sum();
             println!(
-                "  {:>5.1} s: {read} records read (replays included), {} checkpoints completed, {} restarts",
+                "  {:>5.1} s: {} records read (replays included), {} checkpoints completed, {} restarts",
                 started.elapsed().as_secs_f64(),
+                records_read(&m),
                 m.completed_checkpoints(),
                 m.restarts
             );
@@ -512,12 +528,7 @@ fn run_job(a: &RunArgs) -> ExitCode {
         Ok(m) => m.clone(),
         Err(_) => last_metrics,
     };
-    let read: u64 = metrics
-        .tasks
-        .iter()
-        .filter(|t| t.name.starts_with("source["))
-        .map(|t| t.records_out)
-        .sum();
+    let read = records_read(&metrics);
     println!(
         "kafka run: {read} records read in {secs:.2} s ({:.0} records/s), {} restarts",
         read as f64 / secs.max(1e-9),

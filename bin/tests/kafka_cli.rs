@@ -7,22 +7,11 @@
 
 use lockgate_kafka::TestBroker;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::Mutex;
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// Runs that move records take the machine's 2 cores: one at a time.
-static HEAVY: Mutex<()> = Mutex::new(());
-
-fn heavy() -> std::sync::MutexGuard<'static, ()> {
-    HEAVY.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_lockgate"));
-    c.env_remove("RUST_LOG");
-    c
-}
+mod common;
+use common::{bin, heavy};
 
 fn kafka(args: &[&str]) -> Output {
     bin()
@@ -32,25 +21,23 @@ fn kafka(args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
+/// Asserts exit status 2 (bad input) with `why` in the output.
+fn assert_refused(o: &Output, why: &str) {
+    assert_eq!(o.status.code(), Some(2), "{}", text(o));
+    assert!(text(o).contains(why), "{}", text(o));
+}
+
+/// `lockgate kafka` with these whitespace-separated words.
+fn kafka_words(words: &str) -> Output {
+    kafka(&words.split_whitespace().collect::<Vec<_>>())
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-fn broker() -> Option<TestBroker> {
-    match TestBroker::start() {
-        Ok(Some(b)) => Some(b),
-        Ok(None) => {
-            eprintln!(
-                "skipped: tansu is not installed (LOCKGATE_REQUIRE_KAFKA=1 makes this a failure)"
-            );
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
 }
 
 fn run_args<'a>(
@@ -112,49 +99,38 @@ fn wait_for_checkpoints(dir: &Path, child: &mut Child, n: usize) {
     }
 }
 
+/// Creates topic `in` (4 partitions), then starts writing `records`
+/// records into it at 20,000 records/s (so a run reading it is surely
+/// mid-run for a while).
+fn start_producer(bs: &str, records: &str) -> Child {
+    let o = kafka_words(&format!(
+        "produce --bootstrap {bs} --topic in --partitions 4 --records 0"
+    ));
+    assert!(o.status.success(), "{}", text(&o));
+    bin()
+        .args(["kafka", "produce", "--bootstrap", bs, "--topic", "in"])
+        .args(["--partitions", "4", "--records", records, "--rate", "20000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// `processes` processes on a 4-partition topic of `records` records,
 /// process 0 killed with SIGKILL mid-run (while the input is still being
 /// produced, so that it is surely mid-run) and restored from its folder;
 /// then `verify --guarantee at-least-once`.
 fn killed_and_restored(processes: u32, records: u64) {
-    let Some(b) = broker() else { return };
+    let Some(b) = TestBroker::for_test() else {
+        return;
+    };
     let _g = heavy();
     let tmp = tempfile::tempdir().unwrap();
     let bs = b.bootstrap();
     let procs = processes.to_string();
     let recs = records.to_string();
     // The topic first, then the records at a rate, beside the victim.
-    let o = kafka(&[
-        "produce",
-        "--bootstrap",
-        bs,
-        "--topic",
-        "in",
-        "--partitions",
-        "4",
-        "--records",
-        "0",
-    ]);
-    assert_ok_or_produced(&o);
-    let mut producer = bin()
-        .args([
-            "kafka",
-            "produce",
-            "--bootstrap",
-            bs,
-            "--topic",
-            "in",
-            "--partitions",
-            "4",
-            "--records",
-            &recs,
-            "--rate",
-            "20000",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut producer = start_producer(bs, &recs);
     let dir0 = tmp.path().join("p0");
     let d0 = dir0.to_str().unwrap();
     // Unbounded: it reads as the records arrive.
@@ -188,17 +164,9 @@ fn killed_and_restored(processes: u32, records: u64) {
         args.push("--bounded");
         assert_ok(&kafka(&args), &format!("process {i}"));
     }
-    let o = kafka(&[
-        "verify",
-        "--bootstrap",
-        bs,
-        "--topic",
-        "out",
-        "--records",
-        &recs,
-        "--guarantee",
-        "at-least-once",
-    ]);
+    let o = kafka_words(&format!(
+        "verify --bootstrap {bs} --topic out --records {recs} --guarantee at-least-once"
+    ));
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(
@@ -206,15 +174,9 @@ fn killed_and_restored(processes: u32, records: u64) {
         "{t}"
     );
     // The same output fails the exactly-once check only by its duplicates.
-    let o = kafka(&[
-        "verify",
-        "--bootstrap",
-        bs,
-        "--topic",
-        "out",
-        "--records",
-        &recs,
-    ]);
+    let o = kafka_words(&format!(
+        "verify --bootstrap {bs} --topic out --records {recs}"
+    ));
     let t = text(&o);
     if t.contains("duplicated: 0\n") {
         assert!(o.status.success(), "{t}");
@@ -249,65 +211,31 @@ fn four_processes_one_killed_and_restored_lose_nothing() {
 
 #[test]
 fn verify_finds_lost_records_and_bad_input_is_refused() {
-    let Some(b) = broker() else { return };
+    let Some(b) = TestBroker::for_test() else {
+        return;
+    };
     let _g = heavy();
     let tmp = tempfile::tempdir().unwrap();
     let bs = b.bootstrap();
-    assert_ok_or_produced(&kafka(&[
-        "produce",
-        "--bootstrap",
-        bs,
-        "--topic",
-        "in",
-        "--partitions",
-        "2",
-        "--records",
-        "1000",
-        "--keys",
-        "10",
-    ]));
+    assert_ok_or_produced(&kafka_words(&format!(
+        "produce --bootstrap {bs} --topic in --partitions 2 --records 1000 --keys 10"
+    )));
     // Another partition count for an existing topic.
-    let o = kafka(&[
-        "produce",
-        "--bootstrap",
-        bs,
-        "--topic",
-        "in",
-        "--partitions",
-        "3",
-        "--records",
-        "1",
-    ]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        text(&o).contains("exists with 2 partitions, not 3"),
-        "{}",
-        text(&o)
-    );
+    let o = kafka_words(&format!(
+        "produce --bootstrap {bs} --topic in --partitions 3 --records 1"
+    ));
+    assert_refused(&o, "exists with 2 partitions, not 3");
     // A missing input topic.
-    let o = kafka(&["run", "--bootstrap", bs, "--input", "nope", "--output", "o"]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        text(&o).contains("topic `nope` does not exist"),
-        "{}",
-        text(&o)
-    );
+    let o = kafka_words(&format!("run --bootstrap {bs} --input nope --output o"));
+    assert_refused(&o, "topic `nope` does not exist");
     // Only process 0 of 2 runs: verify finds the other half missing.
     let dir = tmp.path().join("p0");
     let mut args = run_args(bs, "in", "out", "2", "0", dir.to_str().unwrap());
     args.push("--bounded");
     assert_ok(&kafka(&args), "process 0");
-    let o = kafka(&[
-        "verify",
-        "--bootstrap",
-        bs,
-        "--topic",
-        "out",
-        "--records",
-        "1000",
-        "--keys",
-        "10",
-    ]);
+    let o = kafka_words(&format!(
+        "verify --bootstrap {bs} --topic out --records 1000 --keys 10"
+    ));
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
     assert!(
@@ -323,65 +251,19 @@ fn verify_finds_lost_records_and_bad_input_is_refused() {
         args.retain(|a| !a.starts_with("--checkpoint-dir") && *a != dir.to_str().unwrap());
         args.extend(["--restore", dir.to_str().unwrap()]);
         let o = kafka(&args);
-        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-        assert!(text(&o).contains(why), "{}", text(&o));
+        assert_refused(&o, why);
     }
 }
 
 #[test]
 fn bad_flags_are_refused_before_anything_is_written() {
-    let o = kafka(&[
-        "run",
-        "--bootstrap",
-        "127.0.0.1:1",
-        "--input",
-        "a",
-        "--output",
-        "b",
-        "--processes",
-        "2",
-        "--index",
-        "2",
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        text(&o).contains("--index 2 is not below --processes 2"),
-        "{}",
-        text(&o)
-    );
-    let o = kafka(&[
-        "produce",
-        "--bootstrap",
-        "127.0.0.1:1",
-        "--topic",
-        "t",
-        "--partitions",
-        "0",
-        "--records",
-        "1",
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        text(&o).contains("--partitions must be between 1"),
-        "{}",
-        text(&o)
-    );
+    let o = kafka_words("run --bootstrap 127.0.0.1:1 --input a --output b --processes 2 --index 2");
+    assert_refused(&o, "--index 2 is not below --processes 2");
+    let o = kafka_words("produce --bootstrap 127.0.0.1:1 --topic t --partitions 0 --records 1");
+    assert_refused(&o, "--partitions must be between 1");
     // No broker: refused within the connect timeout (5 s) and a little.
-    let o = kafka(&[
-        "verify",
-        "--bootstrap",
-        "127.0.0.1:1",
-        "--topic",
-        "t",
-        "--records",
-        "1",
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        text(&o).contains("no Kafka broker reachable at 127.0.0.1:1 within 5 s"),
-        "{}",
-        text(&o)
-    );
+    let o = kafka_words("verify --bootstrap 127.0.0.1:1 --topic t --records 1");
+    assert_refused(&o, "no Kafka broker reachable at 127.0.0.1:1 within 5 s");
 }
 
 /// Starts process `index` of `processes`, unbounded, checkpointing to
@@ -405,41 +287,14 @@ fn spawn_run(bs: &str, processes: &str, index: &str, dir: &Path) -> Child {
 
 #[test]
 fn two_killed_processes_restart_as_four_from_both_folders() {
-    let Some(b) = broker() else { return };
+    let Some(b) = TestBroker::for_test() else {
+        return;
+    };
     let _g = heavy();
     let tmp = tempfile::tempdir().unwrap();
     let bs = b.bootstrap();
     let records = "60000";
-    assert_ok_or_produced(&kafka(&[
-        "produce",
-        "--bootstrap",
-        bs,
-        "--topic",
-        "in",
-        "--partitions",
-        "4",
-        "--records",
-        "0",
-    ]));
-    let mut producer = bin()
-        .args([
-            "kafka",
-            "produce",
-            "--bootstrap",
-            bs,
-            "--topic",
-            "in",
-            "--partitions",
-            "4",
-            "--records",
-            records,
-            "--rate",
-            "20000",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut producer = start_producer(bs, records);
     let old: Vec<_> = (0..2).map(|i| tmp.path().join(format!("old{i}"))).collect();
     let mut runs: Vec<Child> = (0..2)
         .map(|i| spawn_run(bs, "2", &i.to_string(), &old[i]))
@@ -460,69 +315,15 @@ fn two_killed_processes_restart_as_four_from_both_folders() {
     let from = format!("{},{}", old[0].display(), old[1].display());
     // Three processes do not divide the four partitions.
     let new0 = tmp.path().join("new0");
-    let o = kafka(&[
-        "run",
-        "--bootstrap",
-        bs,
-        "--input",
-        "in",
-        "--output",
-        "out",
-        "--processes",
-        "3",
-        "--index",
-        "0",
-        "--restore",
-        &from,
-        "--checkpoint-dir",
-        new0.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        text(&o).contains("--processes 3: it must divide the 4 partitions"),
-        "{}",
-        text(&o)
-    );
+    let o = kafka_words(&format!("run --bootstrap {bs} --input in --output out --processes 3 --index 0 --restore {from} --checkpoint-dir {}", new0.display()));
+    assert_refused(&o, "--processes 3: it must divide the 4 partitions");
     // Writing on into an old folder is refused.
-    let o = kafka(&[
-        "run",
-        "--bootstrap",
-        bs,
-        "--input",
-        "in",
-        "--output",
-        "out",
-        "--processes",
-        "4",
-        "--index",
-        "0",
-        "--restore",
-        &from,
-        "--checkpoint-dir",
-        old[0].to_str().unwrap(),
-    ]);
+    let o = kafka_words(&format!("run --bootstrap {bs} --input in --output out --processes 4 --index 0 --restore {from} --checkpoint-dir {}", old[0].display()));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     for i in 0..4 {
         let dir = tmp.path().join(format!("new{i}"));
         let idx = i.to_string();
-        let o = kafka(&[
-            "run",
-            "--bootstrap",
-            bs,
-            "--input",
-            "in",
-            "--output",
-            "out",
-            "--processes",
-            "4",
-            "--index",
-            &idx,
-            "--bounded",
-            "--restore",
-            &from,
-            "--checkpoint-dir",
-            dir.to_str().unwrap(),
-        ]);
+        let o = kafka_words(&format!("run --bootstrap {bs} --input in --output out --processes 4 --index {idx} --bounded --restore {from} --checkpoint-dir {}", dir.display()));
         assert_ok(&o, &format!("new process {i}"));
         assert!(
             text(&o).contains("restoring from the 2 folders of 2 processes"),
@@ -530,17 +331,9 @@ fn two_killed_processes_restart_as_four_from_both_folders() {
             text(&o)
         );
     }
-    let o = kafka(&[
-        "verify",
-        "--bootstrap",
-        bs,
-        "--topic",
-        "out",
-        "--records",
-        records,
-        "--guarantee",
-        "at-least-once",
-    ]);
+    let o = kafka_words(&format!(
+        "verify --bootstrap {bs} --topic out --records {records} --guarantee at-least-once"
+    ));
     let t = text(&o);
     assert!(
         o.status.success() && t.contains("lost: 0\n") && t.contains("sums: ok\n"),
@@ -548,21 +341,6 @@ fn two_killed_processes_restart_as_four_from_both_folders() {
     );
     // The new folders restore as their own processes' (nothing left).
     let new1 = tmp.path().join("new1");
-    let o = kafka(&[
-        "run",
-        "--bootstrap",
-        bs,
-        "--input",
-        "in",
-        "--output",
-        "out",
-        "--processes",
-        "4",
-        "--index",
-        "1",
-        "--bounded",
-        "--restore",
-        new1.to_str().unwrap(),
-    ]);
+    let o = kafka_words(&format!("run --bootstrap {bs} --input in --output out --processes 4 --index 1 --bounded --restore {}", new1.display()));
     assert_ok(&o, "new process 1 again");
 }

@@ -6,21 +6,10 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Runs that move records take the machine's 2 cores: one at a time.
-static HEAVY: Mutex<()> = Mutex::new(());
-
-fn heavy() -> std::sync::MutexGuard<'static, ()> {
-    HEAVY.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_lockgate"));
-    c.env_remove("RUST_LOG");
-    c
-}
+mod common;
+use common::{bin, heavy};
 
 fn loadgen(args: &[&str]) -> Output {
     bin()

@@ -102,6 +102,22 @@ impl TestBroker {
         }
     }
 
+    /// For a test: the broker, or `None` after printing why the test
+    /// skips (tansu not installed, `LOCKGATE_REQUIRE_KAFKA` not `1`).
+    ///
+    /// # Panics
+    /// When [`TestBroker::start`] fails: the test fails with its message.
+    pub fn for_test() -> Option<TestBroker> {
+        match TestBroker::start() {
+            Ok(Some(b)) => Some(b),
+            Ok(None) => {
+                eprintln!("skipped: tansu is not installed (LOCKGATE_REQUIRE_KAFKA=1 makes this a failure)");
+                None
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
     /// `HOST:PORT` of the broker.
     pub fn bootstrap(&self) -> &str {
         &self.bootstrap

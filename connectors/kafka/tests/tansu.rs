@@ -11,19 +11,6 @@ use lockgate_kafka::{
 use std::collections::HashMap;
 use std::time::Duration;
 
-fn broker() -> Option<TestBroker> {
-    match TestBroker::start() {
-        Ok(Some(b)) => Some(b),
-        Ok(None) => {
-            eprintln!(
-                "skipped: tansu is not installed (LOCKGATE_REQUIRE_KAFKA=1 makes this a failure)"
-            );
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
-}
-
 const KEYS: u64 = 37;
 
 fn key_of(n: u64) -> u64 {
@@ -114,7 +101,9 @@ fn closed_form(records: u64) -> HashMap<u64, u64> {
 
 #[test]
 fn a_bounded_job_reads_every_partition_once_and_recovers_from_failures() {
-    let Some(b) = broker() else { return };
+    let Some(b) = TestBroker::for_test() else {
+        return;
+    };
     let s = ClientSettings::new(b.bootstrap());
     let records = 5_000;
     produce(&s, "in", 3, records);
@@ -153,7 +142,9 @@ fn a_bounded_job_reads_every_partition_once_and_recovers_from_failures() {
 
 #[test]
 fn two_processes_split_the_partitions_between_them() {
-    let Some(b) = broker() else { return };
+    let Some(b) = TestBroker::for_test() else {
+        return;
+    };
     let s = ClientSettings::new(b.bootstrap());
     let records = 2_000;
     produce(&s, "in2", 4, records);

@@ -57,9 +57,9 @@ pub struct KafkaSourceConfig {
 
 /// One subtask of a Kafka source (see the crate docs): reads its
 /// partitions by explicit assignment from the offsets of the restored
-/// checkpoint (or from the beginning), emits [`SourceRecord`]s with the
-/// record's timestamp (`ts_ns` of its value) as event time, and keeps a
-/// watermark per partition ([`PartitionWatermarks`]). Its checkpointed
+/// checkpoint (or from the beginning), emits [`SourceRecord`]s, and keeps
+/// a watermark per partition ([`PartitionWatermarks`]) on the Kafka
+/// record timestamps (event time). Its checkpointed
 /// state is each partition's next offset (postcard `Vec<(u32, i64)>`).
 pub struct KafkaSource {
     config: Arc<KafkaSourceConfig>,
@@ -247,6 +247,13 @@ impl Source<SourceRecord> for KafkaSource {
                         .to_string(),
                     )
                 })?;
+            // Event time is the Kafka record's timestamp (ms; the value's
+            // ts_ns when the record has none).
+            let event_ns = m
+                .timestamp()
+                .to_millis()
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map_or(record.ts_ns, |ms| ms.saturating_mul(1_000_000));
             drop(m);
             out.push(SourceRecord {
                 key: record.key,
@@ -255,7 +262,7 @@ impl Source<SourceRecord> for KafkaSource {
                 partition: p,
             });
             self.next.insert(p, offset + 1);
-            self.watermarks.observe(p, record.ts_ns);
+            self.watermarks.observe(p, event_ns);
             if self.end_of(p).is_some_and(|end| offset + 1 >= end) {
                 self.mark_done(p);
             }

@@ -171,9 +171,19 @@ pub fn connect_check(settings: &ClientSettings) -> Result<(), KafkaError> {
 /// [`KafkaError::MissingTopic`] when it does not exist; a client error.
 pub fn partition_count(settings: &ClientSettings, topic: &str) -> Result<u32, KafkaError> {
     let consumer = settings.consumer("lockgate-metadata", false)?;
-    let md = consumer
-        .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
-        .map_err(|e| KafkaError::client(format!("cannot read the metadata of `{topic}`"), e))?;
+    let mut attempt = 1;
+    let md = loop {
+        match consumer.fetch_metadata(Some(topic), REQUEST_TIMEOUT) {
+            Ok(md) => break md,
+            Err(e) if attempt < READ_ATTEMPTS && is_timeout(&e) => attempt += 1,
+            Err(e) => {
+                return Err(KafkaError::client(
+                    format!("cannot read the metadata of `{topic}` ({attempt} attempts)"),
+                    e,
+                ))
+            }
+        }
+    };
     let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
         return Err(KafkaError::MissingTopic(topic.to_string()));
     };
@@ -254,11 +264,16 @@ pub fn create_topic(
     }
 }
 
+/// Attempts of a read-only request (metadata, offsets) before its error
+/// is returned: a loaded broker may time out once (tansu with four
+/// processes on it timed out a 30 s offsets request) and answer the next.
+const READ_ATTEMPTS: u32 = 3;
+
 /// The end offset (high watermark: the offset the next record will take)
 /// of every partition of `topic`, by partition.
 ///
 /// # Errors
-/// A client error.
+/// A client error, after [`READ_ATTEMPTS`] timeouts of one request.
 pub fn end_offsets(
     settings: &ClientSettings,
     topic: &str,
@@ -267,14 +282,29 @@ pub fn end_offsets(
     let consumer = settings.consumer("lockgate-metadata", false)?;
     (0..partitions as i32)
         .map(|p| {
-            consumer
-                .fetch_watermarks(topic, p, REQUEST_TIMEOUT)
-                .map(|(_, high)| high)
-                .map_err(|e| {
-                    KafkaError::client(format!("cannot read the end offset of {topic}/{p}"), e)
-                })
+            let mut attempt = 1;
+            loop {
+                match consumer.fetch_watermarks(topic, p, REQUEST_TIMEOUT) {
+                    Ok((_, high)) => return Ok(high),
+                    Err(e) if attempt < READ_ATTEMPTS && is_timeout(&e) => attempt += 1,
+                    Err(e) => {
+                        return Err(KafkaError::client(
+                            format!(
+                                "cannot read the end offset of {topic}/{p} ({attempt} attempts)"
+                            ),
+                            e,
+                        ))
+                    }
+                }
+            }
         })
         .collect()
+}
+
+/// True for a request that timed out (worth one more try).
+fn is_timeout(e: &RdError) -> bool {
+    e.rdkafka_error_code() == Some(RDKafkaErrorCode::OperationTimedOut)
+        || e.rdkafka_error_code() == Some(RDKafkaErrorCode::RequestTimedOut)
 }
 
 /// Reads every record of `topic` up to the end offsets seen at the call,

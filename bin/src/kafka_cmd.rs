@@ -42,7 +42,7 @@ pub(crate) enum KafkaCommand {
     Produce(ProduceArgs),
     /// Runs the reference topology (chained map, key_by, keyed_sum, sink)
     /// on this process's partitions of the input topic.
-    Run(RunArgs),
+    Run(RunFlags),
     /// Reads an output topic (read_committed) and checks it: lost and
     /// duplicated records, every key's last sum against the closed form.
     Verify(VerifyArgs),
@@ -95,32 +95,38 @@ pub(crate) enum CheckpointArg {
     AtLeastOnce,
 }
 
-/// The flags of `lockgate kafka run`.
+/// The flags of `lockgate kafka run` as given; with `--restore DIR` the
+/// job's identity (input, output, processes, index, sink) left out
+/// is the checkpoint's ([`RunFlags::resolve`]).
 #[derive(clap::Args, Debug)]
-pub(crate) struct RunArgs {
+pub(crate) struct RunFlags {
     /// Kafka brokers, HOST:PORT[,HOST:PORT...].
     #[arg(long, value_name = "HOST:PORT")]
     bootstrap: String,
-    /// The input topic (must exist).
+    /// The input topic (must exist) [with --restore DIR: the checkpoint's].
     #[arg(long, value_name = "T")]
-    input: String,
+    input: Option<String>,
     /// The output topic (created with the input's partition count if
-    /// absent).
+    /// absent) [with --restore DIR: the checkpoint's].
     #[arg(long, value_name = "O")]
-    output: String,
-    /// Processes sharing the input's partitions.
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    processes: u32,
+    output: Option<String>,
+    /// Processes sharing the input's partitions [default: 1; with
+    /// --restore DIR: the checkpoint's].
+    #[arg(long, value_name = "N")]
+    processes: Option<u32>,
     /// This process's index, below --processes: it owns the partitions p
-    /// with p % processes == index.
-    #[arg(long, default_value_t = 0, value_name = "I")]
-    index: u32,
-    /// Read up to the end offsets seen at start, then end.
+    /// with p % processes == index [default: 0; with --restore DIR: the
+    /// checkpoint's].
+    #[arg(long, value_name = "I")]
+    index: Option<u32>,
+    /// Read up to the end offsets seen at start, then end (a restored run
+    /// may be bounded or not, whatever the checkpoint's was).
     #[arg(long)]
     bounded: bool,
-    /// The sink's guarantee.
-    #[arg(long, value_enum, default_value_t = SinkArg::AtLeastOnce)]
-    sink: SinkArg,
+    /// The sink's guarantee [default: at-least-once; with --restore DIR:
+    /// the checkpoint's].
+    #[arg(long, value_enum)]
+    sink: Option<SinkArg>,
     /// Checkpointing mode.
     #[arg(long, value_enum, default_value_t = CheckpointArg::ExactlyOnce)]
     checkpoint: CheckpointArg,
@@ -148,6 +154,67 @@ pub(crate) struct RunArgs {
     /// Wait before each restart, ms.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     restart_delay_ms: u64,
+}
+
+/// `kafka run`'s flags with the job's identity resolved.
+#[derive(Debug)]
+struct RunArgs {
+    bootstrap: String,
+    input: String,
+    output: String,
+    processes: u32,
+    index: u32,
+    bounded: bool,
+    sink: SinkArg,
+    checkpoint: CheckpointArg,
+    checkpoint_interval_ms: u64,
+    checkpoint_dir: Option<PathBuf>,
+    restore: Option<String>,
+    parallelism: usize,
+    restarts: u32,
+    restart_delay_ms: u64,
+}
+
+impl RunFlags {
+    /// Fills what was left out: from the checkpoint with `--restore DIR`
+    /// (one folder), else the defaults; `--input` and `--output` are
+    /// needed without a restore.
+    fn resolve(self) -> Result<RunArgs, String> {
+        let recorded = match self.restore.as_deref() {
+            Some(d) if !d.contains(',') => recorded_job(std::path::Path::new(d)),
+            _ => None,
+        };
+        let text = |k: &str| recorded.as_ref()?.get(k)?.as_str().map(str::to_string);
+        let num = |k: &str| u32::try_from(recorded.as_ref()?.get(k)?.as_u64()?).ok();
+        let need = |v: Option<String>, flag: &str| {
+            v.ok_or_else(|| {
+                format!("--{flag} is needed (or --restore DIR of a `kafka run` checkpoint)")
+            })
+        };
+        Ok(RunArgs {
+            input: need(self.input.or_else(|| text("input")), "input")?,
+            output: need(self.output.or_else(|| text("output")), "output")?,
+            processes: self.processes.or_else(|| num("processes")).unwrap_or(1),
+            index: self.index.or_else(|| num("index")).unwrap_or(0),
+            bounded: self.bounded,
+            sink: self
+                .sink
+                .or_else(|| match text("sink").as_deref() {
+                    Some("exactly-once") => Some(SinkArg::ExactlyOnce),
+                    Some("at-least-once") => Some(SinkArg::AtLeastOnce),
+                    _ => None,
+                })
+                .unwrap_or(SinkArg::AtLeastOnce),
+            bootstrap: self.bootstrap,
+            checkpoint: self.checkpoint,
+            checkpoint_interval_ms: self.checkpoint_interval_ms,
+            checkpoint_dir: self.checkpoint_dir,
+            restore: self.restore,
+            parallelism: self.parallelism,
+            restarts: self.restarts,
+            restart_delay_ms: self.restart_delay_ms,
+        })
+    }
 }
 
 /// The flags of `lockgate kafka verify`.
@@ -179,7 +246,10 @@ fn usage_error(msg: &str) -> ExitCode {
 pub(crate) fn run(command: KafkaCommand) -> ExitCode {
     match command {
         KafkaCommand::Produce(a) => produce(&a),
-        KafkaCommand::Run(a) => run_job(&a),
+        KafkaCommand::Run(flags) => match flags.resolve() {
+            Ok(a) => run_job(&a),
+            Err(msg) => usage_error(&msg),
+        },
         KafkaCommand::Verify(a) => verify(&a),
     }
 }
@@ -209,7 +279,15 @@ fn produce(a: &ProduceArgs) -> ExitCode {
         return usage_error(&e.to_string());
     }
     match create_topic(&settings, &a.topic, a.partitions) {
-        Ok(true) => println!("created topic {} with {} partitions", a.topic, a.partitions),
+        Ok(true) => {
+            println!("created topic {} with {} partitions", a.topic, a.partitions);
+            if lockgate::DEFAULT_MAX_PARALLELISM % a.partitions != 0 {
+                println!(
+                    "note: `lockgate kafka run` needs a partition count that divides {} (the key groups); it will refuse this topic",
+                    lockgate::DEFAULT_MAX_PARALLELISM
+                );
+            }
+        }
         Ok(false) => {
             let held: i64 = end_offsets(&settings, &a.topic, a.partitions)
                 .map(|e| e.iter().sum())
@@ -331,6 +409,10 @@ fn run_job(a: &RunArgs) -> ExitCode {
         "output": a.output,
         "processes": a.processes,
         "index": a.index,
+        "sink": match a.sink {
+            SinkArg::AtLeastOnce => "at-least-once",
+            SinkArg::ExactlyOnce => "exactly-once",
+        },
     });
     let plan = match plan_restore(a, &identity) {
         Ok(p) => p,
@@ -427,8 +509,8 @@ fn run_job(a: &RunArgs) -> ExitCode {
     };
     config.checkpoint.dir = plan.checkpoint_dir().cloned();
     config.checkpoint.restore = matches!(plan, RestorePlan::Own(_));
-    let mut app = identity.clone();
-    app["sink"] = json!(format!("{:?}", a.sink));
+    // `bounded` is not part of it: a run may be restored bounded or not.
+    let app = identity.clone();
     let mut job = JobBuilder::new("kafka", config).with_app_config(json!({ "kafka": app }));
     if let RestorePlan::Merged {
         from,
@@ -467,7 +549,7 @@ fn run_job(a: &RunArgs) -> ExitCode {
         a.parallelism,
         match &end {
             Some(e) => format!(
-                "bounded: {} records up to the end offsets",
+                "bounded: up to the end offsets taken now ({} records in these partitions, from their start)",
                 owned.iter().map(|&p| e[p as usize]).sum::<i64>()
             ),
             None => "unbounded: Ctrl-C stops it".into(),
@@ -501,8 +583,19 @@ fn run_job(a: &RunArgs) -> ExitCode {
     }
     let started = Instant::now();
     let mut last_print = Instant::now();
+    let mut first_seen = false;
     while !handle.is_finished() {
         std::thread::sleep(Duration::from_millis(50));
+        if !first_seen {
+            let read = records_read(&handle.metrics());
+            if read > 0 {
+                first_seen = true;
+                println!(
+                    "  {:>5.1} s: first records read",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        }
         if !stopping && interrupted.load(std::sync::atomic::Ordering::SeqCst) {
             stopping = true;
             println!("stopping (Ctrl-C): draining and taking a final checkpoint");
@@ -555,6 +648,9 @@ fn run_job(a: &RunArgs) -> ExitCode {
             },
         );
         print!("{s}");
+        if a.sink == SinkArg::AtLeastOnce {
+            println!("    (the sync part includes the sink's flush on each barrier: the wait for the broker to acknowledge everything before it)");
+        }
     }
     match result {
         Ok(_) => {
@@ -751,7 +847,13 @@ fn plan_restore(a: &RunArgs, identity: &Value) -> Result<RestorePlan, String> {
     }
     let same_processes = recorded[0].get("processes") == identity.get("processes");
     if dirs.len() == 1 && same_processes {
-        let diffs = differences(&recorded[0], identity, &["input", "output", "index"]);
+        // The sink too: pending exactly-once output must be finished by
+        // the sink that wrote it.
+        let mut keys = vec!["input", "output", "index"];
+        if recorded[0].get("sink").is_some() {
+            keys.push("sink");
+        }
+        let diffs = differences(&recorded[0], identity, &keys);
         if !diffs.is_empty() {
             return Err(format!(
                 "--restore {}: the checkpoint was taken by another job ({})",
@@ -772,7 +874,11 @@ fn plan_restore(a: &RunArgs, identity: &Value) -> Result<RestorePlan, String> {
     }
     // Across processes: every old process's folder, one each.
     for (d, r) in dirs.iter().zip(&recorded) {
-        let diffs = differences(r, identity, &["input", "output"]);
+        let mut keys = vec!["input", "output"];
+        if r.get("sink").is_some() {
+            keys.push("sink");
+        }
+        let diffs = differences(r, identity, &keys);
         if !diffs.is_empty() {
             return Err(format!(
                 "--restore {}: the checkpoint was taken by another job ({})",

@@ -53,6 +53,10 @@ pub enum KafkaError {
     /// transactional id started (this one is a zombie and must stop).
     #[error("transactional id `{0}` was fenced by a newer producer")]
     Fenced(String),
+    /// The broker lacks Kafka transactions (e.g. tansu has no `EndTxn`):
+    /// the exactly-once sink cannot run against it.
+    #[error("the broker does not support Kafka transactions, which --sink exactly-once needs ({0}); use a Kafka broker, or --sink at-least-once")]
+    NoTransactions(String),
     /// Anything else, said in words.
     #[error("{0}")]
     Other(String),

@@ -188,8 +188,11 @@ fn map_error(what: &str, e: RdError) -> KafkaError {
                 | RDKafkaErrorCode::InvalidProducerEpoch
         )
     );
+    let text = e.to_string();
     if fenced {
         KafkaError::Fenced(what.to_string())
+    } else if text.contains("not supported by broker") {
+        KafkaError::NoTransactions(text)
     } else {
         KafkaError::client(format!("writing to `{what}`"), e)
     }

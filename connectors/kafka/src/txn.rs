@@ -132,6 +132,18 @@ mod b64 {
     }
 }
 
+/// A [`KafkaError::NoTransactions`] becomes a [`lockgate::FatalError`] (no
+/// restart helps); other errors stay as they are.
+fn fatal_if_unsupported(e: BoxError) -> BoxError {
+    match e.downcast::<KafkaError>() {
+        Ok(k) if matches!(*k, KafkaError::NoTransactions(_)) => {
+            Box::new(lockgate::FatalError(k.to_string()))
+        }
+        Ok(k) => k,
+        Err(e) => e,
+    }
+}
+
 /// Makes the transactional log of sink subtask `j` (its transactional id
 /// is the prefix and `j`); called at start, at restore, and for each old
 /// subtask a rescaled restore takes over.
@@ -200,8 +212,17 @@ impl<L: TransactionalLog> WriteAheadOutput<L> {
     }
 
     /// Writes `txn` to `log` unless `landed` shows it committed; returns
-    /// the marker after it.
+    /// the marker after it. A broker without transactions is a
+    /// [`lockgate::FatalError`]: restarts would not change it.
     fn write_through(
+        log: &mut L,
+        landed: Option<Marker>,
+        txn: &WriteAheadTxn,
+    ) -> Result<Option<Marker>, BoxError> {
+        Self::write_once(log, landed, txn).map_err(fatal_if_unsupported)
+    }
+
+    fn write_once(
         log: &mut L,
         landed: Option<Marker>,
         txn: &WriteAheadTxn,

@@ -270,6 +270,9 @@ fn produce(a: &ProduceArgs) -> ExitCode {
     if a.rate == Some(0) {
         return usage_error("--rate must be positive");
     }
+    if let Err(why) = lockgate_kafka::check_topic_name(&a.topic) {
+        return usage_error(&format!("--topic: {why}"));
+    }
     let keys = match KeySpace::uniform(a.keys) {
         Ok(k) => k,
         Err(e) => return usage_error(&format!("--keys: {e}")),
@@ -374,6 +377,25 @@ fn recorded_job(dir: &std::path::Path) -> Option<Value> {
 }
 
 fn run_job(a: &RunArgs) -> ExitCode {
+    // Ctrl-C stops the job (sources stop, what is in flight drains, a
+    // final checkpoint commits it) and the summary is printed; installed
+    // first, so that one pressed while the job starts is not lost.
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let flag = interrupted.clone();
+        let _ = ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
+    }
+    if a.input == a.output {
+        return usage_error(&format!(
+            "--input and --output are both `{}`: the output would be appended to the input (and read again as input)",
+            a.input
+        ));
+    }
+    for (flag, topic) in [("--input", &a.input), ("--output", &a.output)] {
+        if let Err(why) = lockgate_kafka::check_topic_name(topic) {
+            return usage_error(&format!("{flag}: {why}"));
+        }
+    }
     if a.processes == 0 {
         return usage_error("--processes must be at least 1");
     }
@@ -570,14 +592,7 @@ fn run_job(a: &RunArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    // Ctrl-C stops the job (sources stop, what is in flight drains, a
-    // final checkpoint commits it) and the summary is printed.
-    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    {
-        let flag = interrupted.clone();
-        let _ = ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
-    }
-    let mut stopping = false;
+    let mut stopping: Option<Instant> = None;
     if let (RestorePlan::Own(dir), Some(at)) = (&plan, &handle.metrics().restored) {
         println!("restored: chk-{} from {}", at.checkpoint, dir.display());
     }
@@ -596,10 +611,21 @@ fn run_job(a: &RunArgs) -> ExitCode {
                 );
             }
         }
-        if !stopping && interrupted.load(std::sync::atomic::Ordering::SeqCst) {
-            stopping = true;
-            println!("stopping (Ctrl-C): draining and taking a final checkpoint");
-            handle.stop();
+        if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+            match stopping {
+                None => {
+                    println!("stopping (Ctrl-C): draining and taking a final checkpoint");
+                    stopping = Some(Instant::now());
+                    handle.stop();
+                }
+                // Said again each second until the job ends (a stop asked
+                // while the job was still starting could go unheard).
+                Some(at) if at.elapsed() >= Duration::from_secs(1) => {
+                    stopping = Some(Instant::now());
+                    handle.stop();
+                }
+                Some(_) => {}
+            }
         }
         if last_print.elapsed() >= PROGRESS_EVERY {
             last_print = Instant::now();
@@ -653,6 +679,12 @@ fn run_job(a: &RunArgs) -> ExitCode {
         }
     }
     match result {
+        Ok(_) if stopping.is_some() => {
+            println!(
+                "result: interrupted (Ctrl-C before the end; what was read is committed: resume with --restore)"
+            );
+            ExitCode::from(130)
+        }
         Ok(_) => {
             println!("result: ok");
             ExitCode::SUCCESS
@@ -669,6 +701,9 @@ fn verify(a: &VerifyArgs) -> ExitCode {
         Ok(k) => k,
         Err(e) => return usage_error(&format!("--keys: {e}")),
     };
+    if let Err(why) = lockgate_kafka::check_topic_name(&a.topic) {
+        return usage_error(&format!("--topic: {why}"));
+    }
     if a.records > lockgate_workloads::workload::MAX_CHECKED_RECORDS {
         return usage_error(&format!(
             "--records must be at most {}",
@@ -822,6 +857,9 @@ fn plan_restore(a: &RunArgs, identity: &Value) -> Result<RestorePlan, String> {
         return Err("--restore needs a folder".into());
     }
     for d in &dirs {
+        if d.exists() && !d.is_dir() {
+            return Err(format!("--restore {}: a file, not a folder", d.display()));
+        }
         if !d.is_dir() {
             return Err(format!("--restore {}: no such folder", d.display()));
         }
@@ -836,7 +874,7 @@ fn plan_restore(a: &RunArgs, identity: &Value) -> Result<RestorePlan, String> {
                     .is_some_and(|s| s.list().is_ok_and(|l| !l.is_empty()));
                 return Err(if taken {
                     format!(
-                        "--restore {}: its checkpoints were not taken by `lockgate kafka run`",
+                        "--restore {}: no checkpoint there has a readable _metadata of `lockgate kafka run` (taken by another command, or damaged)",
                         d.display()
                     )
                 } else {

@@ -255,6 +255,18 @@ fn verify_finds_lost_records_and_bad_input_is_refused() {
 
 #[test]
 fn bad_flags_are_refused_before_anything_is_written() {
+    assert_refused(
+        &kafka_words("run --bootstrap 127.0.0.1:1 --input t --output t"),
+        "--input and --output are both `t`",
+    );
+    assert_refused(
+        &kafka_words("produce --bootstrap 127.0.0.1:1 --topic bad/name --partitions 1 --records 1"),
+        "a topic name has only ASCII letters",
+    );
+    assert_refused(
+        &kafka_words("run --bootstrap 127.0.0.1:1 --output o"),
+        "--input is needed",
+    );
     let o = kafka_words("run --bootstrap 127.0.0.1:1 --input a --output b --processes 2 --index 2");
     assert_refused(&o, "--index 2 is not below --processes 2");
     let o = kafka_words("produce --bootstrap 127.0.0.1:1 --topic t --partitions 0 --records 1");
@@ -341,4 +353,64 @@ fn two_killed_processes_restart_as_four_from_both_folders() {
     let new1 = tmp.path().join("new1");
     let o = kafka_words(&format!("run --bootstrap {bs} --input in --output out --processes 4 --index 1 --bounded --restore {}", new1.display()));
     assert_ok(&o, "new process 1 again");
+}
+
+/// Ctrl-C (SIGINT) during an unbounded run: it drains, takes a final
+/// checkpoint, says it was interrupted (exit 130), and a restore of its
+/// folder goes on from there.
+#[test]
+fn ctrl_c_stops_an_unbounded_run_that_a_restore_resumes() {
+    use std::io::{BufRead, BufReader};
+    let Some(b) = TestBroker::for_test() else {
+        return;
+    };
+    let _g = heavy();
+    let tmp = tempfile::tempdir().unwrap();
+    let bs = b.bootstrap();
+    let o = kafka_words(&format!(
+        "produce --bootstrap {bs} --topic in --partitions 2 --records 2000"
+    ));
+    assert!(o.status.success(), "{}", text(&o));
+    let dir = tmp.path().join("k");
+    let mut child = bin()
+        .arg("kafka")
+        .args(run_args(bs, "in", "out", "1", "0", dir.to_str().unwrap()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        seen.push(line.clone());
+        if line.contains("first records read") {
+            break;
+        }
+    }
+    assert!(
+        seen.iter().any(|l| l.contains("first records read")),
+        "{seen:?}"
+    );
+    let st = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{rest:?}");
+    assert!(
+        rest.iter().any(|l| l.starts_with("result: interrupted")),
+        "{rest:?}"
+    );
+    let o = kafka_words(&format!(
+        "run --bootstrap {bs} --restore {} --bounded",
+        dir.display()
+    ));
+    assert_ok(&o, "the restore");
+    let o = kafka_words(&format!(
+        "verify --bootstrap {bs} --topic out --records 2000 --guarantee at-least-once"
+    ));
+    assert!(o.status.success(), "{}", text(&o));
 }

@@ -102,6 +102,39 @@ impl ClientSettings {
     }
 }
 
+/// Checks a topic name as Kafka does: 1 to 249 characters of ASCII
+/// letters, digits, `.`, `_` and `-`, and not `.` or `..`.
+///
+/// # Errors
+/// What is wrong with it, in words.
+///
+/// # Examples
+/// ```
+/// assert!(lockgate_kafka::check_topic_name("in-1.b_2").is_ok());
+/// assert!(lockgate_kafka::check_topic_name("").is_err());
+/// assert!(lockgate_kafka::check_topic_name("a b").is_err());
+/// ```
+pub fn check_topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 249 {
+        return Err(format!(
+            "a topic name has 1 to 249 characters, `{name}` has {}",
+            name.len()
+        ));
+    }
+    if name == "." || name == ".." {
+        return Err(format!("`{name}` is not a topic name"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "topic `{name}` has {c:?}: a topic name has only ASCII letters, digits, '.', '_' and '-'"
+        ));
+    }
+    Ok(())
+}
+
 /// Checks that a broker is reachable: a TCP connection to one of the
 /// bootstrap servers within [`CONNECT_TIMEOUT`], then a metadata request
 /// answered within the request timeout (30 s: a loaded broker may be slow
@@ -157,11 +190,10 @@ pub fn connect_check(settings: &ClientSettings) -> Result<(), KafkaError> {
     consumer
         .fetch_metadata(None, REQUEST_TIMEOUT)
         .map(|_| ())
-        .map_err(|e| {
-            unreachable(format!(
-                "it accepted a connection but answered no metadata request within {} s: {e}",
-                REQUEST_TIMEOUT.as_secs()
-            ))
+        .map_err(|e| KafkaError::NoAnswer {
+            bootstrap: settings.bootstrap.clone(),
+            secs: REQUEST_TIMEOUT.as_secs(),
+            why: e.to_string(),
         })
 }
 
@@ -273,7 +305,7 @@ const READ_ATTEMPTS: u32 = 3;
 /// of every partition of `topic`, by partition.
 ///
 /// # Errors
-/// A client error, after [`READ_ATTEMPTS`] timeouts of one request.
+/// A client error, after 3 timeouts of one request.
 pub fn end_offsets(
     settings: &ClientSettings,
     topic: &str,
@@ -299,6 +331,23 @@ pub fn end_offsets(
             }
         })
         .collect()
+}
+
+/// True for a consumer error librdkafka recovers from by itself (a broker
+/// of the bootstrap list down, a reconnect, a name that did not resolve
+/// while another did): reported, not fatal; the read goes on.
+pub(crate) fn is_transient(e: &RdError) -> bool {
+    matches!(
+        e,
+        RdError::MessageConsumption(
+            RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::Resolve
+                | RDKafkaErrorCode::OperationTimedOut
+                | RDKafkaErrorCode::RequestTimedOut
+                | RDKafkaErrorCode::NetworkException
+        )
+    )
 }
 
 /// True for a request that timed out (worth one more try).
@@ -357,6 +406,9 @@ pub fn read_topic(
                 // At the end (for read_committed: the last stable offset,
                 // below which every transaction has ended).
                 Some(Err(RdError::PartitionEOF(_))) => break,
+                Some(Err(e)) if is_transient(&e) => {
+                    tracing::debug!("reading {topic}/{p}: {e} (librdkafka recovers)");
+                }
                 Some(Err(e)) => {
                     return Err(KafkaError::client(format!("cannot read {topic}/{p}"), e))
                 }

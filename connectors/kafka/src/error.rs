@@ -14,6 +14,17 @@ pub enum KafkaError {
         /// The client's last error.
         why: String,
     },
+    /// A server accepted a connection but answered no Kafka metadata
+    /// request in time (not a Kafka broker, or one too loaded to answer).
+    #[error("the server at {bootstrap} accepted a connection but answered no Kafka metadata request within {secs} s (is it a Kafka broker?): {why}")]
+    NoAnswer {
+        /// The bootstrap servers given.
+        bootstrap: String,
+        /// The timeout, s.
+        secs: u64,
+        /// The client's error.
+        why: String,
+    },
     /// The topic does not exist.
     #[error("topic `{0}` does not exist")]
     MissingTopic(String),

@@ -36,8 +36,8 @@ mod test_broker;
 mod txn;
 
 pub use client::{
-    connect_check, create_topic, end_offsets, partition_count, read_topic, ClientSettings,
-    CONNECT_TIMEOUT,
+    check_topic_name, connect_check, create_topic, end_offsets, partition_count, read_topic,
+    ClientSettings, CONNECT_TIMEOUT,
 };
 pub use encoding::{
     decode_key, encode_key, timestamp_ms, InputRecord, OutputRecord, SinkRecord, SourceRecord,

@@ -219,6 +219,10 @@ impl Source<SourceRecord> for KafkaSource {
                     }
                     continue;
                 }
+                Some(Err(e)) if crate::client::is_transient(&e) => {
+                    tracing::debug!("kafka source {}: {e} (librdkafka recovers)", self.subtask);
+                    break;
+                }
                 Some(Err(e)) => {
                     return Err(Box::new(KafkaError::client(
                         format!("reading `{}`", self.config.topic),

@@ -827,18 +827,15 @@ impl RestorePlan {
 }
 
 /// The recorded identity's differences from this run's, as `key: old →
-/// new`, for `keys`.
+/// new` (the engine's words for a refused restore), for `keys`.
 fn differences(recorded: &Value, identity: &Value, keys: &[&str]) -> Vec<String> {
-    keys.iter()
-        .filter(|k| recorded.get(**k) != identity.get(**k))
-        .map(|k| {
-            format!(
-                "{k}: {} → {}",
-                recorded.get(*k).unwrap_or(&Value::Null),
-                identity[*k]
-            )
-        })
-        .collect()
+    let pick = |v: &Value| -> Value {
+        keys.iter()
+            .map(|k| (k.to_string(), v.get(*k).cloned().unwrap_or(Value::Null)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    lockgate::config_differences(&pick(recorded), &pick(identity))
 }
 
 /// Checks `--restore` and `--checkpoint-dir` and decides the plan (see

@@ -92,7 +92,8 @@ pub use operator::{
 };
 pub use protocol::OperatorSnapshot;
 pub use runtime::{
-    load_restorable, JobFailure, JobHandle, JobMetrics, RestoredAtStart, SkippedCheckpoint,
+    config_differences, load_restorable, JobFailure, JobHandle, JobMetrics, RestoredAtStart,
+    SkippedCheckpoint,
 };
 pub use state::{
     key_group, KeyedState, ListState, Managed, ManagedState, StateError, StateKey,

@@ -1291,8 +1291,16 @@ fn check_compatible(
 
 /// What differs between two application configs, as `key: stored → now`
 /// per differing key of an object (nested objects as `a.b`), or the two
-/// values whole.
-fn config_differences(stored: &serde_json::Value, now: &serde_json::Value) -> Vec<String> {
+/// values whole: the words of a restore refused for another configuration,
+/// for applications that check before they start a job too.
+///
+/// # Examples
+/// ```
+/// use serde_json::json;
+/// let d = lockgate::config_differences(&json!({"a": 1, "b": "x"}), &json!({"a": 2, "b": "x"}));
+/// assert_eq!(d, ["a: 1 → 2"]);
+/// ```
+pub fn config_differences(stored: &serde_json::Value, now: &serde_json::Value) -> Vec<String> {
     fn walk(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
         use serde_json::Value;
         match (a, b) {

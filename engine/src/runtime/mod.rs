@@ -17,5 +17,6 @@ pub(crate) mod snapshot;
 pub(crate) mod task;
 
 pub use job::{
-    load_restorable, JobFailure, JobHandle, JobMetrics, RestoredAtStart, SkippedCheckpoint,
+    config_differences, load_restorable, JobFailure, JobHandle, JobMetrics, RestoredAtStart,
+    SkippedCheckpoint,
 };

@@ -64,10 +64,12 @@ if [[ ! -x "$RAW_BIN" ]]; then
     echo "building raw_paced..." >&2
     (cd "$ROOT" && cargo build --release -p lockgate-benches --bin raw_paced >&2) || true
 fi
-if [[ ! -x "$TIMELY_BIN" ]]; then
-    echo "building lockgate-timely (timely-dataflow, a few minutes)..." >&2
-    (cd "$ROOT/benches/timely" && CARGO_TARGET_DIR="$ROOT/target/timely" cargo build --release >&2) || true
-fi
+# Always through cargo (quick when up to date): a stale port binary would
+# compare against an older configuration of the peer (until 2026-12-01 the
+# port closed its input epoch every 1 ms, which alone made timely's W2 p50
+# ~565 µs instead of ~10 µs).
+echo "building lockgate-timely if needed (timely-dataflow, a few minutes the first time)..." >&2
+(cd "$ROOT/benches/timely" && CARGO_TARGET_DIR="$ROOT/target/timely" cargo build --release --locked >&2) || true
 systems=(lockgate-none lockgate-eo100)
 if [[ -x "$RAW_BIN" ]]; then systems+=(raw); else echo "note: no $RAW_BIN; raw left out" >&2; fi
 if [[ -x "$TIMELY_BIN" ]]; then systems+=(timely); else echo "note: no $TIMELY_BIN; timely left out" >&2; fi

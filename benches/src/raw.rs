@@ -200,14 +200,14 @@ pub struct PacedConfig {
     /// Batches a channel holds.
     pub capacity: usize,
     /// The shortest sleep of a source between two polls (loadgen's
-    /// `--tick-us`, default 50 µs).
+    /// `--tick-us`, default [`lockgate_workloads::refjob::DEFAULT_TICK`]).
     pub tick: Duration,
 }
 
 impl PacedConfig {
     /// `workload` at `rate` records/s for `warmup + duration`, with
     /// loadgen's defaults for the rest (10,000 keys, parallelism 2,
-    /// batches of 1,024 records, 64 batches a channel, a 50 µs tick).
+    /// batches of 1,024 records, 64 batches a channel, loadgen's tick).
     pub fn new(workload: Workload, rate: u64, duration: Duration, warmup: Duration) -> Self {
         PacedConfig {
             workload,
@@ -218,8 +218,7 @@ impl PacedConfig {
             parallelism: 2,
             batch: 1024,
             capacity: 64,
-            // loadgen's default tick (lockgate_workloads::refjob).
-            tick: Duration::from_micros(50),
+            tick: lockgate_workloads::refjob::DEFAULT_TICK,
         }
     }
 }

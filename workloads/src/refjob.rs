@@ -38,9 +38,11 @@
 //!   that *intended* time in `ts_ns`, never the actual send time. The
 //!   source emits everything due in one poll, then sleeps until the next
 //!   record is due, but never shorter than the tick ([`RefJobConfig::tick`],
-//!   default 50 µs): waking a parked thread costs ~20 µs of CPU on the
-//!   reference machine, so a shorter sleep would burn the 2 cores for
-//!   nothing, and records due within a tick go out in one batch. `t0` is
+//!   default [`DEFAULT_TICK`], 10 µs), and records due within a tick go out
+//!   in one batch. A record waits for the next wake-up half a tick on
+//!   average, so the tick is added latency; it exists because waking a
+//!   parked thread costs ~20 µs of CPU on the reference machine, and a
+//!   sleep much shorter than that buys nothing. `t0` is
 //!   shared by all sources of a fresh job (the first poll of any source).
 //!   The schedule belongs to the run, not to the attempt (wrk2's rule):
 //!   after an in-process restart a replayed record keeps its original
@@ -103,8 +105,17 @@ pub const W4_IN_FLIGHT: u64 = 1 << 22;
 /// the `.hlog`'s lines), 100 ms: ten a second show what one checkpoint
 /// every 100 ms does, at about 27 KiB an interval.
 pub const INTERVAL_NS: u64 = 100_000_000;
-/// The default source tick of W2/W3, 50 µs (see the module doc).
-pub const DEFAULT_TICK: Duration = Duration::from_micros(50);
+/// The default source tick of W2/W3 in µs (see the module doc): 10.
+///
+/// Chosen from a measurement (BENCHMARKS.md, "Source pacing"): W2 at
+/// 200,000 records/s without checkpoints, 5 alternated rounds on the 2-core
+/// VM, p50 52.3 µs with a 50 µs tick, 39.1 µs with 10 µs and 36.6 µs with
+/// 5 µs, at the same CPU time (the job keeps both cores busy at that rate
+/// whatever the tick; at 20,000 records/s a source's records are 100 µs
+/// apart, so a tick below that changes nothing).
+pub const DEFAULT_TICK_US: u64 = 10;
+/// [`DEFAULT_TICK_US`] as a duration.
+pub const DEFAULT_TICK: Duration = Duration::from_micros(DEFAULT_TICK_US);
 /// The most payload bytes per record: 1 MiB (a bound against typos that
 /// would exhaust memory).
 pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;

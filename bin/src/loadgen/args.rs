@@ -214,7 +214,7 @@ pub(crate) struct Args {
     /// W2/W3: the shortest sleep of a paced source between two polls, µs;
     /// each wake-up emits every record due (longer: fewer wake-ups, more
     /// latency).
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = lockgate_workloads::refjob::DEFAULT_TICK_US)]
     pub tick_us: u64,
 }
 

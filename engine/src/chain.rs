@@ -6,7 +6,7 @@
 //! [`Stage`] owns an operator and the next link; the last link is a
 //! [`ChannelWriter`] (to the next task) or the end of a sink.
 
-use crate::channel::ChannelWriter;
+use crate::channel::{ChannelWriter, KeyOf};
 use crate::element::{CheckpointBarrier, CheckpointId, Watermark};
 use crate::error::TaskError;
 use crate::operator::Operator;
@@ -212,7 +212,7 @@ impl<I, O: Send, Op: Operator<I, O>> Link<I> for Stage<I, O, Op> {
     }
 }
 
-impl<T: Clone + Send> Link<T> for ChannelWriter<T> {
+impl<T: Clone + Send, K: KeyOf<T> + Clone> Link<T> for ChannelWriter<T, K> {
     #[inline]
     fn push(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
         ChannelWriter::push(self, batch)

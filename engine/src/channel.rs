@@ -4,7 +4,7 @@
 //! One bounded crossbeam channel joins each (producer subtask, consumer
 //! subtask) pair of an edge. `ChannelWriter` is the tail of a task's
 //! operator chain: it routes each record to a channel by the edge's
-//! [`Partitioning`], collects records into per-channel batches, and sends a
+//! [`Route`], collects records into per-channel batches, and sends a
 //! batch when it is full, when the task's input runs dry (natural batching:
 //! small batches at low load, full ones at high load), or when its oldest
 //! record waited longer than the buffer timeout.
@@ -20,11 +20,36 @@ use crate::metrics::TaskMetrics;
 use crossbeam_channel::{Receiver, Select, Sender, TrySendError};
 use std::sync::Arc;
 
-/// A key extractor: the `u64` key a record is partitioned by.
-pub(crate) type KeyFn<T> = Arc<dyn Fn(&T) -> u64 + Send + Sync>;
+/// A record's partitioning key, called once per record by a hash
+/// exchange's writer. The writer is generic over it, so the key function
+/// is inlined into the routing loop (a `dyn Fn` call per record cost about
+/// 5 instructions and kept the key's load out of the loop; the hot-path
+/// issue allows a dynamic call per batch, not per record).
+pub(crate) trait KeyOf<T>: Send + 'static {
+    /// The `u64` key of `record` (the stream's `key_by` function).
+    fn key_of(&self, record: &T) -> u64;
+}
+
+impl<T, F: Fn(&T) -> u64 + Send + Sync + 'static> KeyOf<T> for Arc<F> {
+    #[inline(always)]
+    fn key_of(&self, record: &T) -> u64 {
+        (**self)(record)
+    }
+}
+
+/// The key type of a writer that does not route by key (no value exists).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum NoKey {}
+
+impl<T> KeyOf<T> for NoKey {
+    fn key_of(&self, _record: &T) -> u64 {
+        match *self {}
+    }
+}
 
 /// How an edge distributes records over the consumer's subtasks.
-pub(crate) enum Partitioning<T> {
+#[derive(Clone, Debug)]
+pub(crate) enum Route<K> {
     /// Producer subtask i sends to consumer subtask i (equal parallelism;
     /// with equal parallelism and no other reason for a channel, the two
     /// operators are chained instead).
@@ -33,42 +58,19 @@ pub(crate) enum Partitioning<T> {
     Rebalance,
     /// Every record to every consumer subtask.
     Broadcast,
-    /// By key: the key group of the key the function returns, then the
-    /// group's subtask ([`crate::key_to_subtask`]'s rule, with the job's
+    /// By key: the key group of the key `K` returns, then the group's
+    /// subtask ([`crate::key_to_subtask`]'s rule, with the job's
     /// `max_parallelism`), through the writer's [`KeyGroupRouter`].
-    Hash(KeyFn<T>),
+    Hash(K),
 }
 
-/// A writer's partitioning with what it needs at run time: the hash
-/// exchange's key group → channel table, built once the channel count is
-/// known.
-enum Route<T> {
+/// A writer's route with what it needs at run time: the hash exchange's
+/// key group → channel table, built once the channel count is known.
+enum RouteRt<K> {
     Forward,
     Rebalance,
     Broadcast,
-    Hash(KeyFn<T>, Arc<KeyGroupRouter>),
-}
-
-impl<T> Clone for Partitioning<T> {
-    fn clone(&self) -> Self {
-        match self {
-            Partitioning::Forward => Partitioning::Forward,
-            Partitioning::Rebalance => Partitioning::Rebalance,
-            Partitioning::Broadcast => Partitioning::Broadcast,
-            Partitioning::Hash(f) => Partitioning::Hash(f.clone()),
-        }
-    }
-}
-
-impl<T> std::fmt::Debug for Partitioning<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Partitioning::Forward => "forward",
-            Partitioning::Rebalance => "rebalance",
-            Partitioning::Broadcast => "broadcast",
-            Partitioning::Hash(_) => "hash",
-        })
-    }
+    Hash(K, Arc<KeyGroupRouter>),
 }
 
 /// Output settings of a task (shared by all its output channels).
@@ -125,11 +127,12 @@ pub(crate) fn send_blocking<T>(
 }
 
 /// The tail of an operator chain: partitions records over an edge's
-/// channels and batches them (see the module docs).
-pub(crate) struct ChannelWriter<T> {
+/// channels and batches them (see the module docs). `K` is the hash
+/// exchange's key function ([`NoKey`] for the other routes).
+pub(crate) struct ChannelWriter<T, K = NoKey> {
     channels: Vec<ChannelSender<T>>,
     buffers: Vec<Vec<T>>,
-    route: Route<T>,
+    route: RouteRt<K>,
     /// This producer's subtask index (for forward partitioning).
     subtask: usize,
     next_rr: usize,
@@ -140,10 +143,10 @@ pub(crate) struct ChannelWriter<T> {
     metrics: Arc<TaskMetrics>,
 }
 
-impl<T: Clone + Send> ChannelWriter<T> {
+impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
     pub(crate) fn new(
         channels: Vec<ChannelSender<T>>,
-        partitioning: Partitioning<T>,
+        route: Route<K>,
         subtask: usize,
         config: OutputConfig,
         cancel: Receiver<()>,
@@ -153,12 +156,12 @@ impl<T: Clone + Send> ChannelWriter<T> {
             .iter()
             .map(|_| Vec::with_capacity(config.batch_size))
             .collect();
-        let route = match partitioning {
-            Partitioning::Forward => Route::Forward,
-            Partitioning::Rebalance => Route::Rebalance,
-            Partitioning::Broadcast => Route::Broadcast,
-            Partitioning::Hash(key_fn) => Route::Hash(
-                key_fn,
+        let route = match route {
+            Route::Forward => RouteRt::Forward,
+            Route::Rebalance => RouteRt::Rebalance,
+            Route::Broadcast => RouteRt::Broadcast,
+            Route::Hash(key) => RouteRt::Hash(
+                key,
                 Arc::new(KeyGroupRouter::new(channels.len(), config.max_parallelism)),
             ),
         };
@@ -202,8 +205,8 @@ impl<T: Clone + Send> ChannelWriter<T> {
         match &self.route {
             // One channel, whatever the partitioning: whole runs of records.
             _ if n == 1 => self.push_run(0, records)?,
-            Route::Forward => self.push_run(self.subtask % n, records)?,
-            Route::Rebalance => {
+            RouteRt::Forward => self.push_run(self.subtask % n, records)?,
+            RouteRt::Rebalance => {
                 // Batch by batch round robin: each run fills one channel's
                 // batch, then the next channel takes over.
                 while !records.is_empty() {
@@ -221,7 +224,7 @@ impl<T: Clone + Send> ChannelWriter<T> {
                     }
                 }
             }
-            Route::Broadcast => {
+            RouteRt::Broadcast => {
                 for r in records.drain(..) {
                     for ch in 0..n {
                         self.buffers[ch].push(r.clone());
@@ -231,10 +234,11 @@ impl<T: Clone + Send> ChannelWriter<T> {
                     }
                 }
             }
-            Route::Hash(key_fn, router) => {
-                let (key_fn, router) = (key_fn.clone(), router.clone());
+            RouteRt::Hash(key, router) => {
+                // Cloned (once a batch) to free `self` for `send_buffer`.
+                let (key, router) = (key.clone(), router.clone());
                 for r in records.drain(..) {
-                    let ch = router.route(key_fn(&r));
+                    let ch = router.route(key.key_of(&r));
                     self.buffers[ch].push(r);
                     if self.buffers[ch].len() >= batch_size {
                         self.send_buffer(ch)?;

@@ -20,7 +20,7 @@
 
 use crate::barrier::AnyHandler;
 use crate::chain::{Link, NoOutput, Stage};
-use crate::channel::{ChannelWriter, OutputConfig, Partitioning};
+use crate::channel::{ChannelSender, ChannelWriter, NoKey, OutputConfig, Route};
 use crate::config::{IngestConfig, JobConfig};
 use crate::element::RecordSize;
 use crate::error::JobError;
@@ -268,6 +268,35 @@ struct BranchBuilt;
 impl TaskBody for BranchBuilt {
     fn run(&mut self, _rt: &mut crate::runtime::plan::TaskRt) -> Result<(), crate::TaskError> {
         Ok(())
+    }
+}
+
+/// Builds a hash exchange's writer for one producer subtask: the writer
+/// is generic over the key function (inlined per record), so the
+/// exchange keeps how to build it rather than the function itself.
+type MakeHashWriter<T> = Arc<
+    dyn Fn(Vec<ChannelSender<T>>, usize, OutputConfig, &SubtaskCtx<'_>) -> Box<dyn Link<T>>
+        + Send
+        + Sync,
+>;
+
+/// How an exchange distributes records over the next operator's subtasks
+/// (see [`Route`]).
+enum Partitioning<T> {
+    Forward,
+    Rebalance,
+    Broadcast,
+    Hash(MakeHashWriter<T>),
+}
+
+impl<T> Clone for Partitioning<T> {
+    fn clone(&self) -> Self {
+        match self {
+            Partitioning::Forward => Partitioning::Forward,
+            Partitioning::Rebalance => Partitioning::Rebalance,
+            Partitioning::Broadcast => Partitioning::Broadcast,
+            Partitioning::Hash(f) => Partitioning::Hash(f.clone()),
+        }
     }
 }
 
@@ -742,7 +771,19 @@ impl<T: Data> Stream<T> {
     where
         F: Fn(&T) -> u64 + Send + Sync + 'static,
     {
-        self.exchange(Partitioning::Hash(Arc::new(key)))
+        let key = Arc::new(key);
+        self.exchange(Partitioning::Hash(Arc::new(
+            move |senders, subtask, config, ctx: &SubtaskCtx<'_>| {
+                Box::new(ChannelWriter::new(
+                    senders,
+                    Route::Hash(key.clone()),
+                    subtask,
+                    config,
+                    ctx.cancel.clone(),
+                    ctx.metrics.clone(),
+                ))
+            },
+        )))
     }
 
     /// Round-robin over the next operator's subtasks.
@@ -860,15 +901,22 @@ impl<T: Data> Exchange<T> {
                 let senders = ctx.wiring.edge::<T>(edge).senders[ctx.subtask]
                     .take()
                     .expect("each producer subtask takes its senders once");
+                let config = OutputConfig {
+                    batch_size: ctx.config.batch_size,
+                    buffer_timeout_ns: ctx.config.buffer_timeout.as_nanos() as u64,
+                    max_parallelism: ctx.config.max_parallelism,
+                };
+                let route: Route<NoKey> = match &part {
+                    Partitioning::Hash(make) => return make(senders, ctx.subtask, config, ctx),
+                    Partitioning::Forward => Route::Forward,
+                    Partitioning::Rebalance => Route::Rebalance,
+                    Partitioning::Broadcast => Route::Broadcast,
+                };
                 Box::new(ChannelWriter::new(
                     senders,
-                    part.clone(),
+                    route,
                     ctx.subtask,
-                    OutputConfig {
-                        batch_size: ctx.config.batch_size,
-                        buffer_timeout_ns: ctx.config.buffer_timeout.as_nanos() as u64,
-                        max_parallelism: ctx.config.max_parallelism,
-                    },
+                    config,
                     ctx.cancel.clone(),
                     ctx.metrics.clone(),
                 ))
@@ -933,7 +981,9 @@ impl<A: Data, B: Data> Connected<A, B> {
             Either::Left(a) => key_a(a),
             Either::Right(b) => key_b(b),
         };
-        let key: crate::channel::KeyFn<Either<A, B>> = Arc::new(key);
+        // One concrete function behind an `Arc`, so both sides' writers
+        // inline it.
+        let key = Arc::new(key);
         let k2 = key.clone();
         let left = self.a.map(Either::Left).key_by(move |e| key(e));
         let right = self.b.map(Either::Right).key_by(move |e| k2(e));

@@ -218,11 +218,18 @@ impl Rescale {
 }
 
 /// The hash exchange's routing table: key group → consumer subtask, built
-/// once per output, so a record costs one `%` and one load.
+/// once per output, so a record costs a hash, a mask (or a `%` when the
+/// group count is not a power of two) and one load.
 #[derive(Clone, Debug)]
 pub(crate) struct KeyGroupRouter {
     table: Box<[u16]>,
     groups: u64,
+    /// `groups - 1` when `groups` is a power of two (the default 128 is),
+    /// else 0: then `hash & mask` is `hash % groups`. A 64-bit `%` by a
+    /// value known only at run time is a division: callgrind counted the
+    /// route at 15 instructions a record with it, 5 with the mask (W1,
+    /// 500,000 records).
+    mask: u64,
 }
 
 impl KeyGroupRouter {
@@ -231,16 +238,28 @@ impl KeyGroupRouter {
         let table = (0..max_parallelism)
             .map(|g| subtask_of_key_group(g as u16, parallelism, max_parallelism) as u16)
             .collect();
+        let groups = u64::from(max_parallelism);
         KeyGroupRouter {
             table,
-            groups: u64::from(max_parallelism),
+            groups,
+            mask: if groups.is_power_of_two() {
+                groups - 1
+            } else {
+                0
+            },
         }
     }
 
     /// The consumer subtask of routing key `key`.
     #[inline]
     pub(crate) fn route(&self, key: u64) -> usize {
-        usize::from(self.table[(key_hash(key) % self.groups) as usize])
+        let h = key_hash(key);
+        let group = if self.mask != 0 {
+            h & self.mask
+        } else {
+            h % self.groups
+        };
+        usize::from(self.table[group as usize])
     }
 }
 

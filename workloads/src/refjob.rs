@@ -477,8 +477,20 @@ impl Recorded {
 #[derive(Debug)]
 struct SinkSlot {
     check: SinkCheck,
-    /// The latencies no restart can take out any more.
+    /// The latencies no restart can take out any more: without
+    /// checkpoints, everything; with them, what a restart rolled back to.
     recorded: Recorded,
+    /// With checkpoints: the intervals of completed checkpoints, merged.
+    /// The sink's snapshot thread merges [`SinkSlot::settled`] into it
+    /// (locking this slot only to take them), so the sink's thread never
+    /// spends a completed checkpoint's merge on the record path: 100-300
+    /// µs a checkpoint at W2 (measured with a temporary timer around
+    /// `settle`), when it merged there. A restart from nothing replaces it
+    /// (a merge under way goes to the replaced one).
+    merged: Arc<Mutex<Recorded>>,
+    /// With checkpoints: the intervals of completed checkpoints not yet
+    /// in `merged` (moved here by the completion, in no time).
+    settled: Vec<Recorded>,
     /// With checkpoints: what was recorded before the sink's snapshot of
     /// each checkpoint not yet known complete (and after the one before).
     unsettled: std::collections::BTreeMap<CheckpointId, Recorded>,
@@ -503,6 +515,8 @@ impl SinkSlot {
     fn roll_back(&mut self, to: Option<CheckpointId>) -> Result<(), BoxError> {
         let Some(to) = to else {
             self.recorded = Recorded::new();
+            self.merged = Arc::new(Mutex::new(Recorded::new()));
+            self.settled.clear();
             self.unsettled.clear();
             self.open_interval = self.open_interval.take().map(|_| Recorded::new());
             return Ok(());
@@ -514,13 +528,31 @@ impl SinkSlot {
         Ok(())
     }
 
-    /// Adds the intervals up to `id` into `recorded` (checkpoint `id`
-    /// completed: no restart goes back before it).
-    fn settle(&mut self, id: CheckpointId) -> Result<(), BoxError> {
+    /// Settles the intervals up to `id` (checkpoint `id` completed: no
+    /// restart goes back before it): they move to `settled`, for the
+    /// snapshot thread to merge ([`SinkSlot::merge_settled`]).
+    fn settle(&mut self, id: CheckpointId) {
         let later = self.unsettled.split_off(&id.next());
         let settled = std::mem::replace(&mut self.unsettled, later);
-        for r in settled.values() {
-            self.recorded.add(r)?;
+        self.settled.extend(settled.into_values());
+    }
+
+    /// Merges the settled intervals into `merged`, holding this slot's
+    /// lock (`slot`) only to take them: the merge itself runs under
+    /// `merged`'s lock, which the sink's thread does not take. Lock order
+    /// slot → merged, as every reader's ([`SinkSlot::total`] runs with
+    /// the slot held and takes `merged`).
+    fn merge_settled(slot: &Mutex<SinkSlot>) -> Result<(), BoxError> {
+        let mut s = lock(slot);
+        if s.settled.is_empty() {
+            return Ok(());
+        }
+        let settled = std::mem::take(&mut s.settled);
+        let merged = s.merged.clone();
+        let mut m = lock(&merged);
+        drop(s);
+        for r in &settled {
+            m.add(r)?;
         }
         Ok(())
     }
@@ -536,7 +568,13 @@ impl SinkSlot {
     fn total(&self) -> Result<Recorded, BoxError> {
         let mut t = Recorded::new();
         t.add(&self.recorded)?;
-        for r in self.unsettled.values().chain(self.open_interval.iter()) {
+        t.add(&lock(&self.merged))?;
+        for r in self
+            .settled
+            .iter()
+            .chain(self.unsettled.values())
+            .chain(self.open_interval.iter())
+        {
             t.add(r)?;
         }
         Ok(t)
@@ -580,7 +618,7 @@ struct Shared {
     slots: Vec<Mutex<SinkSlot>>,
 }
 
-fn lock(m: &Mutex<SinkSlot>) -> MutexGuard<'_, SinkSlot> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A poisoned slot means the sink panicked mid-batch; its data is still
     // the best we have for the report.
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -756,6 +794,8 @@ impl RefJobResults {
         let slots = vec![Mutex::new(SinkSlot {
             check: SinkCheck::new(total, cfg.keys)?,
             recorded: Recorded::new(),
+            merged: Arc::new(Mutex::new(Recorded::new())),
+            settled: Vec::new(),
             unsettled: Default::default(),
             open_interval: (mode != CheckpointMode::None).then(Recorded::new),
             deliveries: 0,
@@ -813,7 +853,13 @@ impl RefJobResults {
             let s = lock(slot);
             delivered += s.deliveries;
             let mut h = s.recorded.latency.histogram().clone();
-            for r in s.unsettled.values().chain(s.open_interval.iter()) {
+            let _ = h.add(lock(&s.merged).latency.histogram());
+            for r in s
+                .settled
+                .iter()
+                .chain(s.unsettled.values())
+                .chain(s.open_interval.iter())
+            {
                 let _ = h.add(r.latency.histogram());
             }
             recorded += h.len();
@@ -1554,6 +1600,8 @@ impl Checkpointed for RefSink {
             // sink's thread.
             let spare = Recorded::new();
             lock(&shared.slots[index]).spare.get_or_insert(spare);
+            // And the completed checkpoints' intervals are merged here.
+            SinkSlot::merge_settled(&shared.slots[index])?;
             // One snapshot at a time takes the lock (the task's snapshot
             // thread runs them in order); a panic in one leaves the
             // replica as good as the changes it had applied.
@@ -1601,7 +1649,8 @@ impl Checkpointed for RefSink {
     fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), BoxError> {
         // A restart restores `id` or a later checkpoint: what was recorded
         // before its snapshot stays.
-        lock(&self.shared.slots[self.slot]).settle(id)
+        lock(&self.shared.slots[self.slot]).settle(id);
+        Ok(())
     }
 }
 

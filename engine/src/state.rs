@@ -981,7 +981,7 @@ where
         for (k, slot) in self.map.iter_mut() {
             slot.dirty = false;
             r.counts[key_group(k) as usize] += 1;
-            r.entry_bytes += encoded_size(&(&*k, Some(&slot.value)))?;
+            r.entry_bytes += encoded_size(&(k, Some(&slot.value)))?;
             copy.push((k.clone(), slot.value.clone()));
         }
         r.copy = Some(copy);

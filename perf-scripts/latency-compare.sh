@@ -23,10 +23,13 @@ Defaults are short: --duration 5 --warmup 1 --rate 200000 (workloads.md
 says 10 s after 2 s at 200,000 records/s for the reported figures).
 
 Binaries are built when missing: `cargo build --release -p lockgate-cli`,
-`cargo build --release -p lockgate-benches --bin raw_paced`, and timely's
-crate in its own target dir (`CARGO_TARGET_DIR=target/timely cargo build
---release` in benches/timely, a few minutes the first time). A system that
-cannot be built is left out with a note.
+`cargo build --release -p lockgate-benches --bin raw_paced` (it builds
+the benches crate's dependencies too, a few minutes the first time), and
+timely's crate in its own target dir (from the repository root: `cd
+benches/timely && CARGO_TARGET_DIR=../../target/timely cargo build
+--release --locked`, a few minutes the first time; cargo runs on it every
+time, quick when nothing changed). A system that cannot be built is left
+out with a note.
 USAGE
 }
 

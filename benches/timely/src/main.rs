@@ -86,6 +86,19 @@ fn parse_args() -> Result<Args, String> {
         if flag == "-h" || flag == "--help" {
             return Err(String::new());
         }
+        const FLAGS: [&str; 8] = [
+            "--workload",
+            "--rate",
+            "--duration",
+            "--warmup",
+            "--keys",
+            "--workers",
+            "--tick-us",
+            "--epoch-us",
+        ];
+        if !FLAGS.contains(&flag.as_str()) {
+            return Err(format!("unknown flag {flag}"));
+        }
         let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let secs = |v: &str| -> Result<Duration, String> {
             let s: f64 = v
@@ -115,11 +128,15 @@ fn parse_args() -> Result<Args, String> {
             other => return Err(format!("unknown flag {other}")),
         }
     }
-    if a.rate == 0 || a.duration.is_zero() {
-        return Err("--rate and --duration must be positive".into());
-    }
-    if a.workers == 0 || a.epoch_ns == 0 {
-        return Err("--workers and --epoch-us must be positive".into());
+    for (zero, flag) in [
+        (a.rate == 0, "--rate"),
+        (a.duration.is_zero(), "--duration"),
+        (a.workers == 0, "--workers"),
+        (a.epoch_ns == 0, "--epoch-us"),
+    ] {
+        if zero {
+            return Err(format!("{flag} must be positive"));
+        }
     }
     Ok(a)
 }
@@ -299,8 +316,8 @@ fn main() -> ExitCode {
     let line = serde_json::json!({
         "system": "timely",
         "timely_version": "0.32",
-        "epoch_us": args.epoch_ns as f64 / 1e3,
-        "tick_us": args.tick.as_secs_f64() * 1e6,
+        "epoch_us": args.epoch_ns / 1_000,
+        "tick_us": args.tick.as_micros() as u64,
         "workload": args.workload.name(),
         "workers": args.workers,
         "rate": args.rate,

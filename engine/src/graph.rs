@@ -271,31 +271,48 @@ impl TaskBody for BranchBuilt {
     }
 }
 
-/// Builds a hash exchange's writer for one producer subtask: the writer
-/// is generic over the key function (inlined per record), so the
-/// exchange keeps how to build it rather than the function itself.
-type MakeHashWriter<T> = Arc<
+/// Builds one producer subtask's writer for an exchange: its channels,
+/// its subtask index, the output settings, the subtask's context.
+type MakeWriter<T> = Arc<
     dyn Fn(Vec<ChannelSender<T>>, usize, OutputConfig, &SubtaskCtx<'_>) -> Box<dyn Link<T>>
         + Send
         + Sync,
 >;
 
-/// How an exchange distributes records over the next operator's subtasks
-/// (see [`Route`]).
-enum Partitioning<T> {
-    Forward,
-    Rebalance,
-    Broadcast,
-    Hash(MakeHashWriter<T>),
+/// How an exchange distributes records over the next operator's subtasks:
+/// the writer it builds (its [`Route`]; a hash route's writer is generic
+/// over the key function, inlined per record, which is why the exchange
+/// keeps a builder rather than the route), and whether it is forward
+/// (which chains, and needs equal parallelism).
+struct Partitioning<T> {
+    forward: bool,
+    make: MakeWriter<T>,
 }
 
 impl<T> Clone for Partitioning<T> {
     fn clone(&self) -> Self {
-        match self {
-            Partitioning::Forward => Partitioning::Forward,
-            Partitioning::Rebalance => Partitioning::Rebalance,
-            Partitioning::Broadcast => Partitioning::Broadcast,
-            Partitioning::Hash(f) => Partitioning::Hash(f.clone()),
+        Partitioning {
+            forward: self.forward,
+            make: self.make.clone(),
+        }
+    }
+}
+
+impl<T: Data> Partitioning<T> {
+    fn of<K: crate::channel::KeyOf<T> + Clone + Sync>(route: Route<K>) -> Self {
+        let forward = matches!(route, Route::Forward);
+        Partitioning {
+            forward,
+            make: Arc::new(move |senders, subtask, config, ctx: &SubtaskCtx<'_>| {
+                Box::new(ChannelWriter::new(
+                    senders,
+                    route.clone(),
+                    subtask,
+                    config,
+                    ctx.cancel.clone(),
+                    ctx.metrics.clone(),
+                ))
+            }),
         }
     }
 }
@@ -771,34 +788,22 @@ impl<T: Data> Stream<T> {
     where
         F: Fn(&T) -> u64 + Send + Sync + 'static,
     {
-        let key = Arc::new(key);
-        self.exchange(Partitioning::Hash(Arc::new(
-            move |senders, subtask, config, ctx: &SubtaskCtx<'_>| {
-                Box::new(ChannelWriter::new(
-                    senders,
-                    Route::Hash(key.clone()),
-                    subtask,
-                    config,
-                    ctx.cancel.clone(),
-                    ctx.metrics.clone(),
-                ))
-            },
-        )))
+        self.exchange(Partitioning::of(Route::Hash(Arc::new(key))))
     }
 
     /// Round-robin over the next operator's subtasks.
     pub fn rebalance(self) -> Exchange<T> {
-        self.exchange(Partitioning::Rebalance)
+        self.exchange(Partitioning::of(Route::<NoKey>::Rebalance))
     }
 
     /// Every record to every subtask of the next operator.
     pub fn broadcast(self) -> Exchange<T> {
-        self.exchange(Partitioning::Broadcast)
+        self.exchange(Partitioning::of(Route::<NoKey>::Broadcast))
     }
 
     /// Subtask i to subtask i; needs equal parallelism, and then chains.
     pub fn forward(self) -> Exchange<T> {
-        self.exchange(Partitioning::Forward)
+        self.exchange(Partitioning::of(Route::<NoKey>::Forward))
     }
 
     /// Joins this stream with `other` for a two-input operator.
@@ -870,7 +875,7 @@ impl<T: Data> Exchange<T> {
         self.keep_own_inputs();
         // Forward with equal parallelism chains (as Flink does).
         if self.inputs.len() == 1
-            && matches!(self.inputs[0].1, Partitioning::Forward)
+            && self.inputs[0].1.forward
             && self.inputs[0].0.parallelism == parallelism
         {
             let (s, _) = self.inputs.into_iter().next().expect("one input");
@@ -880,7 +885,7 @@ impl<T: Data> Exchange<T> {
         let node = g.borrow_mut().add_node(name, parallelism, false);
         let mut edge_ids = Vec::new();
         for (stream, part) in self.inputs {
-            if matches!(part, Partitioning::Forward) && stream.parallelism != parallelism {
+            if part.forward && stream.parallelism != parallelism {
                 let from = g.borrow().nodes[stream.node].name.clone();
                 g.borrow_mut().errors.push(format!(
                     "forward from '{from}' (parallelism {}) to '{name}' (parallelism {parallelism}) needs equal parallelism",
@@ -906,20 +911,7 @@ impl<T: Data> Exchange<T> {
                     buffer_timeout_ns: ctx.config.buffer_timeout.as_nanos() as u64,
                     max_parallelism: ctx.config.max_parallelism,
                 };
-                let route: Route<NoKey> = match &part {
-                    Partitioning::Hash(make) => return make(senders, ctx.subtask, config, ctx),
-                    Partitioning::Forward => Route::Forward,
-                    Partitioning::Rebalance => Route::Rebalance,
-                    Partitioning::Broadcast => Route::Broadcast,
-                };
-                Box::new(ChannelWriter::new(
-                    senders,
-                    route,
-                    ctx.subtask,
-                    config,
-                    ctx.cancel.clone(),
-                    ctx.metrics.clone(),
-                ))
+                (part.make)(senders, ctx.subtask, config, ctx)
             });
             stream.finish_with(tail);
         }

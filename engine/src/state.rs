@@ -974,17 +974,20 @@ where
     /// has no base). Managed state does it on every restore.
     ///
     /// # Errors
-    /// When a key or value cannot be encoded (its size is counted).
+    /// When a key or value cannot be encoded (the replica counts sizes).
     fn with_replica(mut self) -> Result<Self, StateError> {
         let mut r = Replica::new();
-        let mut copy = Vec::with_capacity(self.map.len());
-        for (k, slot) in self.map.iter_mut() {
-            slot.dirty = false;
-            r.counts[key_group(k) as usize] += 1;
-            r.entry_bytes += encoded_size(&(k, Some(&slot.value)))?;
-            copy.push((k.clone(), slot.value.clone()));
-        }
-        r.copy = Some(copy);
+        // The restored entries as one change set: the replica's own
+        // bookkeeping (entries per group, encoded size) counts them.
+        let entries = self
+            .map
+            .iter_mut()
+            .map(|(k, slot)| {
+                slot.dirty = false;
+                (k.clone(), Some(slot.value.clone()))
+            })
+            .collect();
+        r.apply(entries)?;
         self.dirty.clear();
         self.removed.clear();
         self.replica = Some(Arc::new(Mutex::new(r)));

@@ -469,16 +469,15 @@ impl Recorded {
 /// Each latency is recorded once: without checkpoints into `recorded`;
 /// with them into `open_interval`, the interval since the sink's last
 /// snapshot. A snapshot of `id` closes that interval into `unsettled`; when
-/// `id` completes, the intervals up to it are added into `recorded` (on
-/// the sink's thread, once a checkpoint: far cheaper than a second
-/// record a record); a restart from `c` keeps the intervals up to `c`
-/// and drops the later ones. The report's latencies are `recorded` plus
-/// every interval ([`SinkSlot::total`]).
+/// `id` completes, the intervals up to it move to `settled`, and the sink's
+/// snapshot thread adds them into `merged` (off the sink's thread); a
+/// restart from `c` settles the intervals up to `c` and drops the later
+/// ones. The report's latencies are `recorded`, `merged` and every
+/// interval not merged yet ([`SinkSlot::total`]).
 #[derive(Debug)]
 struct SinkSlot {
     check: SinkCheck,
-    /// The latencies no restart can take out any more: without
-    /// checkpoints, everything; with them, what a restart rolled back to.
+    /// Without checkpoints: every latency (no restart takes any out).
     recorded: Recorded,
     /// With checkpoints: the intervals of completed checkpoints, merged.
     /// The sink's snapshot thread merges [`SinkSlot::settled`] into it
@@ -522,8 +521,8 @@ impl SinkSlot {
             return Ok(());
         };
         // Up to `to`: part of the restored state; after it: replayed.
-        let _later = self.unsettled.split_off(&to.next());
-        self.settle_all()?;
+        self.settle(to);
+        self.unsettled.clear();
         self.open_interval = self.open_interval.take().map(|_| Recorded::new());
         Ok(())
     }
@@ -553,13 +552,6 @@ impl SinkSlot {
         drop(s);
         for r in &settled {
             m.add(r)?;
-        }
-        Ok(())
-    }
-
-    fn settle_all(&mut self) -> Result<(), BoxError> {
-        for r in std::mem::take(&mut self.unsettled).values() {
-            self.recorded.add(r)?;
         }
         Ok(())
     }

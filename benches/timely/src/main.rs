@@ -86,45 +86,33 @@ fn parse_args() -> Result<Args, String> {
         if flag == "-h" || flag == "--help" {
             return Err(String::new());
         }
-        const FLAGS: [&str; 8] = [
-            "--workload",
-            "--rate",
-            "--duration",
-            "--warmup",
-            "--keys",
-            "--workers",
-            "--tick-us",
-            "--epoch-us",
-        ];
-        if !FLAGS.contains(&flag.as_str()) {
-            return Err(format!("unknown flag {flag}"));
-        }
-        let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let secs = |v: &str| -> Result<Duration, String> {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        let secs = |v: String| -> Result<Duration, String> {
             let s: f64 = v
                 .parse()
                 .map_err(|_| format!("{flag}: '{v}' is not a number of seconds"))?;
             Duration::try_from_secs_f64(s)
                 .map_err(|_| format!("{flag}: {v} is not a valid duration"))
         };
-        let int = |v: &str| -> Result<u64, String> {
+        let int = |v: String| -> Result<u64, String> {
             v.parse()
                 .map_err(|_| format!("{flag}: '{v}' is not a whole number"))
         };
+        // An unknown flag is named as such before any value is taken.
         match flag.as_str() {
             "--workload" => {
-                a.workload = v.parse().map_err(|e| format!("--workload: {e}"))?;
+                a.workload = value()?.parse().map_err(|e| format!("--workload: {e}"))?;
                 if !a.workload.is_paced() {
                     return Err("--workload: only w2 and w3 (open loop) run on timely".into());
                 }
             }
-            "--rate" => a.rate = int(&v)?,
-            "--duration" => a.duration = secs(&v)?,
-            "--warmup" => a.warmup = secs(&v)?,
-            "--keys" => a.keys = int(&v)?,
-            "--workers" => a.workers = int(&v)? as usize,
-            "--tick-us" => a.tick = Duration::from_micros(int(&v)?),
-            "--epoch-us" => a.epoch_ns = int(&v)?.saturating_mul(1_000),
+            "--rate" => a.rate = int(value()?)?,
+            "--duration" => a.duration = secs(value()?)?,
+            "--warmup" => a.warmup = secs(value()?)?,
+            "--keys" => a.keys = int(value()?)?,
+            "--workers" => a.workers = int(value()?)? as usize,
+            "--tick-us" => a.tick = Duration::from_micros(int(value()?)?),
+            "--epoch-us" => a.epoch_ns = int(value()?)?.saturating_mul(1_000),
             other => return Err(format!("unknown flag {other}")),
         }
     }

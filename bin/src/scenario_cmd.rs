@@ -67,6 +67,9 @@ pub(crate) const BUNDLED: &[(&str, &str)] = &[
     bundled!("cbt120_trigger_checkpoints_with_end_of_partition"),
     bundled!("lg_alignment_limit_counts_queued_releases_only"),
     bundled!("lg_at_least_once_watermarks_pass_at_once"),
+    bundled!("lg_unaligned_cancel_and_end_of_partition"),
+    bundled!("lg_unaligned_late_priority_is_ignored"),
+    bundled!("lg_unaligned_priority_barrier_overtakes"),
     bundled!("lg_watermark_held_while_blocked"),
     bundled!("lg_watermark_on_unblocked_channel_passes"),
 ];

@@ -54,8 +54,8 @@ mod watermark;
 
 pub use barrier::{
     AbortReason, Aligner, AlignmentStats, AnyHandler, BarrierHandler, BarrierSignal, ChannelSet,
-    CheckpointMode, HandlerConfig, Tracker, DEFAULT_BLOCKER_CAPACITY_BYTES, INLINE_CHANNELS,
-    MAX_PENDING_CHECKPOINTS,
+    CheckpointMode, HandlerConfig, Tracker, Unaligned, DEFAULT_BLOCKER_CAPACITY_BYTES,
+    INLINE_CHANNELS, MAX_PENDING_CHECKPOINTS,
 };
 pub use checkpoint::{
     unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStats, CheckpointStatus,

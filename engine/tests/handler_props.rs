@@ -153,6 +153,9 @@ fn drive<H: BarrierHandler<u64>>(
             out.notes.push(match s {
                 BarrierSignal::Trigger { barrier, .. } => (barrier.id.get(), true, records, items),
                 BarrierSignal::Abort { id, .. } => (id.get(), false, records, items),
+                BarrierSignal::ChannelStateDone { .. } => {
+                    return Err(TestCaseError::fail("channel state from an aligned handler"))
+                }
             });
         }
         match passed {

@@ -92,6 +92,9 @@ impl<H: BarrierHandler<Buffer>> Gate<H> {
             self.notes.push(match s {
                 BarrierSignal::Trigger { barrier, .. } => Trigger(barrier.id.get(), self.out.len()),
                 BarrierSignal::Abort { id, reason } => Abort(id.get(), reason, self.out.len()),
+                BarrierSignal::ChannelStateDone { .. } => {
+                    panic!("the aligner and the tracker never report channel state")
+                }
             });
         }
         if let Some(el) = &passed {

@@ -23,6 +23,13 @@
 //!   place among watermark and idle items between two buffers is not part
 //!   of the format (put a buffer between them where the order matters).
 //!
+//! - `"mode": "unaligned"` runs the [`Unaligned`] handler (rules 11-17 of
+//!   `EXTENSIONS.md`): input items `{"ch": 0, "priority": 2}` (a barrier on
+//!   the channel's priority lane), notifications of kind
+//!   `channel_state_done`, and `expect_channel_state` (per checkpoint, per
+//!   channel, the buffer ids that are its channel state), which
+//!   [`Run::to_json`] writes as `"channel_state"`.
+//!
 //! This crate parses a file
 //! ([`Scenario::from_file`], [`Scenario::from_json`]), drives it through the
 //! handler of its mode exactly as an input gate does ([`Scenario::run`]),
@@ -33,10 +40,12 @@
 //! unknown mode, ...) is a [`ScenarioError`] naming the file and the problem;
 //! nothing here panics on input.
 
-use lockgate::{AbortReason, Aligner, BarrierHandler, BarrierSignal, HandlerConfig, Tracker};
+use lockgate::{
+    AbortReason, Aligner, BarrierHandler, BarrierSignal, HandlerConfig, Tracker, Unaligned,
+};
 use lockgate::{CheckpointBarrier, CheckpointId, RecordSize, StreamElement, Watermark};
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::Path;
 
@@ -66,7 +75,9 @@ pub enum ScenarioError {
     },
     /// The JSON is well-formed but describes no valid scenario (a channel
     /// out of range, an input item that is not exactly one of buffer,
-    /// barrier, cancel, end of partition, watermark and idle, a duplicate
+    /// barrier, priority barrier, cancel, end of partition, watermark and
+    /// idle, a priority barrier or `expect_channel_state` outside the
+    /// unaligned mode, a duplicate
     /// buffer id, input after a channel's end of partition, a watermark
     /// below an earlier one of its channel, a notification whose `reason`
     /// does not fit its `kind`, no channel at all).
@@ -87,7 +98,16 @@ pub enum ScenarioMode {
     ExactlyOnce,
     /// The [`Tracker`] (rules 8-9 of the contract).
     AtLeastOnce,
+    /// The [`Unaligned`] handler (rules 11-17, lockgate's extension,
+    /// `EXTENSIONS.md`): priority barriers, channel state.
+    Unaligned,
 }
+
+/// The channel state of the checkpoints whose state was complete: per
+/// checkpoint id, per channel open at its trigger, the ids of the buffers
+/// that are its channel state, in order. In JSON the keys are strings:
+/// `{"2": {"0": [5, 6], "1": []}}`.
+pub type ChannelStates = BTreeMap<u64, BTreeMap<usize, Vec<u64>>>;
 
 /// How the actual result is compared with the expectation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,6 +176,9 @@ pub enum NotificationKind {
     Triggered,
     /// The checkpoint was given up.
     Aborted,
+    /// Every channel's state of an unaligned checkpoint ended (lockgate's
+    /// extension, `EXTENSIONS.md`).
+    ChannelStateDone,
 }
 
 /// One input item: what arrived on which channel.
@@ -172,6 +195,16 @@ pub enum InputItem {
     },
     /// A checkpoint barrier.
     Barrier {
+        /// 0-based channel index.
+        ch: usize,
+        /// The checkpoint id.
+        id: u64,
+    },
+    /// A checkpoint barrier on the channel's priority lane (lockgate's
+    /// extension, `EXTENSIONS.md`, unaligned mode only):
+    /// `{"ch": 0, "priority": 2}`. It overtook the channel's queued
+    /// elements; the in-band `barrier` of the same id still follows them.
+    Priority {
         /// 0-based channel index.
         ch: usize,
         /// The checkpoint id.
@@ -214,6 +247,7 @@ impl InputItem {
         match *self {
             InputItem::Buffer { ch, .. }
             | InputItem::Barrier { ch, .. }
+            | InputItem::Priority { ch, .. }
             | InputItem::Cancel { ch, .. }
             | InputItem::EndOfPartition { ch }
             | InputItem::Watermark { ch, .. }
@@ -372,6 +406,9 @@ impl fmt::Display for Notification {
             (NotificationKind::Triggered, _) => write!(f, "triggered {}", self.checkpoint)?,
             (NotificationKind::Aborted, Some(r)) => write!(f, "aborted {} ({r})", self.checkpoint)?,
             (NotificationKind::Aborted, None) => write!(f, "aborted {}", self.checkpoint)?,
+            (NotificationKind::ChannelStateDone, _) => {
+                write!(f, "channel state of {} done", self.checkpoint)?
+            }
         }
         write!(f, " after {} outputs", self.after_output)
     }
@@ -411,6 +448,8 @@ struct RawScenario {
     expect_output: Vec<OutputItem>,
     expect_notifications: Vec<Notification>,
     #[serde(default)]
+    expect_channel_state: Option<ChannelStates>,
+    #[serde(default)]
     notes: String,
 }
 
@@ -424,6 +463,8 @@ struct RawInput {
     size: Option<usize>,
     #[serde(default)]
     barrier: Option<u64>,
+    #[serde(default)]
+    priority: Option<u64>,
     #[serde(default)]
     cancel: Option<u64>,
     #[serde(default)]
@@ -460,6 +501,9 @@ pub struct Scenario {
     pub expect_output: Vec<OutputItem>,
     /// The checkpoints triggered or aborted, in order.
     pub expect_notifications: Vec<Notification>,
+    /// Unaligned mode: the channel state of every checkpoint that reached
+    /// `channel_state_done` (empty when the file has none).
+    pub expect_channel_state: ChannelStates,
     /// Free text.
     pub notes: String,
 }
@@ -472,6 +516,10 @@ pub struct Run {
     /// The checkpoints triggered or aborted, in order, each with the number
     /// of buffers (only) handed on before it.
     pub notifications: Vec<Notification>,
+    /// Unaligned mode only: the channel state of every checkpoint whose
+    /// state ended (`None` in the other modes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_state: Option<ChannelStates>,
 }
 
 impl Run {
@@ -490,8 +538,15 @@ impl Run {
                 .collect();
             format!("[\n{}\n  ]", lines.join(",\n"))
         }
+        let channel_state = match &self.channel_state {
+            None => String::new(),
+            Some(states) => format!(
+                ",\n  \"channel_state\": {}",
+                serde_json::to_string(states).expect("plain data")
+            ),
+        };
         format!(
-            "{{\n  \"output\": {},\n  \"notifications\": {}\n}}",
+            "{{\n  \"output\": {},\n  \"notifications\": {}{channel_state}\n}}",
             list(&self.output),
             list(&self.notifications)
         )
@@ -581,9 +636,15 @@ impl Scenario {
                     )))
                 }
             };
+            if item.priority.is_some() && raw.mode != ScenarioMode::Unaligned {
+                return Err(invalid(format!(
+                    "input[{i}]: a `priority` barrier needs `\"mode\": \"unaligned\"`"
+                )));
+            }
             let kinds = [
                 item.buffer.is_some(),
                 item.barrier.is_some(),
+                item.priority.is_some(),
                 item.cancel.is_some(),
                 eop,
                 item.watermark.is_some(),
@@ -591,8 +652,8 @@ impl Scenario {
             ];
             if kinds.iter().filter(|k| **k).count() != 1 {
                 return Err(invalid(format!(
-                    "input[{i}]: must have exactly one of `buffer`, `barrier`, `cancel`, \
-                     `end_of_partition`, `watermark`, `idle`"
+                    "input[{i}]: must have exactly one of `buffer`, `barrier`, `priority`, \
+                     `cancel`, `end_of_partition`, `watermark`, `idle`"
                 )));
             }
             if item.size.is_some() && item.buffer.is_none() {
@@ -611,6 +672,8 @@ impl Scenario {
                 }
             } else if let Some(id) = item.barrier {
                 InputItem::Barrier { ch, id }
+            } else if let Some(id) = item.priority {
+                InputItem::Priority { ch, id }
             } else if let Some(id) = item.cancel {
                 InputItem::Cancel { ch, id }
             } else if let Some(value) = item.watermark {
@@ -656,6 +719,21 @@ impl Scenario {
                 _ => {}
             }
         }
+        if raw.expect_channel_state.is_some() && raw.mode != ScenarioMode::Unaligned {
+            return Err(invalid(
+                "`expect_channel_state` needs `\"mode\": \"unaligned\"`".to_string(),
+            ));
+        }
+        let expect_channel_state = raw.expect_channel_state.unwrap_or_default();
+        for (id, channels) in &expect_channel_state {
+            if let Some(ch) = channels.keys().find(|&&ch| ch >= raw.channels) {
+                return Err(invalid(format!(
+                    "expect_channel_state[\"{id}\"]: channel {ch} out of range (the scenario \
+                     has {} channels)",
+                    raw.channels
+                )));
+            }
+        }
         Ok(Scenario {
             file: file.to_string(),
             name: raw.name,
@@ -668,6 +746,7 @@ impl Scenario {
             input,
             expect_output: raw.expect_output,
             expect_notifications: raw.expect_notifications,
+            expect_channel_state,
             notes: raw.notes,
         })
     }
@@ -696,6 +775,7 @@ impl Scenario {
                 drive(Aligner::new(self.channels, self.handler_config()), self)
             }
             ScenarioMode::AtLeastOnce => drive(Tracker::new(self.channels), self),
+            ScenarioMode::Unaligned => drive_unaligned(self),
         }
     }
 
@@ -721,11 +801,101 @@ impl Scenario {
         if let Some(d) = list_difference("output", &self.expect_output, &run.output) {
             return Some(d);
         }
-        list_difference(
+        if let Some(d) = list_difference(
             "notification",
             &self.expect_notifications,
             &run.notifications,
-        )
+        ) {
+            return Some(d);
+        }
+        self.channel_state_difference(run)
+    }
+
+    /// Unaligned mode: the run's channel state must equal
+    /// `expect_channel_state` (in the other modes there is none).
+    fn channel_state_difference(&self, run: &Run) -> Option<String> {
+        if self.mode != ScenarioMode::Unaligned {
+            return None;
+        }
+        let empty = ChannelStates::new();
+        let actual = run.channel_state.as_ref().unwrap_or(&empty);
+        for id in self.expect_channel_state.keys().chain(actual.keys()) {
+            let (e, a) = (self.expect_channel_state.get(id), actual.get(id));
+            if e != a {
+                let show = |s: Option<&BTreeMap<usize, Vec<u64>>>| match s {
+                    None => "none".to_string(),
+                    Some(s) => serde_json::to_string(s).expect("plain data"),
+                };
+                return Some(format!(
+                    "channel state of checkpoint {id}: expected {}, got {}",
+                    show(e),
+                    show(a)
+                ));
+            }
+        }
+        None
+    }
+
+    /// Step 3 of the semantic check in unaligned mode, where a trigger may
+    /// come anywhere: for every checkpoint N whose channel state is
+    /// complete, on every channel, the buffers handed on before the
+    /// trigger of N followed by N's channel state of that channel (none
+    /// for a channel ended at the trigger) are exactly the buffers that
+    /// precede barrier N on it (all of an ended channel without barrier
+    /// N): nothing lost, nothing duplicated after a restore from N.
+    fn unaligned_difference(&self, run: &Run) -> Option<String> {
+        let empty = ChannelStates::new();
+        let states = run.channel_state.as_ref().unwrap_or(&empty);
+        let done: Vec<&Notification> = run
+            .notifications
+            .iter()
+            .filter(|n| n.kind == NotificationKind::ChannelStateDone)
+            .collect();
+        if done.len() != states.len() || done.iter().any(|n| !states.contains_key(&n.checkpoint)) {
+            return Some(format!(
+                "channel state recorded for checkpoints {:?}, but channel_state_done for {:?}",
+                states.keys().collect::<Vec<_>>(),
+                done.iter().map(|n| n.checkpoint).collect::<Vec<_>>()
+            ));
+        }
+        let buffers: Vec<OutputItem> = run
+            .output
+            .iter()
+            .filter(|o| o.buffer_id().is_some())
+            .copied()
+            .collect();
+        for (&id, state) in states {
+            let Some(trigger) = run
+                .notifications
+                .iter()
+                .find(|n| n.kind == NotificationKind::Triggered && n.checkpoint == id)
+            else {
+                return Some(format!("channel state of {id} without its trigger"));
+            };
+            let before = &buffers[..trigger.after_output.min(buffers.len())];
+            let required = self.buffers_before_barrier(id);
+            for ch in 0..self.channels {
+                let mut got: Vec<u64> = before
+                    .iter()
+                    .filter(|o| o.channel() == ch)
+                    .filter_map(OutputItem::buffer_id)
+                    .collect();
+                got.extend(state.get(&ch).into_iter().flatten());
+                let want: Vec<u64> = required
+                    .iter()
+                    .filter(|&&(c, _)| c == ch)
+                    .map(|&(_, b)| b)
+                    .collect();
+                if got != want {
+                    return Some(format!(
+                        "checkpoint {id}, ch {ch}: buffers handed on before the trigger and \
+                         then the channel state are {got:?}, but {want:?} precede barrier \
+                         {id} on the channel"
+                    ));
+                }
+            }
+        }
+        None
     }
 
     fn semantic_difference(&self, run: &Run) -> Option<String> {
@@ -780,6 +950,9 @@ impl Scenario {
             &run.notifications,
         ) {
             return Some(d);
+        }
+        if self.mode == ScenarioMode::Unaligned {
+            return self.unaligned_difference(run);
         }
         // 3. A trigger of N comes after exactly (exactly-once) or at least
         //    (at-least-once) the buffers that precede barrier N on their
@@ -916,9 +1089,11 @@ impl Scenario {
             .collect()
     }
 
-    /// The handler's input: each item as the element it is.
-    fn element(item: &InputItem) -> (usize, StreamElement<ScenarioBuffer>) {
-        match *item {
+    /// The handler's data-lane input: each item as the element it is;
+    /// `None` for a priority barrier, which is not an element of the data
+    /// lane.
+    fn element(item: &InputItem) -> Option<(usize, StreamElement<ScenarioBuffer>)> {
+        Some(match *item {
             InputItem::Buffer { ch, id, size } => (
                 ch,
                 StreamElement::Records(vec![ScenarioBuffer { id, size }]),
@@ -931,7 +1106,8 @@ impl Scenario {
             InputItem::EndOfPartition { ch } => (ch, StreamElement::EndOfPartition),
             InputItem::Watermark { ch, value } => (ch, StreamElement::Watermark(Watermark(value))),
             InputItem::Idle { ch, idle } => (ch, StreamElement::Idle(idle)),
-        }
+            InputItem::Priority { .. } => return None,
+        })
     }
 }
 
@@ -953,6 +1129,17 @@ fn feed<H: BarrierHandler<ScenarioBuffer>>(
     rec: &mut Recorder,
 ) {
     let passed = handler.on_element(channel, element, now_ns, signals);
+    record_signals(signals, passed, channel, rec);
+}
+
+/// Records a handler's signals, then the element it passed (if any), as
+/// an input gate acts on them.
+fn record_signals(
+    signals: &mut Vec<BarrierSignal>,
+    passed: Option<StreamElement<ScenarioBuffer>>,
+    channel: usize,
+    rec: &mut Recorder,
+) {
     // Signals are acted on before the passed element is handed on.
     for signal in signals.drain(..) {
         rec.run.notifications.push(match signal {
@@ -966,6 +1153,12 @@ fn feed<H: BarrierHandler<ScenarioBuffer>>(
                 checkpoint: id.get(),
                 kind: NotificationKind::Aborted,
                 reason: Some(reason.into()),
+                after_output: rec.buffers,
+            },
+            BarrierSignal::ChannelStateDone { id } => Notification {
+                checkpoint: id.get(),
+                kind: NotificationKind::ChannelStateDone,
+                reason: None,
                 after_output: rec.buffers,
             },
         });
@@ -1011,7 +1204,10 @@ fn drive<H: BarrierHandler<ScenarioBuffer>>(mut handler: H, scenario: &Scenario)
     let mut rec = Recorder::default();
     let mut signals = Vec::new();
     for (i, item) in scenario.input.iter().enumerate() {
-        let (channel, element) = Scenario::element(item);
+        // Only the unaligned mode has priority items (checked on parsing).
+        let Some((channel, element)) = Scenario::element(item) else {
+            continue;
+        };
         let now_ns = i as u64;
         feed(
             &mut handler,
@@ -1026,6 +1222,79 @@ fn drive<H: BarrierHandler<ScenarioBuffer>>(mut handler: H, scenario: &Scenario)
     handler.end_of_input();
     let now_ns = scenario.input.len() as u64;
     drain(&mut handler, now_ns, &mut signals, &mut rec);
+    rec.run
+}
+
+/// Runs an unaligned scenario: each item is fed as the input gate feeds the
+/// [`Unaligned`] handler (a priority item to [`Unaligned::on_priority`],
+/// the rest to `on_element`), and a buffer read while its channel's state
+/// is open ([`Unaligned::channel_state_open`]) is recorded as channel state
+/// of the pending checkpoint. The state of a checkpoint starts at its
+/// trigger with an empty list for every channel not ended then, and is
+/// kept when it reaches `channel_state_done` (dropped when it is aborted).
+fn drive_unaligned(scenario: &Scenario) -> Run {
+    let mut handler = Unaligned::new(scenario.channels);
+    let mut rec = Recorder::default();
+    let mut signals = Vec::new();
+    let mut ended = vec![false; scenario.channels];
+    let mut recording: Option<(u64, BTreeMap<usize, Vec<u64>>)> = None;
+    let mut done = ChannelStates::new();
+    for (i, item) in scenario.input.iter().enumerate() {
+        let now_ns = i as u64;
+        let seen = rec.run.notifications.len();
+        match (*item, Scenario::element(item)) {
+            (InputItem::Priority { ch, id }, _) => {
+                handler.on_priority(
+                    ch,
+                    CheckpointBarrier::new(CheckpointId(id), 0),
+                    now_ns,
+                    &mut signals,
+                );
+                // Nothing passes: only the signals are recorded.
+                let none: Option<StreamElement<ScenarioBuffer>> = None;
+                record_signals(&mut signals, none, ch, &mut rec);
+            }
+            (_, Some((ch, element))) => {
+                if let (InputItem::Buffer { id, .. }, Some((_, state))) = (item, &mut recording) {
+                    if handler.channel_state_open(ch) {
+                        state.entry(ch).or_default().push(*id);
+                    }
+                }
+                if matches!(item, InputItem::EndOfPartition { .. }) {
+                    ended[ch] = true;
+                }
+                feed(&mut handler, ch, element, now_ns, &mut signals, &mut rec);
+            }
+            (_, None) => unreachable!("only priority items are not elements"),
+        }
+        for n in &rec.run.notifications[seen..] {
+            match n.kind {
+                NotificationKind::Triggered => {
+                    let open = (0..scenario.channels)
+                        .filter(|&c| !ended[c])
+                        .map(|c| (c, Vec::new()))
+                        .collect();
+                    recording = Some((n.checkpoint, open));
+                }
+                NotificationKind::ChannelStateDone => {
+                    if let Some((id, state)) = recording.take() {
+                        debug_assert_eq!(id, n.checkpoint);
+                        done.insert(id, state);
+                    }
+                }
+                NotificationKind::Aborted => {
+                    if recording
+                        .as_ref()
+                        .is_some_and(|(id, _)| *id == n.checkpoint)
+                    {
+                        recording = None;
+                    }
+                }
+            }
+        }
+    }
+    BarrierHandler::<ScenarioBuffer>::end_of_input(&mut handler);
+    rec.run.channel_state = Some(done);
     rec.run
 }
 
@@ -1228,6 +1497,114 @@ mod tests {
         run.output = s.expect_output[..5].to_vec();
         let d = s.check_run(&run).difference.unwrap();
         assert!(d.contains("idle of ch 0 was never handed on"), "{d}");
+    }
+
+    /// Two channels, unaligned: priority barrier 1 on ch 0 after buffer 1;
+    /// buffer 2 (ch 1) and buffer 3 (ch 0) are channel state.
+    const UNALIGNED: &str = r#"{
+        "name": "ua", "source": "test", "mode": "unaligned", "check": "exact",
+        "channels": 2, "buffer_size": 8,
+        "input": [
+            {"ch": 0, "buffer": 1}, {"ch": 0, "priority": 1}, {"ch": 1, "buffer": 2},
+            {"ch": 0, "buffer": 3}, {"ch": 0, "barrier": 1}, {"ch": 0, "buffer": 4},
+            {"ch": 1, "barrier": 1}
+        ],
+        "expect_output": [
+            {"ch": 0, "buffer": 1}, {"ch": 1, "buffer": 2}, {"ch": 0, "buffer": 3},
+            {"ch": 0, "buffer": 4}
+        ],
+        "expect_notifications": [
+            {"checkpoint": 1, "kind": "triggered", "after_output": 1},
+            {"checkpoint": 1, "kind": "channel_state_done", "after_output": 4}
+        ],
+        "expect_channel_state": {"1": {"0": [3], "1": [2]}}
+    }"#;
+
+    #[test]
+    fn an_unaligned_scenario_records_and_emits_channel_state() {
+        let s = Scenario::from_json("ua.json", UNALIGNED).unwrap();
+        assert_eq!(s.input[1], InputItem::Priority { ch: 0, id: 1 });
+        assert_eq!(s.check().difference, None);
+        let mut semantic = s.clone();
+        semantic.check = CheckKind::Semantic;
+        assert_eq!(semantic.check().difference, None);
+        let text = s.run().to_json();
+        assert!(
+            text.contains(r#""channel_state": {"1":{"0":[3],"1":[2]}}"#),
+            "{text}"
+        );
+        // Another expected state fails the exact check, naming it.
+        let mut wrong = s.clone();
+        wrong
+            .expect_channel_state
+            .get_mut(&1)
+            .unwrap()
+            .insert(0, vec![3, 4]);
+        let d = wrong.check().difference.unwrap();
+        assert!(
+            d.starts_with("channel state of checkpoint 1: expected"),
+            "{d}"
+        );
+        // A state holding a post-barrier buffer fails the semantic check.
+        let mut run = s.run();
+        let state = run.channel_state.as_mut().unwrap().get_mut(&1).unwrap();
+        state.insert(0, vec![3, 4]);
+        let d = semantic.check_run(&run).difference.unwrap();
+        assert!(d.contains("checkpoint 1, ch 0"), "{d}");
+        // And one missing a buffer too.
+        let mut run = s.run();
+        run.channel_state
+            .as_mut()
+            .unwrap()
+            .get_mut(&1)
+            .unwrap()
+            .insert(1, vec![]);
+        assert!(semantic.check_run(&run).difference.is_some());
+        // The other modes emit no channel state.
+        let aligned = Scenario::from_json("tiny.json", TINY).unwrap();
+        assert!(!aligned.run().to_json().contains("channel_state"));
+    }
+
+    #[test]
+    fn bad_unaligned_input_is_an_error_naming_the_problem() {
+        let cases = [
+            (
+                UNALIGNED.replace("\"unaligned\"", "\"exactly_once\""),
+                "input[1]: a `priority` barrier needs",
+            ),
+            (
+                UNALIGNED.replace("{\"1\": {\"0\"", "{\"1\": {\"5\""),
+                "expect_channel_state[\"1\"]: channel 5 out of range",
+            ),
+            (
+                UNALIGNED.replace("{\"1\": {\"0\"", "{\"x\": {\"0\""),
+                "bad scenario JSON",
+            ),
+            (
+                UNALIGNED.replace(
+                    "{\"ch\": 0, \"priority\": 1}",
+                    "{\"ch\": 0, \"priority\": 1, \"barrier\": 1}",
+                ),
+                "exactly one of `buffer`, `barrier`, `priority`",
+            ),
+        ];
+        for (text, want) in cases {
+            assert_ne!(text, UNALIGNED, "the case for {want} changes the file");
+            let e = Scenario::from_json("x.json", &text)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("x.json: ") && e.contains(want),
+                "{e} lacks {want}"
+            );
+        }
+        let e = Scenario::from_json(
+            "x.json",
+            &TINY.replace("\"notes\": \"\"", "\"expect_channel_state\": {}"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`expect_channel_state` needs"), "{e}");
     }
 
     #[test]

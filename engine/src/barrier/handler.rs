@@ -93,6 +93,15 @@ pub enum BarrierSignal {
         /// What the alignment cost.
         alignment: AlignmentStats,
     },
+    /// Every input channel's state of unaligned checkpoint `id` has ended
+    /// (its in-band barrier or end of partition was read): the task's part
+    /// of `id`, snapshot and channel state, can be completed. Only the
+    /// [`Unaligned`](crate::Unaligned) handler sends it, once per triggered
+    /// checkpoint that is not aborted.
+    ChannelStateDone {
+        /// The checkpoint whose channel state is complete.
+        id: CheckpointId,
+    },
     /// The checkpoint is given up on this task: send a cancel-checkpoint
     /// marker downstream and decline it to the coordinator.
     Abort {

@@ -12,6 +12,11 @@
 //!   rule for ended channels). Every rule lives in `aligner.rs`.
 //! - [`Tracker`]: at-least-once (Flink 1.20's `CheckpointBarrierTracker`).
 //!   Every rule lives in `tracker.rs`.
+//! - [`Unaligned`]: unaligned checkpoints (FLIP-76; Flink's unaligned
+//!   `SingleCheckpointBarrierHandler` and `ChannelStatePersister`): the
+//!   first barrier triggers, nothing is held, and what arrives before each
+//!   channel's in-band barrier is channel state. Every rule lives in
+//!   `unaligned.rs`.
 //!
 //! # How the input gate drives a handler
 //! ```text
@@ -31,6 +36,7 @@ mod any;
 mod channel_set;
 mod handler;
 mod tracker;
+mod unaligned;
 
 pub use aligner::Aligner;
 pub use any::AnyHandler;
@@ -40,3 +46,4 @@ pub use handler::{
     DEFAULT_BLOCKER_CAPACITY_BYTES,
 };
 pub use tracker::{Tracker, MAX_PENDING_CHECKPOINTS};
+pub use unaligned::Unaligned;

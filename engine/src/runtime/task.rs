@@ -279,6 +279,9 @@ impl<T: RecordSize + Send> GateTask<T> {
                 self.chain.barrier(barrier)?;
                 checkpoint(rt, None, &mut *self.chain, barrier, alignment, started_ns)
             }
+            // The unaligned handler is not driven by this loop yet (no
+            // job runs in unaligned mode), so it never sends this.
+            BarrierSignal::ChannelStateDone { .. } => Ok(()),
             BarrierSignal::Abort { id, reason } => {
                 // As Flink's tasks do: tell downstream to stop aligning for
                 // `id`, and decline it to the coordinator.

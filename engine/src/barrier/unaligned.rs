@@ -1,0 +1,476 @@
+//! The unaligned barrier handler: unaligned checkpoints (FLIP-76).
+//!
+//! An unaligned checkpoint never blocks a channel. A task takes its
+//! snapshot as soon as the first barrier of checkpoint n reaches it on any
+//! input, on a channel's priority lane (the barrier overtook the records
+//! queued before it) or in band; from then on, every element that arrives on
+//! a channel before that channel's in-band barrier n is *channel state* of
+//! n: it was sent before the barrier, so the upstream snapshot does not hold
+//! it, and it is processed after this task's snapshot, so this snapshot does
+//! not hold it either. The checkpoint's part of this task is complete once
+//! every channel's state has ended. A restore replays each channel's state
+//! before any new input of that channel.
+//!
+//! # The rules, each in one place
+//! Semantics of Flink's `SingleCheckpointBarrierHandler` in its unaligned
+//! states (`AlternatingWaitingForFirstBarrierUnaligned`,
+//! `AlternatingCollectingBarriersUnaligned`) and of its
+//! `ChannelStatePersister`, with FLIP-147's rule for ended channels. The
+//! numbers continue those of the aligner (1–7) and the tracker (8–10), as
+//! `testdata/scenarios/EXTENSIONS.md` lists them.
+//!
+//! 11. **First barrier triggers** ([`Unaligned::on_first_barrier`]): a
+//!     barrier n newer than every checkpoint this handler has seen, on a
+//!     priority lane or in band, triggers n at once. The state of n opens on
+//!     every channel that has not ended; a pending (triggered, state not yet
+//!     ended) checkpoint m < n is aborted first (`subsumed`), so at most one
+//!     unaligned checkpoint is in flight (as Flink).
+//! 12. **Channel state** ([`Unaligned::channel_state_open`]): a record
+//!     batch, watermark or idle marker read from the data lane of a channel
+//!     whose state for the pending n is open belongs to n's channel state,
+//!     and is handed on at once as well: nothing is ever held.
+//! 13. **In-band barrier ends a channel's state**
+//!     ([`Unaligned::on_in_band_barrier`]): barrier n in the data lane of
+//!     channel c ends c's state for the pending n. When the last open state
+//!     ends, [`BarrierSignal::ChannelStateDone`] for n. An in-band barrier
+//!     of a checkpoint that is not pending and not newer is ignored.
+//! 14. **Late priority barriers are ignored** ([`Unaligned::on_priority`]):
+//!     a priority barrier n that is not newer than every checkpoint seen is
+//!     ignored. In particular one whose in-band twin on the same channel was
+//!     read first (the two race): honouring it would open that channel's
+//!     state again and put records that follow the in-band barrier, i.e.
+//!     post-snapshot records, into the state.
+//! 15. **End of partition** ([`Unaligned::on_end_of_partition`]): an ended
+//!     channel's state ends too (its producer finished without barrier n:
+//!     the state is everything before its end of partition), and it takes
+//!     no part in later checkpoints (FLIP-147, as in the aligned mode). It
+//!     never aborts.
+//! 16. **Cancel marker** ([`Unaligned::on_cancel`]): cancel n in band for
+//!     the pending n aborts n (`canceled`) and ends every channel's state
+//!     (the rest is discarded). Cancel n newer than the pending m aborts m
+//!     (`subsumed`) and n (`canceled`); with nothing pending, cancel n newer
+//!     than every checkpoint seen aborts n; later barriers n are ignored
+//!     (rule 10: no checkpoint is notified twice as aborted, none older than
+//!     a triggered one is triggered).
+//! 17. **Aborted by the task** ([`Unaligned::abort`]): when the task gives up
+//!     the pending n itself (a snapshot or storage error, the coordinator's
+//!     timeout or abort), the handler stops recording n with no signal, and
+//!     the task sends cancel marker n in band downstream, which ends n's
+//!     state there by rule 16: no reader waits for an in-band barrier that
+//!     will not come.
+//!
+//! **Notifications.** Each triggered checkpoint is then either aborted or
+//! reported [`BarrierSignal::ChannelStateDone`], exactly once. (Unlike the
+//! aligner, an unaligned checkpoint can be aborted after its trigger.)
+//!
+//! **End of input** ([`BarrierHandler::end_of_input`]): a pending checkpoint
+//! whose state never ended is dropped without a signal, as the aligner drops
+//! a running alignment.
+//!
+//! Priority lanes carry barriers only: a cancel marker travels in band,
+//! where it also ends the channel's state (rule 16).
+
+use super::{AbortReason, AlignmentStats, BarrierHandler, BarrierSignal, ChannelSet};
+use crate::element::{CheckpointBarrier, CheckpointId, StreamElement};
+
+/// A triggered checkpoint whose channel state is still being recorded.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    id: CheckpointId,
+    /// When its first barrier arrived, ns on the caller's clock.
+    first_ns: u64,
+}
+
+/// Unaligned-checkpoint barrier handler (Flink's unaligned
+/// `SingleCheckpointBarrierHandler`; the rules are in the module docs).
+///
+/// It holds no element: [`BarrierHandler::on_element`] hands records,
+/// watermarks, idle markers and ends of partition on at once, and the
+/// caller asks [`Unaligned::channel_state_open`] before feeding an element
+/// whether it is channel state to persist. Memory: two [`ChannelSet`]s.
+///
+/// Cost per element: records pass after one compare with no checkpoint
+/// pending (the caller's `channel_state_open` is then one compare too).
+///
+/// ```
+/// use lockgate::{BarrierHandler, BarrierSignal, CheckpointBarrier, CheckpointId,
+///     StreamElement, Unaligned};
+/// let mut h = Unaligned::new(2);
+/// let mut signals = Vec::new();
+/// // Barrier 1 overtakes the records queued on channel 0: trigger at once.
+/// h.on_priority(0, CheckpointBarrier::new(CheckpointId(1), 0), 0, &mut signals);
+/// assert!(matches!(signals[0], BarrierSignal::Trigger { .. }));
+/// // A record read from channel 1 before its barrier is channel state...
+/// assert!(h.channel_state_open(1));
+/// let el: StreamElement<u64> = StreamElement::Records(vec![7]);
+/// assert!(h.on_element(1, el, 0, &mut signals).is_some()); // ...and passes
+/// // The in-band barriers end each channel's state.
+/// signals.clear();
+/// for ch in 0..2 {
+///     let b: StreamElement<u64> =
+///         StreamElement::Barrier(CheckpointBarrier::new(CheckpointId(1), 0));
+///     h.on_element(ch, b, 0, &mut signals);
+/// }
+/// assert_eq!(signals, vec![BarrierSignal::ChannelStateDone { id: CheckpointId(1) }]);
+/// ```
+#[derive(Debug)]
+pub struct Unaligned {
+    num_channels: usize,
+    /// Channels that delivered end of partition (rule 15).
+    closed: ChannelSet,
+    num_closed: usize,
+    /// The newest checkpoint seen by barrier, cancel marker or task abort
+    /// (Flink's `currentCheckpointId`).
+    current: CheckpointId,
+    pending: Option<Pending>,
+    /// Channels whose state for the pending checkpoint is open (rule 12).
+    open: ChannelSet,
+    num_open: usize,
+    /// Always empty: nothing is ever blocked.
+    no_blocked: ChannelSet,
+}
+
+impl Unaligned {
+    /// An unaligned handler over `num_channels` input channels.
+    ///
+    /// # Panics
+    /// When `num_channels` is 0.
+    pub fn new(num_channels: usize) -> Self {
+        assert!(num_channels > 0, "an input gate has at least one channel");
+        Unaligned {
+            num_channels,
+            closed: ChannelSet::new(num_channels),
+            num_closed: 0,
+            current: CheckpointId::NONE,
+            pending: None,
+            open: ChannelSet::new(num_channels),
+            num_open: 0,
+            no_blocked: ChannelSet::new(num_channels),
+        }
+    }
+
+    /// The newest checkpoint seen (by barrier, cancel marker or abort).
+    pub fn current_checkpoint(&self) -> CheckpointId {
+        self.current
+    }
+
+    /// The triggered checkpoint whose channel state is still recorded.
+    pub fn pending(&self) -> Option<CheckpointId> {
+        self.pending.map(|p| p.id)
+    }
+
+    /// Rule 12: true when an element read from `channel`'s data lane now
+    /// (before it is fed) belongs to the pending checkpoint's channel
+    /// state, if it is a record batch, watermark or idle marker.
+    ///
+    /// # Panics
+    /// When `channel` is not below the number of channels.
+    #[inline]
+    pub fn channel_state_open(&self, channel: usize) -> bool {
+        self.num_open != 0 && self.open.contains(channel)
+    }
+
+    /// A barrier that arrived on `channel`'s priority lane (rules 11, 14).
+    ///
+    /// # Panics
+    /// When `channel` is not below the number of channels.
+    pub fn on_priority(
+        &mut self,
+        channel: usize,
+        barrier: CheckpointBarrier,
+        now_ns: u64,
+        signals: &mut Vec<BarrierSignal>,
+    ) {
+        assert!(
+            channel < self.num_channels,
+            "channel {channel} out of range"
+        );
+        if barrier.id > self.current {
+            self.on_first_barrier(barrier, now_ns, signals);
+        }
+    }
+
+    /// Rule 17: the task gave up checkpoint `id` itself. Stops recording it
+    /// (if pending) without a signal; later barriers of `id` are ignored.
+    pub fn abort(&mut self, id: CheckpointId) {
+        if self.pending.is_some_and(|p| p.id <= id) {
+            self.end_pending();
+        }
+        self.current = self.current.max(id);
+    }
+
+    fn end_pending(&mut self) {
+        self.pending = None;
+        self.open.clear();
+        self.num_open = 0;
+    }
+
+    /// Rule 11.
+    fn on_first_barrier(
+        &mut self,
+        barrier: CheckpointBarrier,
+        now_ns: u64,
+        signals: &mut Vec<BarrierSignal>,
+    ) {
+        if let Some(old) = self.pending {
+            self.end_pending();
+            signals.push(BarrierSignal::Abort {
+                id: old.id,
+                reason: AbortReason::Subsumed,
+            });
+        }
+        self.current = barrier.id;
+        self.pending = Some(Pending {
+            id: barrier.id,
+            first_ns: now_ns,
+        });
+        for ch in 0..self.num_channels {
+            if !self.closed.contains(ch) && self.open.insert(ch) {
+                self.num_open += 1;
+            }
+        }
+        signals.push(BarrierSignal::Trigger {
+            barrier,
+            alignment: AlignmentStats {
+                duration_ns: 0,
+                first_barrier_ns: now_ns,
+                blocking: false,
+                buffered_bytes: 0,
+            },
+        });
+        // Every channel may have ended already: then nothing is recorded.
+        self.check_done(signals);
+    }
+
+    /// Ends `channel`'s state for the pending checkpoint (rules 13, 15).
+    fn end_channel_state(&mut self, channel: usize, signals: &mut Vec<BarrierSignal>) {
+        if self.open.remove(channel) {
+            self.num_open -= 1;
+            self.check_done(signals);
+        }
+    }
+
+    fn check_done(&mut self, signals: &mut Vec<BarrierSignal>) {
+        if self.num_open == 0 {
+            if let Some(p) = self.pending.take() {
+                signals.push(BarrierSignal::ChannelStateDone { id: p.id });
+            }
+        }
+    }
+
+    /// Rules 11 and 13.
+    fn on_in_band_barrier(
+        &mut self,
+        channel: usize,
+        barrier: CheckpointBarrier,
+        now_ns: u64,
+        signals: &mut Vec<BarrierSignal>,
+    ) {
+        if barrier.id > self.current {
+            self.on_first_barrier(barrier, now_ns, signals);
+        }
+        if self.pending.is_some_and(|p| p.id == barrier.id) {
+            self.end_channel_state(channel, signals);
+        }
+    }
+
+    /// Rule 15.
+    fn on_end_of_partition(&mut self, channel: usize, signals: &mut Vec<BarrierSignal>) {
+        if self.closed.insert(channel) {
+            self.num_closed += 1;
+        }
+        self.end_channel_state(channel, signals);
+    }
+
+    /// Rule 16.
+    fn on_cancel(&mut self, id: CheckpointId, signals: &mut Vec<BarrierSignal>) {
+        match self.pending {
+            Some(p) if id == p.id => self.end_pending(),
+            Some(p) if id > p.id => {
+                self.end_pending();
+                signals.push(BarrierSignal::Abort {
+                    id: p.id,
+                    reason: AbortReason::Subsumed,
+                });
+            }
+            Some(_) => return, // older than the pending one
+            None if id > self.current => {}
+            None => return, // already done, aborted or older
+        }
+        self.current = id;
+        signals.push(BarrierSignal::Abort {
+            id,
+            reason: AbortReason::Canceled,
+        });
+    }
+
+    /// The time the pending checkpoint's first barrier arrived (ns on the
+    /// caller's clock), for its statistics.
+    pub fn pending_since_ns(&self) -> Option<u64> {
+        self.pending.map(|p| p.first_ns)
+    }
+}
+
+impl<T> BarrierHandler<T> for Unaligned {
+    /// An element read from `channel`'s data lane. Records, watermarks, idle
+    /// markers and ends of partition pass at once; barriers and cancel
+    /// markers are consumed.
+    #[inline]
+    fn on_element(
+        &mut self,
+        channel: usize,
+        element: StreamElement<T>,
+        now_ns: u64,
+        signals: &mut Vec<BarrierSignal>,
+    ) -> Option<StreamElement<T>> {
+        match element {
+            StreamElement::Records(_) | StreamElement::Watermark(_) | StreamElement::Idle(_) => {
+                Some(element)
+            }
+            StreamElement::Barrier(barrier) => {
+                self.on_in_band_barrier(channel, barrier, now_ns, signals);
+                None
+            }
+            StreamElement::CancelCheckpoint(id) => {
+                self.on_cancel(id, signals);
+                None
+            }
+            StreamElement::EndOfPartition => {
+                self.on_end_of_partition(channel, signals);
+                Some(StreamElement::EndOfPartition)
+            }
+        }
+    }
+
+    fn next_replay(&mut self) -> Option<(usize, StreamElement<T>)> {
+        None
+    }
+
+    fn has_replay(&self) -> bool {
+        false
+    }
+
+    fn is_blocked(&self, _channel: usize) -> bool {
+        false
+    }
+
+    fn blocked(&self) -> &ChannelSet {
+        &self.no_blocked
+    }
+
+    fn blocker_full(&self) -> bool {
+        false
+    }
+
+    fn num_channels(&self) -> usize {
+        self.num_channels
+    }
+
+    fn num_closed(&self) -> usize {
+        self.num_closed
+    }
+
+    /// See "End of input" in the module docs.
+    fn end_of_input(&mut self) {
+        self.end_pending();
+    }
+
+    fn held_bytes(&self) -> u64 {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn barrier(id: u64) -> CheckpointBarrier {
+        CheckpointBarrier::new(CheckpointId(id), 0)
+    }
+
+    fn feed(h: &mut Unaligned, ch: usize, el: StreamElement<u64>) -> Vec<BarrierSignal> {
+        let mut s = Vec::new();
+        h.on_element(ch, el, 0, &mut s);
+        s
+    }
+
+    #[test]
+    fn a_priority_barrier_after_its_in_band_twin_opens_no_state() {
+        let mut h = Unaligned::new(2);
+        let s = feed(&mut h, 0, StreamElement::Barrier(barrier(1)));
+        assert!(matches!(s[0], BarrierSignal::Trigger { .. }));
+        assert!(!h.channel_state_open(0), "its in-band barrier ended it");
+        assert!(h.channel_state_open(1));
+        let mut s = Vec::new();
+        h.on_priority(0, barrier(1), 0, &mut s);
+        assert!(s.is_empty());
+        assert!(!h.channel_state_open(0), "rule 14: still ended");
+    }
+
+    #[test]
+    fn a_newer_barrier_subsumes_the_pending_checkpoint_once() {
+        let mut h = Unaligned::new(2);
+        let mut s = Vec::new();
+        h.on_priority(0, barrier(1), 0, &mut s);
+        h.on_priority(1, barrier(2), 0, &mut s);
+        assert_eq!(
+            s[1],
+            BarrierSignal::Abort {
+                id: CheckpointId(1),
+                reason: AbortReason::Subsumed
+            }
+        );
+        assert!(
+            matches!(s[2], BarrierSignal::Trigger { barrier, .. } if barrier.id == CheckpointId(2))
+        );
+        // Late in-band barriers of 1 are ignored; those of 2 finish it.
+        assert!(feed(&mut h, 0, StreamElement::Barrier(barrier(1))).is_empty());
+        assert!(feed(&mut h, 0, StreamElement::Barrier(barrier(2))).is_empty());
+        assert_eq!(
+            feed(&mut h, 1, StreamElement::Barrier(barrier(2))),
+            vec![BarrierSignal::ChannelStateDone {
+                id: CheckpointId(2)
+            }]
+        );
+    }
+
+    #[test]
+    fn a_task_abort_stops_recording_without_a_signal() {
+        let mut h = Unaligned::new(2);
+        let mut s = Vec::new();
+        h.on_priority(0, barrier(3), 0, &mut s);
+        h.abort(CheckpointId(3));
+        assert!(!h.channel_state_open(0) && !h.channel_state_open(1));
+        assert!(feed(&mut h, 0, StreamElement::Barrier(barrier(3))).is_empty());
+        assert!(feed(&mut h, 1, StreamElement::CancelCheckpoint(CheckpointId(3))).is_empty());
+        assert_eq!(h.pending(), None);
+    }
+
+    #[test]
+    fn ended_channels_take_no_part_and_can_finish_the_state() {
+        let mut h = Unaligned::new(3);
+        assert!(feed(&mut h, 2, StreamElement::EndOfPartition).is_empty());
+        let mut s = Vec::new();
+        h.on_priority(0, barrier(1), 0, &mut s);
+        assert!(!h.channel_state_open(2));
+        assert!(feed(&mut h, 0, StreamElement::Barrier(barrier(1))).is_empty());
+        assert_eq!(
+            feed(&mut h, 1, StreamElement::EndOfPartition),
+            vec![BarrierSignal::ChannelStateDone {
+                id: CheckpointId(1)
+            }]
+        );
+        // Every channel ended: a new barrier triggers and is done at once
+        // (no channel has state to record).
+        assert!(feed(&mut h, 0, StreamElement::EndOfPartition).is_empty());
+        let mut s = Vec::new();
+        h.on_priority(0, barrier(2), 0, &mut s);
+        assert!(matches!(s[0], BarrierSignal::Trigger { .. }));
+        assert_eq!(
+            s[1],
+            BarrierSignal::ChannelStateDone {
+                id: CheckpointId(2)
+            }
+        );
+    }
+}

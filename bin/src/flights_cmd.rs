@@ -48,6 +48,9 @@ pub(crate) enum CheckpointArg {
     /// Tracked barriers: after a failure rows may repeat (repeats are
     /// dropped when the files are written, and counted).
     AtLeastOnce,
+    /// Unaligned checkpoints (exactly-once output; in-flight rows are
+    /// persisted as channel state).
+    Unaligned,
 }
 
 /// The flags of `lockgate flights`.
@@ -218,6 +221,7 @@ pub(crate) fn run(args: Args) -> ExitCode {
         CheckpointArg::None => CheckpointMode::None,
         CheckpointArg::ExactlyOnce => CheckpointMode::ExactlyOnce,
         CheckpointArg::AtLeastOnce => CheckpointMode::AtLeastOnce,
+        CheckpointArg::Unaligned => CheckpointMode::Unaligned,
     };
     if config.checkpoint.mode != CheckpointMode::None {
         config.checkpoint.interval = Some(Duration::from_millis(interval_ms));

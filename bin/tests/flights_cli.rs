@@ -134,6 +134,12 @@ fn a_wrong_header_exits_2_naming_the_column() {
 
 #[test]
 fn the_bundled_data_with_injected_failures_gives_the_golden_files() {
+    for mode in ["exactly-once", "unaligned"] {
+        golden_with_failures(mode);
+    }
+}
+
+fn golden_with_failures(mode: &str) {
     let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/flights");
     let out = tempfile::tempdir().unwrap();
     let o = lockgate(&[
@@ -141,7 +147,7 @@ fn the_bundled_data_with_injected_failures_gives_the_golden_files() {
         "--out",
         out.path().to_str().unwrap(),
         "--checkpoint",
-        "exactly-once",
+        mode,
         "--inject-failures",
         "3",
         "--seed",
@@ -159,11 +165,11 @@ fn the_bundled_data_with_injected_failures_gives_the_golden_files() {
         .and_then(|r| r.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .expect("the restarts line");
-    assert!(restarts >= 1, "{stdout}");
+    assert!(restarts >= 1, "{mode}: {stdout}");
     for name in ["by_visibility.csv", "daily.csv"] {
         let got = std::fs::read(out.path().join(name)).unwrap();
         let want = std::fs::read(golden.join(name)).unwrap();
-        assert!(got == want, "{name} differs from the golden file");
+        assert!(got == want, "{mode}: {name} differs from the golden file");
     }
 }
 

@@ -682,6 +682,48 @@ fn restore_after_a_killed_run_finishes_exactly() {
     assert_eq!(out.trim().lines().count(), 1, "{out}");
 }
 
+/// An unaligned W4 run (its channels full, so every checkpoint holds
+/// records in flight) killed with SIGKILL, then restored: the channel state
+/// is replayed, nothing lost or duplicated.
+#[test]
+fn an_unaligned_w4_run_killed_then_restored_is_exact() {
+    let _g = heavy();
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    let run_args = [
+        "--workload",
+        "w4",
+        "--duration",
+        "2",
+        "--warmup",
+        "0",
+        "--checkpoint",
+        "unaligned",
+        "--checkpoint-interval-ms",
+        "50",
+    ];
+    kill_after_checkpoints(&run_args, &chk, 3);
+    let json = dir.path().join("r.json");
+    let o = loadgen(&[
+        "--restore",
+        chk.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let (out, err) = text(&o);
+    assert_eq!(last_line(&out), "result: ok", "{out}\n{err}");
+    assert!(out.contains(" 0 lost, 0 duplicated"), "{out}");
+    let j = read_json(&json);
+    assert_eq!(j["mode"], "unaligned");
+    assert!(j["restored_checkpoint"].as_u64().is_some(), "{j}");
+    let list = j["checkpoints"]["list"].as_array().unwrap();
+    assert!(
+        list.iter()
+            .any(|c| c["unaligned"] == true && c["persisted_bytes"].as_u64() > Some(0)),
+        "no checkpoint persisted records in flight"
+    );
+}
+
 #[test]
 fn an_at_least_once_restore_after_a_kill_may_duplicate_but_not_lose() {
     // At-least-once: what the killed run delivered after its last checkpoint

@@ -39,6 +39,12 @@ pub(crate) trait Link<I>: Send {
     fn barrier(&mut self, b: CheckpointBarrier) -> Result<(), TaskError>;
     /// Forwards a cancel-checkpoint marker downstream.
     fn cancel_checkpoint(&mut self, id: CheckpointId) -> Result<(), TaskError>;
+    /// Unaligned mode: sends the barrier on every output's priority lane,
+    /// ahead of what is queued (never blocks). Default: nothing (no output).
+    fn priority_barrier(&mut self, _b: CheckpointBarrier) {}
+    /// Unaligned mode: what interrupts the chain's writers' waits for
+    /// credits ([`crate::channel::Interrupt`]). Default: nothing.
+    fn set_interrupt(&mut self, _interrupt: &crate::channel::Interrupt) {}
     /// Checkpoint `id` completed (`true`) or was aborted (`false`).
     fn checkpoint_done(&mut self, id: CheckpointId, completed: bool) -> Result<(), TaskError>;
     /// The input ran dry: send partial batches.
@@ -163,6 +169,14 @@ impl<I, O: Send, Op: Operator<I, O>> Link<I> for Stage<I, O, Op> {
         self.next.barrier(b)
     }
 
+    fn priority_barrier(&mut self, b: CheckpointBarrier) {
+        self.next.priority_barrier(b)
+    }
+
+    fn set_interrupt(&mut self, interrupt: &crate::channel::Interrupt) {
+        self.next.set_interrupt(interrupt)
+    }
+
     fn cancel_checkpoint(&mut self, id: CheckpointId) -> Result<(), TaskError> {
         self.next.cancel_checkpoint(id)
     }
@@ -235,6 +249,12 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> Link<T> for ChannelWriter<T, K> {
     }
     fn barrier(&mut self, b: CheckpointBarrier) -> Result<(), TaskError> {
         ChannelWriter::barrier(self, b)
+    }
+    fn priority_barrier(&mut self, b: CheckpointBarrier) {
+        ChannelWriter::priority_barrier(self, b)
+    }
+    fn set_interrupt(&mut self, interrupt: &crate::channel::Interrupt) {
+        ChannelWriter::set_interrupt(self, interrupt.clone())
     }
     fn cancel_checkpoint(&mut self, id: CheckpointId) -> Result<(), TaskError> {
         ChannelWriter::cancel_checkpoint(self, id)
@@ -331,6 +351,14 @@ impl<T: Clone + Send> Link<T> for Tee<T> {
     fn barrier(&mut self, b: CheckpointBarrier) -> Result<(), TaskError> {
         self.a.barrier(b)?;
         self.b.barrier(b)
+    }
+    fn priority_barrier(&mut self, b: CheckpointBarrier) {
+        self.a.priority_barrier(b);
+        self.b.priority_barrier(b)
+    }
+    fn set_interrupt(&mut self, interrupt: &crate::channel::Interrupt) {
+        self.a.set_interrupt(interrupt);
+        self.b.set_interrupt(interrupt)
     }
     fn cancel_checkpoint(&mut self, id: CheckpointId) -> Result<(), TaskError> {
         self.a.cancel_checkpoint(id)?;

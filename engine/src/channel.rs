@@ -12,6 +12,23 @@
 //! A send to a full channel blocks (backpressure) until the consumer makes
 //! room or the job is cancelled; the time spent blocked is counted in the
 //! task's metrics.
+//!
+//! **Unaligned mode** ([`crate::CheckpointMode::Unaligned`]): each channel
+//! has two more lanes ([`ProducerLanes`], [`ConsumerLanes`]). A *priority
+//! lane* carries checkpoint barriers only, read by the input gate before
+//! the data lane, so a barrier overtakes the records queued before it (the
+//! in-band copy still follows them in the data lane and marks where the
+//! channel state ends). *Credits* bound what is in flight (credit-based
+//! flow control, as Flink's): a producer takes one credit per records
+//! batch, watermark or idle marker before it sends, and the consumer
+//! returns it when it hands the element to its operator, not when it reads
+//! it. The consumer may then read its data lane ahead to persist channel
+//! state without letting the producer send more: a channel holds at most
+//! `capacity` credited elements, queued or read ahead, whatever happens
+//! across checkpoints. Barriers, cancel markers and ends of partition take
+//! no credit (a task must be able to send its in-band barrier while its
+//! consumer is slow); the data lane has [`EVENT_SLACK`] elements of room
+//! for them beyond the credits.
 
 use crate::element::{CheckpointBarrier, CheckpointId, StreamElement, Watermark};
 use crate::error::TaskError;
@@ -90,14 +107,241 @@ pub(crate) struct OutputConfig {
 pub(crate) struct ChannelSender<T> {
     pub(crate) tx: Sender<StreamElement<T>>,
     pub(crate) consumer: Arc<str>,
+    /// The priority lane and credits (unaligned mode only).
+    pub(crate) lanes: Option<ProducerLanes>,
 }
 
-/// Sends `el`, blocking (backpressure) while the channel is full.
+/// Capacity of a priority lane, in barriers: 4. At most one unaligned
+/// checkpoint is in flight (rule 11 of the unaligned handler), so a lane
+/// holds one barrier unless the consumer is slow to read its priority
+/// lanes while checkpoints are subsumed; a barrier that finds its lane
+/// full is dropped there (`try_send`), which is safe: its in-band copy
+/// follows in the data lane and triggers or ends the channel's state as
+/// well, only later.
+pub(crate) const PRIORITY_LANE_CAPACITY: usize = 4;
+
+/// Room in a data lane beyond its credits, in elements: 8, for the
+/// uncredited events (per checkpoint one in-band barrier and perhaps a
+/// cancel marker, and one end of partition per channel), so that their
+/// sends do not wait for the consumer to process records. Past it a send
+/// blocks as in the aligned modes.
+pub(crate) const EVENT_SLACK: usize = 8;
+
+/// A producer's ends of a channel's unaligned-mode lanes.
+pub(crate) struct ProducerLanes {
+    pub(crate) priority: Sender<CheckpointBarrier>,
+    pub(crate) credits: Receiver<()>,
+    /// Batches sent on overdraft (see [`Credit`]) not yet paid back: each
+    /// credit received pays one before any other send takes one.
+    pub(crate) debt: std::cell::Cell<usize>,
+}
+
+/// A consumer's ends of a channel's unaligned-mode lanes.
+pub(crate) struct ConsumerLanes {
+    pub(crate) priority: Receiver<CheckpointBarrier>,
+    pub(crate) credits: Sender<()>,
+}
+
+/// How a send takes its credit in unaligned mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Credit {
+    /// Wait for a credit (backpressure); while waiting, the writer's
+    /// [`Interrupt`] may turn the rest of the push into overdraft.
+    Take,
+    /// Send at once without a credit while the channel owes fewer than
+    /// [`OVERDRAFT_LIMIT`] batches (else wait as `Take`), the debt paid
+    /// from the next credits: a bounded overdraft (as Flink's FLIP-227
+    /// lets a task finish the output of its current input) so that a
+    /// task's in-band barrier, and the partial batches before it, never
+    /// wait behind a slow consumer.
+    Overdraft,
+}
+
+/// The most batches a channel may owe: 2, one for the partial batch
+/// flushed before an in-band barrier and one for the rest of an
+/// interrupted push. In flight per channel: at most `capacity` credited
+/// elements plus this many batches.
+pub(crate) const OVERDRAFT_LIMIT: usize = 2;
+
+/// What ends a producer's wait for a credit early (unaligned mode): a
+/// pending trigger (a source's control channel) or a barrier on one of the
+/// task's input priority lanes. The rest of the push then goes on overdraft,
+/// so the task reaches its next batch boundary, where it takes its snapshot
+/// and emits its in-band barrier, without waiting for its consumer.
+#[derive(Clone, Default)]
+pub(crate) struct Interrupt {
+    pub(crate) control: Option<Receiver<crate::protocol::Control>>,
+    pub(crate) priority: Vec<Receiver<CheckpointBarrier>>,
+}
+
+/// True for the elements that take a credit in unaligned mode: records
+/// batches, watermarks and idle markers (what can be channel state).
+#[inline]
+pub(crate) fn takes_credit<T>(el: &StreamElement<T>) -> bool {
+    matches!(
+        el,
+        StreamElement::Records(_) | StreamElement::Watermark(_) | StreamElement::Idle(_)
+    )
+}
+
+/// One channel of `capacity` elements: the producer's and the consumer's
+/// ends, with the unaligned-mode lanes when `unaligned` (the data lane then
+/// has [`EVENT_SLACK`] more room and `capacity` credits are issued).
+pub(crate) fn channel<T>(
+    capacity: usize,
+    unaligned: bool,
+    consumer: Arc<str>,
+) -> (
+    ChannelSender<T>,
+    Receiver<StreamElement<T>>,
+    Option<ConsumerLanes>,
+) {
+    if !unaligned {
+        let (tx, rx) = crossbeam_channel::bounded(capacity);
+        let sender = ChannelSender {
+            tx,
+            consumer,
+            lanes: None,
+        };
+        return (sender, rx, None);
+    }
+    let (tx, rx) = crossbeam_channel::bounded(capacity + OVERDRAFT_LIMIT + EVENT_SLACK);
+    let (ptx, prx) = crossbeam_channel::bounded(PRIORITY_LANE_CAPACITY);
+    // Room for the credits of overdraft batches too: they come back before
+    // the producer takes them to pay its debt.
+    let (ctx, crx) = crossbeam_channel::bounded(capacity + OVERDRAFT_LIMIT);
+    for _ in 0..capacity {
+        ctx.try_send(()).expect("room for every credit");
+    }
+    let sender = ChannelSender {
+        tx,
+        consumer,
+        lanes: Some(ProducerLanes {
+            priority: ptx,
+            credits: crx,
+            debt: std::cell::Cell::new(0),
+        }),
+    };
+    let lanes = ConsumerLanes {
+        priority: prx,
+        credits: ctx,
+    };
+    (sender, rx, Some(lanes))
+}
+
+/// Takes the credit of a send (see [`Credit`]), blocking (backpressure)
+/// until the consumer returns one. Returns true when `interrupt` fired
+/// during the wait and the send went on overdraft instead: the caller sends
+/// the rest of its push on overdraft too.
+fn take_credit(
+    lanes: &ProducerLanes,
+    credit: Credit,
+    interrupt: Option<&Interrupt>,
+    consumer: &Arc<str>,
+    cancel: &Receiver<()>,
+    metrics: &TaskMetrics,
+) -> Result<bool, TaskError> {
+    let can_overdraw = || lanes.debt.get() < OVERDRAFT_LIMIT;
+    if credit == Credit::Overdraft && can_overdraw() {
+        lanes.debt.set(lanes.debt.get() + 1);
+        return Ok(false);
+    }
+    let mut interrupt = interrupt;
+    loop {
+        match receive_credit(lanes, interrupt, consumer, cancel, metrics)? {
+            true if lanes.debt.get() > 0 => lanes.debt.set(lanes.debt.get() - 1),
+            true => return Ok(false),
+            false if can_overdraw() => {
+                lanes.debt.set(lanes.debt.get() + 1);
+                return Ok(true);
+            }
+            // At the limit: wait for the credit, deaf to the interrupt
+            // (it stays ready until the task reads it).
+            false => interrupt = None,
+        }
+    }
+}
+
+/// Receives one credit (true), blocking until the consumer returns one, or
+/// until `interrupt` is ready (false).
+fn receive_credit(
+    lanes: &ProducerLanes,
+    interrupt: Option<&Interrupt>,
+    consumer: &Arc<str>,
+    cancel: &Receiver<()>,
+    metrics: &TaskMetrics,
+) -> Result<bool, TaskError> {
+    match lanes.credits.try_recv() {
+        Ok(()) => return Ok(true),
+        Err(crossbeam_channel::TryRecvError::Disconnected) => {
+            return Err(TaskError::Disconnected(consumer.to_string()))
+        }
+        Err(crossbeam_channel::TryRecvError::Empty) => {}
+    }
+    let start = crate::clock::now_ns();
+    let result = loop {
+        let mut sel = Select::new();
+        let credit_i = sel.recv(&lanes.credits);
+        let cancel_i = sel.recv(cancel);
+        if let Some(i) = interrupt {
+            if let Some(c) = &i.control {
+                sel.recv(c);
+            }
+            for p in &i.priority {
+                sel.recv(p);
+            }
+        }
+        let ready = sel.ready();
+        if ready == credit_i {
+            match lanes.credits.try_recv() {
+                Ok(()) => break Ok(true),
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    break Err(TaskError::Disconnected(consumer.to_string()))
+                }
+                Err(crossbeam_channel::TryRecvError::Empty) => continue,
+            }
+        } else if ready == cancel_i {
+            if matches!(
+                cancel.try_recv(),
+                Err(crossbeam_channel::TryRecvError::Disconnected)
+            ) {
+                break Err(TaskError::Cancelled);
+            }
+        } else {
+            break Ok(false);
+        }
+    };
+    metrics.add_backpressure_ns(crate::clock::now_ns() - start);
+    result
+}
+
+/// Sends `el`, blocking (backpressure) while the channel is full (in
+/// unaligned mode: until it has a credit, see [`Credit`]). Returns true when
+/// `interrupt` turned the send into an overdraft.
 ///
 /// # Errors
 /// [`TaskError::Cancelled`] when the job is cancelled while blocked;
 /// [`TaskError::Disconnected`] when the consumer is gone.
 pub(crate) fn send_blocking<T>(
+    ch: &ChannelSender<T>,
+    el: StreamElement<T>,
+    credit: Credit,
+    interrupt: Option<&Interrupt>,
+    cancel: &Receiver<()>,
+    metrics: &TaskMetrics,
+) -> Result<bool, TaskError> {
+    let mut interrupted = false;
+    if let Some(lanes) = &ch.lanes {
+        if takes_credit(&el) {
+            interrupted = take_credit(lanes, credit, interrupt, &ch.consumer, cancel, metrics)?;
+        }
+    }
+    send_on_lane(ch, el, cancel, metrics)?;
+    Ok(interrupted)
+}
+
+/// Sends `el` on the data lane, blocking while it is full.
+fn send_on_lane<T>(
     ch: &ChannelSender<T>,
     el: StreamElement<T>,
     cancel: &Receiver<()>,
@@ -141,9 +385,19 @@ pub(crate) struct ChannelWriter<T, K = NoKey> {
     oldest_ns: Option<u64>,
     cancel: Receiver<()>,
     metrics: Arc<TaskMetrics>,
+    /// Unaligned mode: what ends a wait for a credit early.
+    interrupt: Option<Interrupt>,
+    /// Set when the interrupt fired during this push: its other sends go
+    /// on overdraft.
+    overdraft_push: bool,
 }
 
 impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
+    /// Unaligned mode: what interrupts this writer's waits for credits.
+    pub(crate) fn set_interrupt(&mut self, interrupt: Interrupt) {
+        self.interrupt = Some(interrupt);
+    }
+
     pub(crate) fn new(
         channels: Vec<ChannelSender<T>>,
         route: Route<K>,
@@ -175,10 +429,16 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
             oldest_ns: None,
             cancel,
             metrics,
+            interrupt: None,
+            overdraft_push: false,
         }
     }
 
     fn send_buffer(&mut self, ch: usize) -> Result<(), TaskError> {
+        self.send_buffer_with(ch, Credit::Take)
+    }
+
+    fn send_buffer_with(&mut self, ch: usize, credit: Credit) -> Result<(), TaskError> {
         if self.buffers[ch].is_empty() {
             return Ok(());
         }
@@ -187,12 +447,21 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
             Vec::with_capacity(self.config.batch_size),
         );
         self.metrics.add_out(batch.len() as u64);
-        send_blocking(
+        let credit = if self.overdraft_push {
+            Credit::Overdraft
+        } else {
+            credit
+        };
+        let interrupted = send_blocking(
             &self.channels[ch],
             StreamElement::Records(batch),
+            credit,
+            self.interrupt.as_ref(),
             &self.cancel,
             &self.metrics,
-        )
+        )?;
+        self.overdraft_push |= interrupted;
+        Ok(())
     }
 
     /// Adds records; sends every batch that fills up.
@@ -200,6 +469,7 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
         if records.is_empty() {
             return Ok(());
         }
+        self.overdraft_push = false;
         let n = self.channels.len();
         let batch_size = self.config.batch_size;
         match &self.route {
@@ -258,6 +528,7 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
         } else {
             self.oldest_ns = None;
         }
+        self.overdraft_push = false;
         Ok(())
     }
 
@@ -297,7 +568,16 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
     /// Flushes, then sends `el` on every channel (events are broadcast and
     /// keep their place after every record pushed before them).
     pub(crate) fn broadcast_event(&mut self, el: StreamElement<T>) -> Result<(), TaskError> {
-        self.flush()?;
+        if matches!(el, StreamElement::Barrier(_)) {
+            // The partial batches before an in-band barrier go on overdraft
+            // in unaligned mode ([`Credit::Overdraft`]).
+            for ch in 0..self.channels.len() {
+                self.send_buffer_with(ch, Credit::Overdraft)?;
+            }
+            self.oldest_ns = None;
+        } else {
+            self.flush()?;
+        }
         for ch in 0..self.channels.len() {
             let copy = match &el {
                 StreamElement::Barrier(b) => StreamElement::Barrier(*b),
@@ -307,13 +587,32 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
                 StreamElement::Idle(i) => StreamElement::Idle(*i),
                 StreamElement::Records(_) => unreachable!("records are pushed, not broadcast"),
             };
-            send_blocking(&self.channels[ch], copy, &self.cancel, &self.metrics)?;
+            send_blocking(
+                &self.channels[ch],
+                copy,
+                Credit::Take,
+                None,
+                &self.cancel,
+                &self.metrics,
+            )?;
         }
         Ok(())
     }
 
     pub(crate) fn barrier(&mut self, b: CheckpointBarrier) -> Result<(), TaskError> {
         self.broadcast_event(StreamElement::Barrier(b))
+    }
+
+    /// Unaligned mode: sends `b` on every channel's priority lane, ahead
+    /// of everything queued (and of the partial batches, which stay for the
+    /// in-band barrier). Never blocks: a full lane drops its copy (see
+    /// [`PRIORITY_LANE_CAPACITY`]). Nothing in the other modes.
+    pub(crate) fn priority_barrier(&mut self, b: CheckpointBarrier) {
+        for ch in &self.channels {
+            if let Some(lanes) = &ch.lanes {
+                let _ = lanes.priority.try_send(b);
+            }
+        }
     }
 
     pub(crate) fn cancel_checkpoint(&mut self, id: CheckpointId) -> Result<(), TaskError> {

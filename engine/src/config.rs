@@ -93,8 +93,9 @@ impl Default for RestartStrategy {
 /// Checkpointing options, with the meaning of Flink's `CheckpointConfig`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointConfig {
-    /// Exactly-once (aligned), at-least-once (tracked) or none (the
-    /// default).
+    /// Exactly-once (aligned), unaligned (exactly-once, barriers overtake
+    /// the records in flight, which are persisted as channel state),
+    /// at-least-once (tracked) or none (the default).
     pub mode: CheckpointMode,
     /// Time between two checkpoint triggers. `None` (the default): only on
     /// demand ([`crate::JobHandle::trigger_checkpoint`]). Must be `None`
@@ -195,6 +196,25 @@ impl CheckpointConfig {
     pub fn at_least_once(interval: Duration, dir: Option<PathBuf>) -> Self {
         CheckpointConfig {
             mode: CheckpointMode::AtLeastOnce,
+            ..CheckpointConfig::exactly_once(interval, dir)
+        }
+    }
+
+    /// Unaligned checkpoints (FLIP-76: barriers overtake the records in
+    /// flight, which are persisted as channel state and replayed on
+    /// restore; exactly-once) every `interval`, written under `dir`
+    /// (`None`: in memory).
+    ///
+    /// # Examples
+    /// ```
+    /// use lockgate::{CheckpointConfig, CheckpointMode};
+    /// use std::time::Duration;
+    /// let c = CheckpointConfig::unaligned(Duration::from_millis(100), None);
+    /// assert_eq!(c.mode, CheckpointMode::Unaligned);
+    /// ```
+    pub fn unaligned(interval: Duration, dir: Option<PathBuf>) -> Self {
+        CheckpointConfig {
+            mode: CheckpointMode::Unaligned,
             ..CheckpointConfig::exactly_once(interval, dir)
         }
     }
@@ -355,7 +375,7 @@ impl JobConfig {
         if self.checkpoint.mode == CheckpointMode::None && self.checkpoint.interval.is_some() {
             return Err(
                 "checkpoint.interval is set but checkpoint.mode is none: no checkpoint would \
-                 ever be taken; set a mode (exactly-once, at-least-once) or no interval"
+                 ever be taken; set a mode (exactly-once, unaligned, at-least-once) or no interval"
                     .into(),
             );
         }

@@ -40,9 +40,18 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 /// What records must be to travel through a job: cloneable (broadcast),
-/// sendable between task threads, and sized for alignment accounting.
-pub trait Data: Clone + Send + RecordSize + 'static {}
-impl<T: Clone + Send + RecordSize + 'static> Data for T {}
+/// sendable between task threads, sized for alignment accounting, and
+/// serialisable with serde (unaligned checkpoints persist the records in
+/// flight as channel state, as Flink needs a `TypeSerializer` for every
+/// type; derive `Serialize` and `Deserialize`).
+pub trait Data:
+    Clone + Send + RecordSize + serde::Serialize + serde::de::DeserializeOwned + 'static
+{
+}
+impl<T: Clone + Send + RecordSize + serde::Serialize + serde::de::DeserializeOwned + 'static> Data
+    for T
+{
+}
 
 type ChainFn<T> =
     Arc<dyn Fn(&mut SubtaskCtx<'_>, Box<dyn Link<T>>) -> Box<dyn TaskBody> + Send + Sync>;
@@ -95,6 +104,11 @@ impl GraphState {
     }
 
     fn claim_name(&mut self, name: &str) {
+        if name == crate::channel_state::CHANNEL_STATE_OPERATOR {
+            self.errors.push(format!(
+                "operator name '{name}' is reserved (it keys a task's channel state)"
+            ));
+        }
         if !self.operator_names.insert(name.to_string()) {
             self.errors.push(format!(
                 "operator name '{name}' is used twice (names key operator state and must be unique)"
@@ -406,7 +420,14 @@ impl JobBuilder {
             g.add_node(name, parallelism, true)
         };
         let name = name.to_string();
-        let chain: ChainFn<T> = Arc::new(move |ctx, tail| {
+        let chain: ChainFn<T> = Arc::new(move |ctx, mut tail| {
+            if ctx.config.checkpoint.mode == crate::barrier::CheckpointMode::Unaligned {
+                // A trigger ends a blocked push (`channel::Interrupt`).
+                tail.set_interrupt(&crate::channel::Interrupt {
+                    control: Some(ctx.control.clone()),
+                    priority: Vec::new(),
+                });
+            }
             Box::new(SourceTask {
                 name: name.clone(),
                 source: factory(&ctx.info(&name)),
@@ -917,12 +938,14 @@ impl<T: Data> Exchange<T> {
         }
         let chain: ChainFn<T> = Arc::new(move |ctx, tail| {
             let mut receivers = Vec::new();
+            let mut lanes = Vec::new();
             let mut names = Vec::new();
             for &e in &edge_ids {
                 let ends = ctx.wiring.edge::<T>(e);
                 let rs = ends.receivers[ctx.subtask]
                     .take()
                     .expect("each consumer subtask takes its receivers once");
+                lanes.extend(ends.lanes[ctx.subtask].take().into_iter().flatten());
                 names.extend(ends.producer_names.iter().cloned());
                 receivers.extend(rs);
             }
@@ -940,12 +963,24 @@ impl<T: Data> Exchange<T> {
                 ctx.cancel.clone(),
                 ctx.metrics.clone(),
             );
+            let mut tail = tail;
+            let gate = if ctx.config.checkpoint.mode == crate::barrier::CheckpointMode::Unaligned {
+                let gate = gate.with_lanes(lanes);
+                tail.set_interrupt(&crate::channel::Interrupt {
+                    control: None,
+                    priority: gate.priority_receivers(),
+                });
+                gate
+            } else {
+                gate
+            };
             let channels = gate.num_channels();
             Box::new(GateTask {
                 gate,
                 chain: tail,
                 metrics: ctx.metrics.clone(),
                 watermarks: crate::watermark::WatermarkMerger::new(channels),
+                held: None,
             })
         });
         Stream {

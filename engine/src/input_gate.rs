@@ -12,14 +12,38 @@
 //!
 //! When nothing is ready the gate backs off by its [`WaitStrategy`]; tasks
 //! outnumber cores on small machines, so the default never burns a core.
+//!
+//! **Unaligned mode** (`InputGate::next_unaligned`, the handler's rules in
+//! `barrier/unaligned.rs`), in this order on every call:
+//! 1. control messages;
+//! 2. the priority lanes: a barrier there goes to the handler at once
+//!    (a first barrier triggers the snapshot);
+//! 3. while a checkpoint's channel state is open, **read-ahead**: each
+//!    channel whose state is open is read up to its in-band barrier (or end
+//!    of partition) through the handler, every element that is channel
+//!    state copied into the recording, and the elements handed on queued in
+//!    the gate's *ready* queue, so that the state is complete without
+//!    waiting for the operator to process what it holds;
+//! 4. the ready queue, in order;
+//! 5. the channels, round-robin: first each channel's restored channel
+//!    state (replayed before anything new on that channel), then its data
+//!    lane.
+//!
+//! At a trigger, what sits in the ready queue (read, not yet processed)
+//! starts each channel's state. A credit goes back to the producer when an
+//! element is handed to the task, not when it is read (`crate::channel`),
+//! so reading ahead never lets a producer send more.
 
 use crate::barrier::{AnyHandler, BarrierHandler, BarrierSignal, ChannelSet};
-use crate::element::{RecordSize, StreamElement};
+use crate::channel::{takes_credit, ConsumerLanes};
+use crate::channel_state::ChannelState;
+use crate::element::{CheckpointId, RecordSize, StreamElement};
 use crate::error::TaskError;
 use crate::metrics::TaskMetrics;
 use crate::protocol::Control;
 use crossbeam_channel::{Receiver, Select, TryRecvError};
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// How an idle task waits for input.
@@ -110,6 +134,23 @@ pub(crate) struct InputGate<T> {
     /// True after `Dry` was returned, so the next empty poll waits.
     dry: bool,
     upstream_names: Vec<Arc<str>>,
+    /// Unaligned mode only.
+    unaligned: Option<UnalignedInput<T>>,
+}
+
+/// The unaligned-mode side of an input gate (see the module docs).
+struct UnalignedInput<T> {
+    /// Per channel, its priority lane and the way back for its credits.
+    lanes: Vec<ConsumerLanes>,
+    /// Read ahead through the handler, not yet handed to the task:
+    /// `(channel, element, took a credit)`.
+    ready: VecDeque<(usize, StreamElement<T>, bool)>,
+    /// Per channel, restored channel state not yet replayed.
+    restored: Vec<VecDeque<StreamElement<T>>>,
+    /// The channel state being recorded, for the pending checkpoint.
+    recording: Option<(CheckpointId, ChannelState<T>)>,
+    /// A complete channel state, until the task takes it.
+    complete: Option<(CheckpointId, ChannelState<T>)>,
 }
 
 impl<T: RecordSize> InputGate<T> {
@@ -136,7 +177,98 @@ impl<T: RecordSize> InputGate<T> {
             metrics,
             dry: false,
             upstream_names,
+            unaligned: None,
         }
+    }
+
+    /// Unaligned mode: the channels' priority lanes and credits, one per
+    /// channel in channel order.
+    ///
+    /// # Panics
+    /// When the handler is not the unaligned one, or the count is wrong.
+    pub(crate) fn with_lanes(mut self, lanes: Vec<ConsumerLanes>) -> Self {
+        assert!(
+            self.handler.as_unaligned().is_some(),
+            "lanes need the unaligned handler"
+        );
+        assert_eq!(
+            lanes.len(),
+            self.receivers.len(),
+            "one lane set per channel"
+        );
+        let n = lanes.len();
+        self.unaligned = Some(UnalignedInput {
+            lanes,
+            ready: VecDeque::new(),
+            restored: (0..n).map(|_| VecDeque::new()).collect(),
+            recording: None,
+            complete: None,
+        });
+        self
+    }
+
+    /// Unaligned mode: the restored channel state, replayed on each channel
+    /// before its new input.
+    ///
+    /// # Errors
+    /// When the gate is not in unaligned mode or `state` is not one list
+    /// per channel (the checkpoint was taken by another job graph).
+    pub(crate) fn restore_channel_state(&mut self, state: ChannelState<T>) -> Result<(), String> {
+        let n = self.receivers.len();
+        let Some(u) = self.unaligned.as_mut() else {
+            return Err("channel state restored into a task that is not in unaligned mode".into());
+        };
+        if state.len() != n {
+            return Err(format!(
+                "channel state for {} input channels, but the task has {n}",
+                state.len()
+            ));
+        }
+        for (queue, items) in u.restored.iter_mut().zip(state) {
+            queue.extend(items);
+        }
+        Ok(())
+    }
+
+    /// Unaligned mode: the complete channel state of checkpoint `id`, once
+    /// its `ChannelStateDone` was signalled.
+    pub(crate) fn take_channel_state(&mut self, id: CheckpointId) -> Option<ChannelState<T>> {
+        let u = self.unaligned.as_mut()?;
+        match u.complete.take() {
+            Some((c, state)) if c == id => Some(state),
+            other => {
+                u.complete = other;
+                None
+            }
+        }
+    }
+
+    /// Unaligned mode: the task gave up checkpoint `id` (rule 17): its
+    /// recording stops.
+    pub(crate) fn abort_unaligned(&mut self, id: CheckpointId) {
+        if let (Some(u), Some(h)) = (self.unaligned.as_mut(), self.handler.as_unaligned_mut()) {
+            h.abort(id);
+            if u.recording.as_ref().is_some_and(|(c, _)| *c <= id) {
+                u.recording = None;
+            }
+            if u.complete.as_ref().is_some_and(|(c, _)| *c <= id) {
+                u.complete = None;
+            }
+        }
+    }
+
+    /// Unaligned mode: clones of the channels' priority lanes, for the
+    /// task's writers to watch while they wait for credits.
+    pub(crate) fn priority_receivers(&self) -> Vec<Receiver<crate::element::CheckpointBarrier>> {
+        self.unaligned
+            .iter()
+            .flat_map(|u| u.lanes.iter().map(|l| l.priority.clone()))
+            .collect()
+    }
+
+    /// True in unaligned mode.
+    pub(crate) fn is_unaligned(&self) -> bool {
+        self.unaligned.is_some()
     }
 
     /// The number of input channels.
@@ -220,7 +352,13 @@ impl<T: RecordSize> InputGate<T> {
         &mut self,
         signals: &mut Vec<BarrierSignal>,
         deadline_ns: Option<u64>,
-    ) -> Result<GateEvent<T>, TaskError> {
+    ) -> Result<GateEvent<T>, TaskError>
+    where
+        T: Clone,
+    {
+        if self.unaligned.is_some() {
+            return self.next_unaligned(signals, deadline_ns);
+        }
         let mut spins = 0u32;
         let mut yields = 0u32;
         loop {
@@ -300,6 +438,252 @@ impl<T: RecordSize> InputGate<T> {
                 Some(el) => GateEvent::Element(ch, el),
                 None => GateEvent::Signals,
             });
+        }
+    }
+}
+
+/// Unaligned mode (module docs, steps 1-5).
+impl<T: RecordSize + Clone> InputGate<T> {
+    fn next_unaligned(
+        &mut self,
+        signals: &mut Vec<BarrierSignal>,
+        deadline_ns: Option<u64>,
+    ) -> Result<GateEvent<T>, TaskError> {
+        let mut spins = 0u32;
+        loop {
+            if let Ok(c) = self.control.try_recv() {
+                return Ok(GateEvent::Control(c));
+            }
+            if self.poll_priority(signals) || self.read_ahead(signals)? {
+                return Ok(GateEvent::Signals);
+            }
+            if let Some((ch, el, credited)) = self.u().ready.pop_front() {
+                self.hand_out(ch, credited);
+                return Ok(GateEvent::Element(ch, el));
+            }
+            let n = self.receivers.len();
+            let mut read = None;
+            for i in 0..n {
+                let ch = (self.next + i) % n;
+                if let Some(x) = self.read_channel(ch)? {
+                    self.next = ch + 1;
+                    read = Some((ch, x));
+                    break;
+                }
+            }
+            let Some((ch, (el, credited))) = read else {
+                if self.num_ended == n {
+                    self.handler.end_of_input();
+                    return Ok(GateEvent::End);
+                }
+                if !self.dry {
+                    self.dry = true;
+                    self.metrics.set_queued(0);
+                    return Ok(GateEvent::Dry);
+                }
+                // A short spin (as `SpinPark`), then park on every lane.
+                if spins < DEFAULT_SPINS && self.wait != WaitStrategy::Park {
+                    spins += 1;
+                    std::hint::spin_loop();
+                    continue;
+                }
+                if !self.park_unaligned(deadline_ns)? {
+                    return Ok(GateEvent::Deadline);
+                }
+                continue;
+            };
+            self.dry = false;
+            let now = crate::clock::now_ns();
+            match self.admit(ch, el, now, signals) {
+                Some(el) => {
+                    self.hand_out(ch, credited);
+                    return Ok(GateEvent::Element(ch, el));
+                }
+                None => {
+                    if credited {
+                        self.hand_out(ch, true);
+                    }
+                    return Ok(GateEvent::Signals);
+                }
+            }
+        }
+    }
+
+    fn u(&mut self) -> &mut UnalignedInput<T> {
+        self.unaligned.as_mut().expect("unaligned mode")
+    }
+
+    /// An element goes to the task: its credit goes back (step 4/5).
+    fn hand_out(&mut self, ch: usize, credited: bool) {
+        if credited {
+            // Never full (at most `capacity` credits exist); a producer
+            // that is gone needs none.
+            let _ = self.u().lanes[ch].credits.try_send(());
+        }
+    }
+
+    /// Step 2: every barrier waiting on a priority lane goes to the
+    /// handler. True when it signalled.
+    fn poll_priority(&mut self, signals: &mut Vec<BarrierSignal>) -> bool {
+        let before = signals.len();
+        for ch in 0..self.receivers.len() {
+            if self.ended.contains(ch) {
+                continue;
+            }
+            while let Ok(b) = self.u().lanes[ch].priority.try_recv() {
+                let now = crate::clock::now_ns();
+                let h = self.handler.as_unaligned_mut().expect("unaligned mode");
+                h.on_priority(ch, b, now, signals);
+                self.bookkeep(before, signals);
+            }
+        }
+        signals.len() > before
+    }
+
+    /// Step 3: reads every channel whose state is open up to its in-band
+    /// barrier (or end of partition), as far as it holds elements now.
+    /// True when the handler signalled (the task acts on it first).
+    fn read_ahead(&mut self, signals: &mut Vec<BarrierSignal>) -> Result<bool, TaskError> {
+        if self
+            .handler
+            .as_unaligned()
+            .and_then(|h| h.pending())
+            .is_none()
+        {
+            return Ok(false);
+        }
+        for ch in 0..self.receivers.len() {
+            while self.state_open(ch) {
+                let Some((el, credited)) = self.read_channel(ch)? else {
+                    break;
+                };
+                let now = crate::clock::now_ns();
+                match self.admit(ch, el, now, signals) {
+                    Some(el) => self.u().ready.push_back((ch, el, credited)),
+                    None if credited => self.hand_out(ch, true),
+                    None => {}
+                }
+                if !signals.is_empty() {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    fn state_open(&self, ch: usize) -> bool {
+        self.handler
+            .as_unaligned()
+            .is_some_and(|h| h.channel_state_open(ch))
+    }
+
+    /// The next element of channel `ch`: its restored state first, then its
+    /// data lane. `(element, took a credit)`.
+    fn read_channel(&mut self, ch: usize) -> Result<Option<(StreamElement<T>, bool)>, TaskError> {
+        if let Some(el) = self.u().restored[ch].pop_front() {
+            return Ok(Some((el, false)));
+        }
+        if self.ended.contains(ch) {
+            return Ok(None);
+        }
+        match self.receivers[ch].try_recv() {
+            Ok(el) => {
+                match &el {
+                    StreamElement::Records(b) => self.metrics.add_in(b.len() as u64),
+                    StreamElement::EndOfPartition if self.ended.insert(ch) => self.num_ended += 1,
+                    _ => {}
+                }
+                let credited = takes_credit(&el);
+                Ok(Some((el, credited)))
+            }
+            Err(TryRecvError::Empty) => Ok(None),
+            Err(TryRecvError::Disconnected) => {
+                Err(TaskError::Disconnected(self.upstream_names[ch].to_string()))
+            }
+        }
+    }
+
+    /// Feeds one element read from channel `ch` to the handler, copying it
+    /// into the recording first when it is channel state (rule 12).
+    fn admit(
+        &mut self,
+        ch: usize,
+        el: StreamElement<T>,
+        now: u64,
+        signals: &mut Vec<BarrierSignal>,
+    ) -> Option<StreamElement<T>> {
+        if takes_credit(&el) && self.state_open(ch) {
+            if let Some((_, state)) = self.u().recording.as_mut() {
+                state[ch].push(el.clone());
+            }
+        }
+        let before = signals.len();
+        let passed = self.handler.on_element(ch, el, now, signals);
+        self.bookkeep(before, signals);
+        passed
+    }
+
+    /// Follows the handler's new signals (from `signals[from..]`): a
+    /// trigger starts a recording with what the ready queue holds (read,
+    /// not processed: it precedes the barrier on its channel), a completed
+    /// state is kept for the task, an abort drops the recording.
+    fn bookkeep(&mut self, from: usize, signals: &[BarrierSignal]) {
+        let n = self.receivers.len();
+        let u = self.unaligned.as_mut().expect("unaligned mode");
+        for s in &signals[from..] {
+            match *s {
+                BarrierSignal::Trigger { barrier, .. } => {
+                    let mut state: ChannelState<T> = (0..n).map(|_| Vec::new()).collect();
+                    for (ch, el, _) in &u.ready {
+                        if takes_credit(el) {
+                            state[*ch].push(el.clone());
+                        }
+                    }
+                    u.recording = Some((barrier.id, state));
+                }
+                BarrierSignal::ChannelStateDone { id } => {
+                    if u.recording.as_ref().is_some_and(|(c, _)| *c == id) {
+                        u.complete = u.recording.take();
+                    }
+                }
+                BarrierSignal::Abort { id, .. } => {
+                    if u.recording.as_ref().is_some_and(|(c, _)| *c == id) {
+                        u.recording = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Blocks until a data lane, a priority lane, the control channel or
+    /// the cancel channel is ready, or until `deadline_ns`; false when the
+    /// deadline passed.
+    fn park_unaligned(&mut self, deadline_ns: Option<u64>) -> Result<bool, TaskError> {
+        let start = crate::clock::now_ns();
+        let u = self.unaligned.as_ref().expect("unaligned mode");
+        let mut sel = Select::new();
+        for ch in 0..self.receivers.len() {
+            if !self.ended.contains(ch) {
+                sel.recv(&self.receivers[ch]);
+                sel.recv(&u.lanes[ch].priority);
+            }
+        }
+        sel.recv(&self.control);
+        let cancel_i = sel.recv(&self.cancel);
+        let ready = match deadline_ns {
+            Some(d) => sel.ready_deadline(crate::clock::instant_of(d)).ok(),
+            None => Some(sel.ready()),
+        };
+        self.metrics.add_idle_ns(crate::clock::now_ns() - start);
+        match ready {
+            None => Ok(false),
+            Some(i)
+                if i == cancel_i
+                    && matches!(self.cancel.try_recv(), Err(TryRecvError::Disconnected)) =>
+            {
+                Err(TaskError::Cancelled)
+            }
+            Some(_) => Ok(true),
         }
     }
 }

@@ -31,6 +31,7 @@
 mod barrier;
 mod chain;
 mod channel;
+mod channel_state;
 mod checkpoint;
 mod clock;
 mod config;

@@ -307,7 +307,7 @@ impl RefJobConfig {
 
 /// The extra bytes a record carries: nothing (`()`) or a heap buffer
 /// ([`Bytes`]), chosen at run time by [`RefJobConfig::payload_bytes`].
-pub trait Payload: Clone + Send + 'static {
+pub trait Payload: Clone + Send + serde::Serialize + serde::de::DeserializeOwned + 'static {
     /// True when the payload adds no heap bytes.
     const FIXED_SIZE: bool;
     /// A payload of `len` bytes for record `n`.
@@ -328,7 +328,7 @@ impl Payload for () {
 
 /// A heap payload (filled with the low byte of `n`, so that it is really
 /// written and not left to lazily zeroed pages).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Bytes(pub Box<[u8]>);
 
 impl Payload for Bytes {
@@ -344,7 +344,8 @@ impl Payload for Bytes {
 /// The event between the sources and `keyed_sum`: workloads.md's `Event`
 /// (key, value, ts_ns) plus the actual send time (32 bytes without
 /// payload).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(bound = "P: Payload")]
 pub struct RefEvent<P = ()> {
     /// The key.
     pub key: u64,
@@ -368,7 +369,8 @@ impl<P: Payload> RecordSize for RefEvent<P> {
 
 /// What `keyed_sum` emits: workloads.md's `(key, sum, n, ts_ns)` plus the
 /// actual send time (40 bytes without payload).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(bound = "P: Payload")]
 pub struct RefSum<P = ()> {
     /// The key.
     pub key: u64,

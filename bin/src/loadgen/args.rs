@@ -37,6 +37,9 @@ pub(crate) enum ModeArg {
     ExactlyOnce,
     /// Tracked barriers.
     AtLeastOnce,
+    /// Unaligned checkpoints: barriers overtake the records in flight,
+    /// which are persisted as channel state (exactly-once).
+    Unaligned,
 }
 
 /// How idle tasks wait (the runtime's wait strategy).
@@ -68,6 +71,7 @@ impl ModeArg {
             ModeArg::None => "none",
             ModeArg::ExactlyOnce => "exactly-once",
             ModeArg::AtLeastOnce => "at-least-once",
+            ModeArg::Unaligned => "unaligned",
         }
     }
 }
@@ -518,6 +522,7 @@ impl Args {
             ModeArg::None => CheckpointMode::None,
             ModeArg::ExactlyOnce => CheckpointMode::ExactlyOnce,
             ModeArg::AtLeastOnce => CheckpointMode::AtLeastOnce,
+            ModeArg::Unaligned => CheckpointMode::Unaligned,
         };
         let checkpoint_dir = if checkpointing {
             let interval = self.checkpoint_interval_ms.unwrap_or(100);

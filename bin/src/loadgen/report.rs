@@ -174,6 +174,10 @@ pub(crate) struct CheckpointsJson {
     /// Over completed checkpoints: bytes written per checkpoint.
     #[serde(default)]
     pub checkpointed_bytes: Spread,
+    /// Over completed checkpoints: in-flight bytes persisted as channel
+    /// state per checkpoint (unaligned checkpoints; 0 otherwise).
+    #[serde(default)]
+    pub persisted_bytes: Spread,
     /// Every checkpoint.
     pub list: Vec<CheckpointJson>,
 }
@@ -181,7 +185,7 @@ pub(crate) struct CheckpointsJson {
 impl CheckpointsJson {
     /// Writes the report's checkpoint lines (counts, alignment, end-to-end
     /// duration, sync and async parts, bytes) for a run in checkpoint
-    /// `mode` (`exactly-once` or `at-least-once`) into `s`: the summary
+    /// `mode` (`exactly-once`, `at-least-once` or `unaligned`) into `s`: the summary
     /// `loadgen` and `kafka run` print.
     pub(crate) fn write_summary(&self, s: &mut String, mode: &str) {
         let cp = self;
@@ -213,6 +217,11 @@ impl CheckpointsJson {
             let _ = writeln!(
                 s,
                 "    alignment   none (at-least-once: barriers are counted, channels never blocked)"
+            );
+        } else if mode == "unaligned" {
+            let _ = writeln!(
+                s,
+                "    alignment   none (unaligned: barriers overtake the records in flight, channels never blocked)"
             );
         } else {
             let (v, unit) = in_unit(
@@ -261,6 +270,13 @@ impl CheckpointsJson {
                     cp.state_bytes_last,
                     cp.buffered_bytes_max
                 );
+                if mode == "unaligned" {
+                    let _ = writeln!(
+                        s,
+                        "    persisted in flight per checkpoint p50 {} B (p99 {} B, max {} B; channel state, not in the bytes written above)",
+                        cp.persisted_bytes.p50, cp.persisted_bytes.p99, cp.persisted_bytes.max
+                    );
+                }
             } else {
                 let _ = writeln!(
                     s,
@@ -276,6 +292,7 @@ impl CheckpointsJson {
         let mut align = Vec::new();
         let mut dur = Vec::new();
         let (mut sync, mut asyn, mut written) = (Vec::new(), Vec::new(), Vec::new());
+        let mut persisted = Vec::new();
         for s in stats {
             let (status, reason) = match s.status {
                 CheckpointStatus::Completed => {
@@ -284,6 +301,7 @@ impl CheckpointsJson {
                     dur.push(s.duration_ns);
                     c.state_bytes_last = s.state_bytes;
                     written.push(s.checkpointed_bytes);
+                    persisted.push(s.persisted_bytes);
                     sync.extend(s.subtasks.iter().map(|t| t.sync_ns));
                     asyn.extend(s.subtasks.iter().map(|t| t.async_ns));
                     ("completed", None)
@@ -328,6 +346,7 @@ impl CheckpointsJson {
         c.sync_ns = Spread::of(sync);
         c.async_ns = Spread::of(asyn);
         c.checkpointed_bytes = Spread::of(written);
+        c.persisted_bytes = Spread::of(persisted);
         c
     }
 }

@@ -178,7 +178,7 @@ mod tests {
 /// A record as the Kafka source emits it into a job: the input record
 /// and the partition it was read from (so that its output goes to the
 /// same partition of the output topic). 32 bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SourceRecord {
     /// The key.
     pub key: u64,
@@ -195,7 +195,7 @@ impl lockgate::RecordSize for SourceRecord {}
 /// A record for a Kafka sink: an output record, the partition to write
 /// it to and its time (the Kafka timestamp is [`timestamp_ms`] of it).
 /// 40 bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SinkRecord {
     /// The output partition.
     pub partition: u32,

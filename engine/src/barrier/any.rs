@@ -1,8 +1,9 @@
-//! [`AnyHandler`]: the exactly-once or at-least-once handler, chosen at run
-//! time.
+//! [`AnyHandler`]: the aligned, tracking or unaligned handler, chosen at
+//! run time.
 
 use super::{
     Aligner, BarrierHandler, BarrierSignal, ChannelSet, CheckpointMode, HandlerConfig, Tracker,
+    Unaligned,
 };
 use crate::element::{RecordSize, StreamElement};
 
@@ -15,6 +16,8 @@ pub enum AnyHandler<T> {
     /// At-least-once (also used with no checkpoints, where it sees no
     /// barriers and only passes elements on).
     Tracker(Tracker),
+    /// Unaligned checkpoints.
+    Unaligned(Unaligned),
 }
 
 impl<T: RecordSize> AnyHandler<T> {
@@ -25,6 +28,23 @@ impl<T: RecordSize> AnyHandler<T> {
             CheckpointMode::AtLeastOnce | CheckpointMode::None => {
                 AnyHandler::Tracker(Tracker::new(channels))
             }
+            CheckpointMode::Unaligned => AnyHandler::Unaligned(Unaligned::new(channels)),
+        }
+    }
+
+    /// The unaligned handler, if this is one.
+    pub fn as_unaligned(&self) -> Option<&Unaligned> {
+        match self {
+            AnyHandler::Unaligned(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// The unaligned handler, if this is one.
+    pub fn as_unaligned_mut(&mut self) -> Option<&mut Unaligned> {
+        match self {
+            AnyHandler::Unaligned(h) => Some(h),
+            _ => None,
         }
     }
 }
@@ -34,6 +54,7 @@ macro_rules! dispatch {
         match $self {
             AnyHandler::Aligner($h) => $e,
             AnyHandler::Tracker($h) => $e,
+            AnyHandler::Unaligned($h) => $e,
         }
     };
 }

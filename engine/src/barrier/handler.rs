@@ -183,6 +183,12 @@ pub enum CheckpointMode {
     /// Barrier tracking: no blocking; after a restore, records may be applied
     /// twice, never lost.
     AtLeastOnce,
+    /// Unaligned checkpoints (FLIP-76): a task snapshots at the first
+    /// barrier, which overtakes the records in flight on a priority lane;
+    /// the records it overtook are persisted as channel state and replayed
+    /// on restore. Exactly-once, like the aligned mode, without waiting for
+    /// the slowest channel under backpressure.
+    Unaligned,
     /// No checkpoints: barriers are never injected.
     None,
 }

@@ -45,14 +45,15 @@ pub struct SubtaskCheckpointStats {
     pub start_delay_ns: u64,
     /// Bytes written for this subtask's part (file header included).
     pub checkpointed_bytes: u64,
-    /// In-flight records persisted by an unaligned checkpoint (0: lockgate
-    /// has no unaligned checkpoints yet); not in `checkpointed_bytes`.
+    /// In-flight records persisted as channel state by an unaligned
+    /// checkpoint, bytes of their encoding (0 in the other modes); not in
+    /// `checkpointed_bytes` or `state_bytes`.
     pub persisted_bytes: u64,
     /// The exact size of a full encoding of the subtask's state.
     pub state_bytes: u64,
     /// True when the part holds only the changes since an earlier one.
     pub incremental: bool,
-    /// True for an unaligned checkpoint (never yet).
+    /// True for an unaligned checkpoint.
     pub unaligned: bool,
 }
 
@@ -82,11 +83,12 @@ pub struct CheckpointStats {
     /// Bytes written for it, every part and `_metadata` (0 without
     /// storage), bytes.
     pub checkpointed_bytes: u64,
-    /// In-flight records persisted (unaligned checkpoints; 0 for now).
+    /// In-flight records persisted as channel state, all tasks, bytes
+    /// (unaligned checkpoints; 0 otherwise).
     pub persisted_bytes: u64,
     /// True when some part holds only changes (incremental).
     pub incremental: bool,
-    /// True for an unaligned checkpoint (never yet).
+    /// True for an unaligned checkpoint.
     pub unaligned: bool,
 }
 

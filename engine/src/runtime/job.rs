@@ -310,6 +310,8 @@ pub(crate) fn start(
 struct Attempt {
     threads: Vec<JoinHandle<()>>,
     controls: Vec<Sender<Control>>,
+    /// Unaligned mode: every channel's priority lane (see `send_outputs`).
+    priority_lanes: Vec<Sender<crate::element::CheckpointBarrier>>,
     cancel: Option<Sender<()>>,
     events: Receiver<TaskEvent>,
 }
@@ -462,7 +464,9 @@ impl Driver {
 
     fn spawn(&mut self, restored: Option<RestoredState>) -> Result<Attempt, JobError> {
         let mut wiring = Wiring::default();
-        self.graph.wire(&mut wiring, self.config.channel_capacity);
+        let unaligned = self.config.checkpoint.mode == CheckpointMode::Unaligned;
+        self.graph
+            .wire(&mut wiring, self.config.channel_capacity, unaligned);
         let (cancel_tx, cancel_rx) = crossbeam_channel::bounded::<()>(0);
         let (ev_tx, ev_rx) = unbounded();
         let cores = self.graph.cores_for(&self.config.pinning);
@@ -526,6 +530,7 @@ impl Driver {
                 restored: restored
                     .as_ref()
                     .map(|r| task_restore(r, &name, ctx_parallelism, self.config.max_parallelism)),
+                restored_checkpoint: restored.as_ref().map(|r| r.checkpoint),
                 checkpointing,
                 failure,
             };
@@ -579,15 +584,34 @@ impl Driver {
         Ok(Attempt {
             threads,
             controls,
+            priority_lanes: std::mem::take(&mut wiring.priority_lanes),
             cancel: Some(cancel_tx),
             events: ev_rx,
         })
     }
 
     fn send_outputs(&mut self, attempt: &Attempt, out: Vec<CoordinatorOutput>) {
+        let mut injected = None;
         for o in out {
             match o {
                 CoordinatorOutput::Control { task, msg } => {
+                    if let Control::Trigger(b) = &msg {
+                        // Unaligned mode (FLIP-76): the barrier overtakes
+                        // everything in flight at once. Instead of waiting
+                        // for each task to forward it (a task blocked on a
+                        // full output cannot), the job thread puts it on
+                        // every channel's priority lane now, so every task
+                        // snapshots at once; the in-band barriers that the
+                        // sources and then each task emit after their
+                        // snapshots still end each channel's state. A full
+                        // lane drops its copy (`channel::PRIORITY_LANE_CAPACITY`).
+                        if injected != Some(b.id) {
+                            injected = Some(b.id);
+                            for lane in &attempt.priority_lanes {
+                                let _ = lane.try_send(*b);
+                            }
+                        }
+                    }
                     let _ = attempt.controls[task].send(msg);
                 }
                 other => {
@@ -1188,7 +1212,10 @@ fn check_all_state_claimed(
         .flat_map(|(task, snaps)| {
             snaps
                 .iter()
-                .filter(|s| !graph.operator_names.contains(&s.operator))
+                .filter(|s| {
+                    !graph.operator_names.contains(&s.operator)
+                        && s.operator != crate::channel_state::CHANNEL_STATE_OPERATOR
+                })
                 .map(move |s| format!("{} (task {task})", s.operator))
         })
         .collect();

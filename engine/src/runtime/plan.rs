@@ -4,7 +4,7 @@
 //! [`crate::graph`] builds a plan; nothing here points back to it.
 
 use super::snapshot::{SnapshotJob, SnapshotWorker};
-use crate::channel::ChannelSender;
+use crate::channel::{ChannelSender, ConsumerLanes};
 use crate::config::{JobConfig, PinPolicy};
 use crate::element::StreamElement;
 use crate::error::TaskError;
@@ -19,14 +19,18 @@ use std::sync::Arc;
 
 /// Builds the task body of one subtask.
 pub(crate) type MakeFn = Arc<dyn Fn(&mut SubtaskCtx<'_>) -> Box<dyn TaskBody> + Send + Sync>;
-/// Wires one edge: `(wiring, edge, capacity, producers, consumers, producer names)`.
+/// Wires one edge: `(wiring, edge, capacity, unaligned, producers,
+/// consumers, producer names)`.
 pub(crate) type WireFn =
-    Arc<dyn Fn(&mut Wiring, usize, usize, usize, usize, Vec<Arc<str>>) + Send + Sync>;
+    Arc<dyn Fn(&mut Wiring, usize, usize, bool, usize, usize, Vec<Arc<str>>) + Send + Sync>;
 
 /// The run-time channel ends of one edge: `[producer][consumer]`.
 pub(crate) struct EdgeEnds<T> {
     pub(crate) senders: Vec<Option<Vec<ChannelSender<T>>>>,
     pub(crate) receivers: Vec<Option<Vec<Receiver<StreamElement<T>>>>>,
+    /// `[consumer][producer]`: the unaligned-mode lanes (unaligned mode
+    /// only, else empty lists).
+    pub(crate) lanes: Vec<Option<Vec<ConsumerLanes>>>,
     pub(crate) producer_names: Vec<Arc<str>>,
 }
 
@@ -34,6 +38,10 @@ pub(crate) struct EdgeEnds<T> {
 #[derive(Default)]
 pub(crate) struct Wiring {
     pub(crate) edges: HashMap<usize, Box<dyn Any + Send>>,
+    /// Unaligned mode: a copy of every channel's priority-lane sender, for
+    /// the job thread to send each checkpoint's priority barrier into all
+    /// channels at its trigger (see `runtime::job`).
+    pub(crate) priority_lanes: Vec<crossbeam_channel::Sender<crate::element::CheckpointBarrier>>,
 }
 
 impl Wiring {
@@ -74,6 +82,8 @@ pub(crate) struct TaskRt {
     pub(crate) task_id: crate::task_id::TaskId,
     pub(crate) events: Sender<TaskEvent>,
     pub(crate) restored: Option<TaskRestore>,
+    /// The checkpoint `restored` comes from.
+    pub(crate) restored_checkpoint: Option<crate::element::CheckpointId>,
     pub(crate) checkpointing: bool,
     pub(crate) failure: Option<InjectedFailure>,
     /// The task's snapshot thread (when checkpointing).
@@ -105,11 +115,13 @@ pub(crate) trait TaskBody: Send {
 }
 
 /// Creates the channels of edge `edge` for one run attempt: one bounded
-/// channel of `capacity` elements per (producer, consumer) pair.
+/// channel of `capacity` elements per (producer, consumer) pair, with its
+/// priority lane and credits when `unaligned` ([`crate::channel`]).
 pub(crate) fn wire_edge<T: Send + 'static>(
     wiring: &mut Wiring,
     edge: usize,
     capacity: usize,
+    unaligned: bool,
     from_par: usize,
     to_par: usize,
     producer_names: Vec<Arc<str>>,
@@ -117,15 +129,17 @@ pub(crate) fn wire_edge<T: Send + 'static>(
     let mut senders: Vec<Vec<ChannelSender<T>>> = (0..from_par).map(|_| Vec::new()).collect();
     let mut receivers: Vec<Vec<Receiver<StreamElement<T>>>> =
         (0..to_par).map(|_| Vec::new()).collect();
-    for (p, s) in senders.iter_mut().enumerate() {
-        for (c, r) in receivers.iter_mut().enumerate() {
-            let (tx, rx) = crossbeam_channel::bounded(capacity);
-            s.push(ChannelSender {
-                tx,
-                consumer: format!("consumer {c} of edge {edge}").into(),
-            });
+    let mut lanes: Vec<Vec<ConsumerLanes>> = (0..to_par).map(|_| Vec::new()).collect();
+    for s in senders.iter_mut() {
+        for (c, (r, l)) in receivers.iter_mut().zip(lanes.iter_mut()).enumerate() {
+            let consumer = format!("consumer {c} of edge {edge}").into();
+            let (tx, rx, consumer_lanes) = crate::channel::channel(capacity, unaligned, consumer);
+            if let Some(lanes) = &tx.lanes {
+                wiring.priority_lanes.push(lanes.priority.clone());
+            }
+            s.push(tx);
             r.push(rx);
-            let _ = p;
+            l.extend(consumer_lanes);
         }
     }
     wiring.edges.insert(
@@ -133,6 +147,7 @@ pub(crate) fn wire_edge<T: Send + 'static>(
         Box::new(EdgeEnds {
             senders: senders.into_iter().map(Some).collect(),
             receivers: receivers.into_iter().map(Some).collect(),
+            lanes: lanes.into_iter().map(Some).collect(),
             producer_names,
         }),
     );
@@ -255,14 +270,22 @@ impl JobGraph {
         }
     }
 
-    pub(crate) fn wire(&self, wiring: &mut Wiring, capacity: usize) {
+    pub(crate) fn wire(&self, wiring: &mut Wiring, capacity: usize, unaligned: bool) {
         for (e, edge) in self.edges.iter().enumerate() {
             let from = &self.nodes[edge.from];
             let names: Vec<Arc<str>> = (0..from.parallelism)
                 .map(|s| Arc::from(TaskId::new(from.name.clone(), s).to_string()))
                 .collect();
             let to_par = self.nodes[edge.to].parallelism;
-            (edge.wire)(wiring, e, capacity, from.parallelism, to_par, names);
+            (edge.wire)(
+                wiring,
+                e,
+                capacity,
+                unaligned,
+                from.parallelism,
+                to_par,
+                names,
+            );
         }
     }
 

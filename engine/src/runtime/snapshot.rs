@@ -254,12 +254,20 @@ fn finish(setup: &WorkerSetup, chain: &mut Chain, job: SnapshotJob) -> TaskEvent
     // postcard's Vec<OperatorSnapshot> (a length, then name and bytes,
     // each length-prefixed).
     let mut full_size = varint_len(job.parts.len() as u64);
+    // Channel state (unaligned checkpoints) is reported apart: in
+    // `persisted_bytes`, not in the state's or the written bytes.
+    let mut persisted = 0u64;
     for p in job.parts {
         match p.snapshot.run(&req) {
             Ok(enc) => {
                 delta |= enc.delta;
                 let name = p.operator.len() as u64;
-                full_size += varint_len(name) + name + varint_len(enc.full_bytes) + enc.full_bytes;
+                let size = varint_len(name) + name + varint_len(enc.full_bytes) + enc.full_bytes;
+                if p.operator == crate::channel_state::CHANNEL_STATE_OPERATOR {
+                    persisted += size;
+                } else {
+                    full_size += size;
+                }
                 states.push(OperatorSnapshot {
                     operator: p.operator,
                     bytes: enc.bytes,
@@ -282,6 +290,9 @@ fn finish(setup: &WorkerSetup, chain: &mut Chain, job: SnapshotJob) -> TaskEvent
     let base = base.filter(|_| delta);
     let mut stats = job.stats;
     stats.state_bytes = full_size;
+    if persisted > 0 {
+        stats.persisted_bytes = persisted;
+    }
     stats.incremental = delta;
     let mut part = None;
     if let Some(storage) = &setup.storage {
@@ -298,7 +309,7 @@ fn finish(setup: &WorkerSetup, chain: &mut Chain, job: SnapshotJob) -> TaskEvent
         match storage.write_part(job.id, &setup.key, &bytes) {
             Ok(mut h) => {
                 h.base = base;
-                stats.checkpointed_bytes = h.written_bytes;
+                stats.checkpointed_bytes = h.written_bytes.saturating_sub(persisted);
                 chain.wrote(job.id, base, h.written_bytes, full_size);
                 part = Some(h);
             }

@@ -26,6 +26,9 @@ use std::sync::Arc;
 /// processed since the barrier, so the snapshot holds exactly the effects
 /// of the records before it. `started_ns`: when the trigger (a source) or
 /// the last barrier (a task with inputs) was taken in.
+///
+/// Returns the job for the snapshot thread; the caller submits it (an
+/// unaligned checkpoint's job waits for its channel state first).
 fn checkpoint<I>(
     rt: &mut TaskRt,
     head: Option<PendingSnapshot>,
@@ -33,7 +36,8 @@ fn checkpoint<I>(
     barrier: CheckpointBarrier,
     alignment: crate::AlignmentStats,
     started_ns: u64,
-) -> Result<(), TaskError> {
+    unaligned: bool,
+) -> Result<SnapshotJob, TaskError> {
     let mut parts: Vec<PendingSnapshot> = head.into_iter().collect();
     chain.snapshot(barrier.id, &mut parts)?;
     if let Some(f) = rt.failure {
@@ -63,15 +67,14 @@ fn checkpoint<I>(
         persisted_bytes: 0,
         state_bytes: 0,
         incremental: false,
-        unaligned: false,
+        unaligned,
     };
-    rt.submit_snapshot(SnapshotJob {
+    Ok(SnapshotJob {
         id: barrier.id,
         full: barrier.options.kind == crate::element::SnapshotKind::Savepoint,
         parts,
         stats,
-    });
-    Ok(())
+    })
 }
 
 /// A source and the chain it feeds.
@@ -93,7 +96,9 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
     fn trigger(&mut self, rt: &mut TaskRt, barrier: CheckpointBarrier) -> Result<(), TaskError> {
         let started_ns = crate::clock::now_ns();
         // The barrier leaves first (see `checkpoint`); the source emits
-        // nothing in between, so its position is the barrier's.
+        // nothing in between, so its position is the barrier's. In
+        // unaligned mode its priority copy overtakes the queued records.
+        self.chain.priority_barrier(barrier);
         self.chain.barrier(barrier)?;
         let head = match self.source.snapshot_state_async(barrier.id) {
             Ok(s) => s.map(|snapshot| PendingSnapshot {
@@ -102,14 +107,17 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
             }),
             Err(e) => return Err(self.source_err("snapshot_state", e)),
         };
-        checkpoint(
+        let job = checkpoint(
             rt,
             head,
             &mut *self.chain,
             barrier,
             Default::default(),
             started_ns,
-        )
+            false,
+        )?;
+        rt.submit_snapshot(job);
+        Ok(())
     }
 
     fn done(&mut self, rt: &TaskRt, id: CheckpointId, completed: bool) -> Result<(), TaskError> {
@@ -269,20 +277,74 @@ pub(crate) struct GateTask<T> {
     pub(crate) chain: Box<dyn Link<T>>,
     pub(crate) metrics: Arc<TaskMetrics>,
     pub(crate) watermarks: WatermarkMerger,
+    /// Unaligned mode: the snapshot of the pending checkpoint, submitted
+    /// once its channel state is complete.
+    pub(crate) held: Option<SnapshotJob>,
 }
 
-impl<T: RecordSize + Send> GateTask<T> {
+/// What a gate task's records must be: channel state is persisted.
+pub(crate) trait GateData:
+    RecordSize + Clone + Send + serde::Serialize + serde::de::DeserializeOwned + 'static
+{
+}
+impl<T: RecordSize + Clone + Send + serde::Serialize + serde::de::DeserializeOwned + 'static>
+    GateData for T
+{
+}
+
+impl<T: GateData> GateTask<T> {
     fn on_signal(&mut self, rt: &mut TaskRt, s: BarrierSignal) -> Result<(), TaskError> {
         match s {
             BarrierSignal::Trigger { barrier, alignment } => {
                 let started_ns = crate::clock::now_ns();
+                let unaligned = self.gate.is_unaligned();
+                if unaligned {
+                    // FLIP-76: the barrier overtakes this task's queued
+                    // output at once; the in-band one follows the records
+                    // the snapshot reflects.
+                    self.chain.priority_barrier(barrier);
+                }
                 self.chain.barrier(barrier)?;
-                checkpoint(rt, None, &mut *self.chain, barrier, alignment, started_ns)
+                let job = checkpoint(
+                    rt,
+                    None,
+                    &mut *self.chain,
+                    barrier,
+                    alignment,
+                    started_ns,
+                    unaligned,
+                )?;
+                if unaligned {
+                    // Submitted with its channel state (rule 13).
+                    self.held = Some(job);
+                } else {
+                    rt.submit_snapshot(job);
+                }
+                Ok(())
             }
-            // The unaligned handler is not driven by this loop yet (no
-            // job runs in unaligned mode), so it never sends this.
-            BarrierSignal::ChannelStateDone { .. } => Ok(()),
+            BarrierSignal::ChannelStateDone { id } => {
+                let (Some(mut job), Some(state)) =
+                    (self.held.take(), self.gate.take_channel_state(id))
+                else {
+                    return Err(TaskError::from_operator(
+                        &rt.task_id.to_string(),
+                        "checkpoint",
+                        format!("channel state of checkpoint {id} complete without its snapshot")
+                            .into(),
+                    ));
+                };
+                job.stats.persisted_bytes = crate::channel_state::size_bytes(&state);
+                job.parts.push(PendingSnapshot {
+                    operator: crate::channel_state::CHANNEL_STATE_OPERATOR.to_string(),
+                    snapshot: crate::channel_state::snapshot(id, state),
+                });
+                rt.submit_snapshot(job);
+                Ok(())
+            }
             BarrierSignal::Abort { id, reason } => {
+                if self.held.as_ref().is_some_and(|j| j.id == id) {
+                    self.held = None;
+                }
                 // As Flink's tasks do: tell downstream to stop aligning for
                 // `id`, and decline it to the coordinator.
                 self.chain.cancel_checkpoint(id)?;
@@ -300,6 +362,15 @@ impl<T: RecordSize + Send> GateTask<T> {
     fn control(&mut self, rt: &TaskRt, c: Control) -> Result<(), TaskError> {
         match c {
             Control::Done(id, ok) => {
+                if !ok && self.held.as_ref().is_some_and(|j| j.id <= id) {
+                    // Rule 17: the coordinator gave up the checkpoint whose
+                    // channel state this task still records (a timeout, a
+                    // decline elsewhere): stop, and end that state
+                    // downstream in band, where no in-band barrier may come.
+                    self.held = None;
+                    self.gate.abort_unaligned(id);
+                    self.chain.cancel_checkpoint(id)?;
+                }
                 rt.checkpoint_done(id, ok);
                 self.chain.checkpoint_done(id, ok)
             }
@@ -308,10 +379,84 @@ impl<T: RecordSize + Send> GateTask<T> {
     }
 }
 
-impl<T: RecordSize + Send> TaskBody for GateTask<T> {
+impl<T: GateData> GateTask<T> {
+    /// Unaligned mode: hands the restored checkpoint's channel state to the
+    /// gate, to replay before new input. A restore at another parallelism
+    /// from a checkpoint that holds channel state is refused (rescaling
+    /// channel state is not built), as is channel state restored into a
+    /// job that is not in unaligned mode.
+    fn restore_channel_state(
+        &mut self,
+        rt: &TaskRt,
+        states: &crate::protocol::TaskRestore,
+    ) -> Result<(), TaskError> {
+        use crate::channel_state::{decode, CHANNEL_STATE_OPERATOR};
+        use crate::protocol::TaskRestore;
+        let Some(restored) = rt.restored_checkpoint else {
+            return Ok(());
+        };
+        let err = |msg: String| {
+            TaskError::from_operator(
+                &rt.task_id.to_string(),
+                "restore channel state",
+                Box::new(crate::FatalError(msg)),
+            )
+        };
+        let parts: Vec<&crate::protocol::OperatorSnapshot> = match states {
+            TaskRestore::Same(parts) => parts.iter().collect(),
+            TaskRestore::Rescaled { old, .. } => old.iter().flatten().collect(),
+        };
+        let mut found = Vec::new();
+        for p in parts
+            .iter()
+            .filter(|p| p.operator == CHANNEL_STATE_OPERATOR)
+        {
+            match decode::<T>(&p.bytes, restored) {
+                Ok(Some(state)) => found.push(state),
+                Ok(None) => {} // an earlier checkpoint's, in an incremental chain
+                Err(e) => {
+                    return Err(err(format!(
+                    "checkpoint {restored}: the channel state of task {} cannot be decoded: {e}",
+                    rt.task_id
+                )))
+                }
+            }
+        }
+        let holds_records = found.iter().flatten().any(|ch| !ch.is_empty());
+        if matches!(states, TaskRestore::Rescaled { .. }) {
+            if holds_records {
+                return Err(err(format!(
+                    "checkpoint {restored} holds in-flight records of an unaligned checkpoint \
+                     for task {}, and restoring channel state at another parallelism is not \
+                     supported; restore at the checkpoint's parallelism, or from an aligned \
+                     checkpoint",
+                    rt.task_id.operator
+                )));
+            }
+            return Ok(());
+        }
+        let Some(state) = found.pop() else {
+            return Ok(());
+        };
+        if !self.gate.is_unaligned() {
+            if !holds_records {
+                return Ok(());
+            }
+            return Err(err(format!(
+                "checkpoint {restored} is unaligned and holds in-flight records for task {}: \
+                 restore it with unaligned checkpoints (--checkpoint unaligned)",
+                rt.task_id
+            )));
+        }
+        self.gate.restore_channel_state(state).map_err(err)
+    }
+}
+
+impl<T: GateData> TaskBody for GateTask<T> {
     fn run(&mut self, rt: &mut TaskRt) -> Result<(), TaskError> {
         if let Some(states) = rt.restored.take() {
             self.chain.restore(&states)?;
+            self.restore_channel_state(rt, &states)?;
         }
         self.chain.open()?;
         let mut signals: Vec<BarrierSignal> = Vec::with_capacity(4);

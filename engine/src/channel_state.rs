@@ -1,0 +1,137 @@
+//! Channel state of unaligned checkpoints: the in-flight elements a task
+//! persists with its snapshot (records batches, watermarks, idle markers of
+//! each input channel, in channel order; see `barrier/unaligned.rs`), and
+//! their encoding in the task's checkpoint part.
+//!
+//! The state travels as one more operator snapshot of the task's part,
+//! named [`CHANNEL_STATE_OPERATOR`] (a name no operator can have: operator
+//! names are checked against it when a job is built), encoded with
+//! postcard on the snapshot thread. It carries its checkpoint's id: an
+//! incremental part's restore chain also holds the channel state of the
+//! checkpoints it builds on, which must not be replayed again, so only the
+//! state whose id is the restored checkpoint's is used.
+
+use crate::element::{CheckpointId, RecordSize, StreamElement, Watermark};
+use crate::operator::StateSnapshot;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// The reserved operator name of a task's channel state in its part.
+pub(crate) const CHANNEL_STATE_OPERATOR: &str = "#channel-state";
+
+/// Channel state per input channel: its elements in channel order
+/// (records batches, watermarks, idle markers only).
+pub(crate) type ChannelState<T> = Vec<Vec<StreamElement<T>>>;
+
+/// One persisted element.
+#[derive(Serialize, Deserialize)]
+enum Item<T> {
+    Records(Vec<T>),
+    Watermark(i64),
+    Idle(bool),
+}
+
+/// The encoded channel state of one task for one checkpoint.
+#[derive(Serialize, Deserialize)]
+struct Persisted<T> {
+    checkpoint: u64,
+    channels: Vec<Vec<Item<T>>>,
+}
+
+/// The bytes the state's records count for ([`RecordSize`]): what
+/// `persisted_bytes` reports before encoding.
+pub(crate) fn size_bytes<T: RecordSize>(state: &ChannelState<T>) -> u64 {
+    state
+        .iter()
+        .flatten()
+        .map(|el| el.size_bytes() as u64)
+        .sum()
+}
+
+/// The snapshot of `state` for checkpoint `id`: encoded on the snapshot
+/// thread (the asynchronous part).
+pub(crate) fn snapshot<T: Serialize + Send + 'static>(
+    id: CheckpointId,
+    state: ChannelState<T>,
+) -> StateSnapshot {
+    StateSnapshot::deferred(move || {
+        let channels = state
+            .into_iter()
+            .map(|items| {
+                items
+                    .into_iter()
+                    .filter_map(|el| match el {
+                        StreamElement::Records(b) => Some(Item::Records(b)),
+                        StreamElement::Watermark(w) => Some(Item::Watermark(w.0)),
+                        StreamElement::Idle(i) => Some(Item::Idle(i)),
+                        // Never recorded (`crate::channel::takes_credit`).
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .collect();
+        let persisted = Persisted {
+            checkpoint: id.get(),
+            channels,
+        };
+        Ok(postcard::to_allocvec(&persisted)?)
+    })
+}
+
+/// Decodes the channel state stored for checkpoint `restored`; `None` when
+/// `bytes` belong to another checkpoint (an earlier one of an incremental
+/// chain).
+///
+/// # Errors
+/// When the bytes are not a channel state of records of type `T`.
+pub(crate) fn decode<T: DeserializeOwned>(
+    bytes: &[u8],
+    restored: CheckpointId,
+) -> Result<Option<ChannelState<T>>, postcard::Error> {
+    let persisted: Persisted<T> = postcard::from_bytes(bytes)?;
+    if persisted.checkpoint != restored.get() {
+        return Ok(None);
+    }
+    Ok(Some(
+        persisted
+            .channels
+            .into_iter()
+            .map(|items| {
+                items
+                    .into_iter()
+                    .map(|item| match item {
+                        Item::Records(b) => StreamElement::Records(b),
+                        Item::Watermark(w) => StreamElement::Watermark(Watermark(w)),
+                        Item::Idle(i) => StreamElement::Idle(i),
+                    })
+                    .collect()
+            })
+            .collect(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operator::SnapshotRequest;
+
+    #[test]
+    fn channel_state_round_trips_and_a_stale_one_is_not_used() {
+        let state: ChannelState<u64> = vec![
+            vec![
+                StreamElement::Records(vec![1, 2]),
+                StreamElement::Watermark(Watermark(7)),
+            ],
+            vec![],
+            vec![StreamElement::Idle(true), StreamElement::Records(vec![3])],
+        ];
+        assert_eq!(size_bytes(&state), 24);
+        let bytes = snapshot(CheckpointId(4), state.clone())
+            .run(&SnapshotRequest::full(CheckpointId(4)))
+            .unwrap()
+            .bytes;
+        assert_eq!(decode::<u64>(&bytes, CheckpointId(4)).unwrap(), Some(state));
+        assert_eq!(decode::<u64>(&bytes, CheckpointId(5)).unwrap(), None);
+        assert!(decode::<u64>(&bytes[..bytes.len() - 1], CheckpointId(4)).is_err());
+    }
+}

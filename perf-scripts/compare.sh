@@ -11,7 +11,9 @@ Runs `lockgate A args --json FILE` and `lockgate B args --json FILE`
 5: A B A B ...), so that drifting machine load hits both alike, and prints
 for each figure the median, the spread (min-max) of A and of B and the
 ratio of the medians B/A:
-  records_per_s, latency_ns p50/p99/p999/max, checkpoints.duration_ns p99.
+  records_per_s, latency_ns p50/p99/p999/max, checkpoints completed,
+  checkpoints.duration_ns p50/p99, checkpoints.persisted_bytes p50 (the
+  in-flight bytes unaligned checkpoints persist), peak_rss_bytes.
 A run that fails (non-zero exit) stops the comparison. Reads the JSON with
 jq when present, else python3.
 
@@ -44,7 +46,7 @@ ensure_lockgate
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-FIGURES=(.records_per_s .latency_ns.p50 .latency_ns.p99 .latency_ns.p999 .latency_ns.max .checkpoints.duration_ns.p99)
+FIGURES=(.records_per_s .latency_ns.p50 .latency_ns.p99 .latency_ns.p999 .latency_ns.max .checkpoints.completed .checkpoints.duration_ns.p50 .checkpoints.duration_ns.p99 .checkpoints.persisted_bytes.p50 .peak_rss_bytes)
 
 for i in $(seq 1 "$n"); do
     for side in A B; do

@@ -163,12 +163,12 @@ pub(crate) fn run(args: Args) -> ExitCode {
     }
     if args.inject_failures > 0 && args.checkpoint == CheckpointArg::None {
         return usage_error(
-            "--inject-failures needs checkpoints (--checkpoint exactly-once or at-least-once)",
+            "--inject-failures needs checkpoints (--checkpoint exactly-once, unaligned or at-least-once)",
         );
     }
     if args.checkpoint_dir.is_some() && args.checkpoint == CheckpointArg::None {
         return usage_error(
-            "--checkpoint-dir needs checkpoints (--checkpoint exactly-once or at-least-once)",
+            "--checkpoint-dir needs checkpoints (--checkpoint exactly-once, unaligned or at-least-once)",
         );
     }
     if args.max_out_of_orderness_min < 0 {
@@ -176,7 +176,7 @@ pub(crate) fn run(args: Args) -> ExitCode {
     }
     if args.checkpoint_interval_ms.is_some() && args.checkpoint == CheckpointArg::None {
         return usage_error(
-            "--checkpoint-interval-ms needs checkpoints (--checkpoint exactly-once or at-least-once)",
+            "--checkpoint-interval-ms needs checkpoints (--checkpoint exactly-once, unaligned or at-least-once)",
         );
     }
     let interval_ms = args.checkpoint_interval_ms.unwrap_or(100);
@@ -185,7 +185,7 @@ pub(crate) fn run(args: Args) -> ExitCode {
     }
     if args.restore.is_some() && args.checkpoint == CheckpointArg::None {
         return usage_error(
-            "--restore needs checkpoints (--checkpoint exactly-once or at-least-once)",
+            "--restore needs checkpoints (--checkpoint exactly-once, unaligned or at-least-once)",
         );
     }
     let checkpoint_dir = match (&args.restore, &args.checkpoint_dir) {
@@ -231,7 +231,7 @@ pub(crate) fn run(args: Args) -> ExitCode {
     if let Some(flag) = args.incremental.given() {
         if config.checkpoint.mode == CheckpointMode::None {
             return usage_error(&format!(
-                "--{flag} needs checkpoints (--checkpoint exactly-once or at-least-once)"
+                "--{flag} needs checkpoints (--checkpoint exactly-once, unaligned or at-least-once)"
             ));
         }
     }

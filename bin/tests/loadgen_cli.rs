@@ -1066,6 +1066,10 @@ fn bad_inputs_are_refused_with_exit_code_2() {
             "--max-alignment-bytes",
         ),
         (
+            vec!["--checkpoint", "unaligned", "--max-alignment-bytes", "10"],
+            "unaligned checkpoints do not align",
+        ),
+        (
             vec!["--checkpoint-interval-ms", "0"],
             "--checkpoint-interval-ms",
         ),

@@ -110,6 +110,41 @@ pub(crate) fn decode<T: DeserializeOwned>(
     ))
 }
 
+/// True when `bytes`, a channel state stored for checkpoint `restored`,
+/// hold at least one element (read without knowing the record type: the
+/// checkpoint id and each channel's length are postcard varints at the
+/// front). False for another checkpoint's state or unreadable bytes (the
+/// restore then reports those when it decodes them).
+pub(crate) fn holds_records(bytes: &[u8], restored: CheckpointId) -> bool {
+    fn varint(bytes: &mut &[u8]) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&b, rest) = bytes.split_first()?;
+            *bytes = rest;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+    let mut rest = bytes;
+    if varint(&mut rest) != Some(restored.get()) {
+        return false;
+    }
+    let Some(channels) = varint(&mut rest) else {
+        return false;
+    };
+    for _ in 0..channels {
+        match varint(&mut rest) {
+            Some(0) => {}
+            Some(_) => return true,
+            None => return false,
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +165,13 @@ mod tests {
             .run(&SnapshotRequest::full(CheckpointId(4)))
             .unwrap()
             .bytes;
+        assert!(holds_records(&bytes, CheckpointId(4)));
+        assert!(!holds_records(&bytes, CheckpointId(5)));
+        let empty = snapshot::<u64>(CheckpointId(4), vec![vec![], vec![]])
+            .run(&SnapshotRequest::full(CheckpointId(4)))
+            .unwrap()
+            .bytes;
+        assert!(!holds_records(&empty, CheckpointId(4)));
         assert_eq!(decode::<u64>(&bytes, CheckpointId(4)).unwrap(), Some(state));
         assert_eq!(decode::<u64>(&bytes, CheckpointId(5)).unwrap(), None);
         assert!(decode::<u64>(&bytes[..bytes.len() - 1], CheckpointId(4)).is_err());

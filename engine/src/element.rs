@@ -85,6 +85,15 @@ impl CheckpointBarrier {
             options: CheckpointOptions::default(),
         }
     }
+
+    /// True for the barriers that stay aligned in unaligned mode: a
+    /// savepoint's (as Flink: savepoints are always aligned) and the final
+    /// checkpoint's (FLIP-147: it must follow every record, so that
+    /// two-phase-commit sinks commit the whole tail of the output). They
+    /// never travel on a priority lane.
+    pub fn must_align(&self) -> bool {
+        self.options.is_final || self.options.kind == SnapshotKind::Savepoint
+    }
 }
 
 /// An event-time watermark: no record with a timestamp at or below

@@ -465,6 +465,10 @@ impl<T: RecordSize + Clone> InputGate<T> {
             let mut read = None;
             for i in 0..n {
                 let ch = (self.next + i) % n;
+                // Blocked by an aligned barrier (rule 18): not read.
+                if self.handler.is_blocked(ch) {
+                    continue;
+                }
                 if let Some(x) = self.read_channel(ch)? {
                     self.next = ch + 1;
                     read = Some((ch, x));
@@ -664,7 +668,9 @@ impl<T: RecordSize + Clone> InputGate<T> {
         let mut sel = Select::new();
         for ch in 0..self.receivers.len() {
             if !self.ended.contains(ch) {
-                sel.recv(&self.receivers[ch]);
+                if !self.handler.is_blocked(ch) {
+                    sel.recv(&self.receivers[ch]);
+                }
                 sel.recv(&u.lanes[ch].priority);
             }
         }

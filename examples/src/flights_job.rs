@@ -613,9 +613,13 @@ pub fn run(
     let metrics = match result {
         Ok(m) => m,
         Err(e) => {
-            // A run refused or failed before it committed anything leaves
-            // no empty part folders behind.
-            remove_empty_parts(spec);
+            // A fresh run refused or failed before it committed anything
+            // leaves no empty part folders behind. A restore's folders
+            // stay: they are the checkpoint's, even empty, and the next
+            // restore needs them.
+            if !restore {
+                remove_empty_parts(spec);
+            }
             return Err(match probes.input_error() {
                 Some(msg) => FlightsJobError::Input(msg),
                 None => FlightsJobError::Job(e),

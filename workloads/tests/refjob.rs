@@ -3,8 +3,12 @@
 
 use lockgate::{CheckpointMode, FailurePlan, FailurePoint, JobConfig, RestartStrategy};
 use lockgate_workloads::refjob::{
-    run_reference_job, seeded_failures, task_names, RefJobConfig, JOB_NAME,
+    run_reference_job, seeded_failures, task_names, RefEvent, RefJobConfig, RefSum, JOB_NAME,
 };
+
+/// The overdraft a channel may owe in unaligned mode, in batches (the
+/// engine's `channel::OVERDRAFT_LIMIT`, private to it).
+const OVERDRAFT_BATCHES: usize = 2;
 use lockgate_workloads::workload::{ExpectedResult, KeySpace, Workload};
 use std::time::Duration;
 
@@ -181,6 +185,21 @@ fn w4_unaligned_restores_channel_state_exactly() {
         assert_eq!((report.lost, report.duplicated), (0, 0), "round {round}");
         let m = &report.metrics;
         assert!(m.completed_checkpoints() > 0);
+        // In flight stays bounded (credits): per checkpoint at most every
+        // channel's capacity plus its overdraft, in batches, whatever the
+        // number of checkpoints. W4 at parallelism 2 has 6 channels;
+        // postcard encodes a record in at most twice its in-memory size.
+        let job = JobConfig::default();
+        let record = std::mem::size_of::<RefEvent>().max(std::mem::size_of::<RefSum>());
+        let bound = 6 * (job.channel_capacity + OVERDRAFT_BATCHES) * job.batch_size * record * 2;
+        for c in m.checkpoints.iter().filter(|c| c.is_completed()) {
+            assert!(
+                c.persisted_bytes as usize <= bound,
+                "checkpoint {} persisted {} B, over the in-flight bound {bound} B",
+                c.id,
+                c.persisted_bytes
+            );
+        }
         assert!(m
             .checkpoints
             .iter()

@@ -154,7 +154,7 @@ pub(crate) struct Args {
     /// reading blocked channels (0: pure blocking, as Flink 1.11+).
     #[arg(long, default_value_t = DEFAULT_BLOCKER_CAPACITY_BYTES)]
     pub blocker_capacity_bytes: u64,
-    /// Checkpointing: none, exactly-once, at-least-once.
+    /// Checkpointing: none, exactly-once (aligned), unaligned, at-least-once.
     #[arg(long, value_enum, default_value = "exactly-once")]
     pub checkpoint: ModeArg,
     /// Time between checkpoints, ms [default: 100].
@@ -515,6 +515,12 @@ impl Args {
         if mode == ModeArg::AtLeastOnce && self.max_alignment_bytes.is_some() {
             return Err(
                 "--max-alignment-bytes applies to exactly-once only (at-least-once does not align)"
+                    .into(),
+            );
+        }
+        if mode == ModeArg::Unaligned && self.max_alignment_bytes.is_some() {
+            return Err(
+                "--max-alignment-bytes applies to exactly-once only (unaligned checkpoints do not align)"
                     .into(),
             );
         }

@@ -59,6 +59,18 @@
 //!     state there by rule 16: no reader waits for an in-band barrier that
 //!     will not come.
 //!
+//! 18. **Aligned barriers** ([`Unaligned::on_aligned_barrier`]): a
+//!     barrier that must stay aligned ([`CheckpointBarrier::must_align`]:
+//!     a savepoint's, the final checkpoint's) arrives in band only and is
+//!     aligned by pure blocking (Flink 1.11+'s aligned mode, blocker
+//!     capacity 0): its channel is blocked ([`BarrierHandler::is_blocked`])
+//!     and the input gate stops reading it, so nothing is held here and
+//!     credits push back upstream; once every channel not ended is blocked
+//!     (an end of partition counts as aligned) it triggers, with no channel
+//!     state (`ChannelStateDone` follows at once), and unblocks. A newer
+//!     barrier or a cancel marker ends the alignment as in rules 11 and 16
+//!     (`subsumed`, `canceled`).
+//!
 //! **Notifications.** Each triggered checkpoint is then either aborted or
 //! reported [`BarrierSignal::ChannelStateDone`], exactly once. (Unlike the
 //! aligner, an unaligned checkpoint can be aborted after its trigger.)
@@ -126,8 +138,11 @@ pub struct Unaligned {
     /// Channels whose state for the pending checkpoint is open (rule 12).
     open: ChannelSet,
     num_open: usize,
-    /// Always empty: nothing is ever blocked.
-    no_blocked: ChannelSet,
+    /// Channels blocked by an aligned barrier (rule 18).
+    blocked: ChannelSet,
+    num_blocked: usize,
+    /// The aligned barrier being aligned (rule 18).
+    aligning: Option<(CheckpointBarrier, u64)>,
 }
 
 impl Unaligned {
@@ -145,7 +160,9 @@ impl Unaligned {
             pending: None,
             open: ChannelSet::new(num_channels),
             num_open: 0,
-            no_blocked: ChannelSet::new(num_channels),
+            blocked: ChannelSet::new(num_channels),
+            num_blocked: 0,
+            aligning: None,
         }
     }
 
@@ -185,7 +202,7 @@ impl Unaligned {
             channel < self.num_channels,
             "channel {channel} out of range"
         );
-        if barrier.id > self.current {
+        if barrier.id > self.current && !barrier.must_align() {
             self.on_first_barrier(barrier, now_ns, signals);
         }
     }
@@ -196,6 +213,9 @@ impl Unaligned {
         if self.pending.is_some_and(|p| p.id <= id) {
             self.end_pending();
         }
+        if self.aligning.is_some_and(|(b, _)| b.id <= id) {
+            self.end_alignment();
+        }
         self.current = self.current.max(id);
     }
 
@@ -205,13 +225,9 @@ impl Unaligned {
         self.num_open = 0;
     }
 
-    /// Rule 11.
-    fn on_first_barrier(
-        &mut self,
-        barrier: CheckpointBarrier,
-        now_ns: u64,
-        signals: &mut Vec<BarrierSignal>,
-    ) {
+    /// Ends whatever runs for an older checkpoint (rules 11, 18): a
+    /// pending unaligned one or an alignment, aborted as `subsumed`.
+    fn subsume_older(&mut self, signals: &mut Vec<BarrierSignal>) {
         if let Some(old) = self.pending {
             self.end_pending();
             signals.push(BarrierSignal::Abort {
@@ -219,6 +235,75 @@ impl Unaligned {
                 reason: AbortReason::Subsumed,
             });
         }
+        if let Some((old, _)) = self.aligning {
+            self.end_alignment();
+            signals.push(BarrierSignal::Abort {
+                id: old.id,
+                reason: AbortReason::Subsumed,
+            });
+        }
+    }
+
+    fn end_alignment(&mut self) {
+        self.aligning = None;
+        self.blocked.clear();
+        self.num_blocked = 0;
+    }
+
+    /// Rule 18: in-band barrier `barrier` (one that must align) on
+    /// `channel`.
+    pub fn on_aligned_barrier(
+        &mut self,
+        channel: usize,
+        barrier: CheckpointBarrier,
+        now_ns: u64,
+        signals: &mut Vec<BarrierSignal>,
+    ) {
+        match self.aligning {
+            Some((running, _)) if running.id == barrier.id => {}
+            _ if barrier.id > self.current => {
+                self.subsume_older(signals);
+                self.current = barrier.id;
+                self.aligning = Some((barrier, now_ns));
+            }
+            _ => return, // older, or already triggered or given up
+        }
+        if self.blocked.insert(channel) {
+            self.num_blocked += 1;
+        }
+        self.check_aligned(now_ns, signals);
+    }
+
+    /// Rule 18: trigger once every channel not ended is blocked.
+    fn check_aligned(&mut self, now_ns: u64, signals: &mut Vec<BarrierSignal>) {
+        let Some((barrier, start_ns)) = self.aligning else {
+            return;
+        };
+        let aligned =
+            (0..self.num_channels).all(|ch| self.blocked.contains(ch) || self.closed.contains(ch));
+        if aligned {
+            self.end_alignment();
+            signals.push(BarrierSignal::Trigger {
+                barrier,
+                alignment: AlignmentStats {
+                    duration_ns: now_ns.saturating_sub(start_ns),
+                    first_barrier_ns: start_ns,
+                    blocking: true,
+                    buffered_bytes: 0,
+                },
+            });
+            signals.push(BarrierSignal::ChannelStateDone { id: barrier.id });
+        }
+    }
+
+    /// Rule 11.
+    fn on_first_barrier(
+        &mut self,
+        barrier: CheckpointBarrier,
+        now_ns: u64,
+        signals: &mut Vec<BarrierSignal>,
+    ) {
+        self.subsume_older(signals);
         self.current = barrier.id;
         self.pending = Some(Pending {
             id: barrier.id,
@@ -266,6 +351,9 @@ impl Unaligned {
         now_ns: u64,
         signals: &mut Vec<BarrierSignal>,
     ) {
+        if barrier.must_align() {
+            return self.on_aligned_barrier(channel, barrier, now_ns, signals);
+        }
         if barrier.id > self.current {
             self.on_first_barrier(barrier, now_ns, signals);
         }
@@ -274,16 +362,40 @@ impl Unaligned {
         }
     }
 
-    /// Rule 15.
-    fn on_end_of_partition(&mut self, channel: usize, signals: &mut Vec<BarrierSignal>) {
+    /// Rule 15 (and 18: an ended channel counts as aligned).
+    fn on_end_of_partition(
+        &mut self,
+        channel: usize,
+        now_ns: u64,
+        signals: &mut Vec<BarrierSignal>,
+    ) {
         if self.closed.insert(channel) {
             self.num_closed += 1;
         }
         self.end_channel_state(channel, signals);
+        self.check_aligned(now_ns, signals);
     }
 
-    /// Rule 16.
+    /// Rule 16 (and 18 for an alignment).
     fn on_cancel(&mut self, id: CheckpointId, signals: &mut Vec<BarrierSignal>) {
+        if let Some((running, _)) = self.aligning {
+            if id < running.id {
+                return;
+            }
+            self.end_alignment();
+            if id > running.id {
+                signals.push(BarrierSignal::Abort {
+                    id: running.id,
+                    reason: AbortReason::Subsumed,
+                });
+            }
+            self.current = id;
+            signals.push(BarrierSignal::Abort {
+                id,
+                reason: AbortReason::Canceled,
+            });
+            return;
+        }
         match self.pending {
             Some(p) if id == p.id => self.end_pending(),
             Some(p) if id > p.id => {
@@ -336,7 +448,7 @@ impl<T> BarrierHandler<T> for Unaligned {
                 None
             }
             StreamElement::EndOfPartition => {
-                self.on_end_of_partition(channel, signals);
+                self.on_end_of_partition(channel, now_ns, signals);
                 Some(StreamElement::EndOfPartition)
             }
         }
@@ -350,12 +462,13 @@ impl<T> BarrierHandler<T> for Unaligned {
         false
     }
 
-    fn is_blocked(&self, _channel: usize) -> bool {
-        false
+    #[inline]
+    fn is_blocked(&self, channel: usize) -> bool {
+        self.num_blocked != 0 && self.blocked.contains(channel)
     }
 
     fn blocked(&self) -> &ChannelSet {
-        &self.no_blocked
+        &self.blocked
     }
 
     fn blocker_full(&self) -> bool {
@@ -373,6 +486,7 @@ impl<T> BarrierHandler<T> for Unaligned {
     /// See "End of input" in the module docs.
     fn end_of_input(&mut self) {
         self.end_pending();
+        self.end_alignment();
     }
 
     fn held_bytes(&self) -> u64 {
@@ -432,6 +546,45 @@ mod tests {
                 id: CheckpointId(2)
             }]
         );
+    }
+
+    #[test]
+    fn a_final_barrier_aligns_by_blocking_and_has_no_channel_state() {
+        let mut h = Unaligned::new(3);
+        let mut last = barrier(4);
+        last.options.is_final = true;
+        let mut s = Vec::new();
+        // Never on a priority lane: ignored there.
+        h.on_priority(0, last, 0, &mut s);
+        assert!(s.is_empty());
+        assert!(feed(&mut h, 0, StreamElement::Barrier(last)).is_empty());
+        assert!(BarrierHandler::<u64>::is_blocked(&h, 0));
+        assert!(!h.channel_state_open(1), "aligned: no channel state");
+        assert!(feed(&mut h, 2, StreamElement::EndOfPartition).is_empty());
+        let s = feed(&mut h, 1, StreamElement::Barrier(last));
+        assert!(
+            matches!(s[0], BarrierSignal::Trigger { barrier, .. } if barrier.id == CheckpointId(4))
+        );
+        assert_eq!(
+            s[1],
+            BarrierSignal::ChannelStateDone {
+                id: CheckpointId(4)
+            }
+        );
+        assert!(!BarrierHandler::<u64>::is_blocked(&h, 0));
+        // A cancel during such an alignment aborts it and unblocks.
+        let mut save = barrier(5);
+        save.options.kind = crate::element::SnapshotKind::Savepoint;
+        feed(&mut h, 0, StreamElement::Barrier(save));
+        let s = feed(&mut h, 1, StreamElement::CancelCheckpoint(CheckpointId(5)));
+        assert_eq!(
+            s,
+            vec![BarrierSignal::Abort {
+                id: CheckpointId(5),
+                reason: AbortReason::Canceled
+            }]
+        );
+        assert!(!BarrierHandler::<u64>::is_blocked(&h, 0));
     }
 
     #[test]

@@ -428,7 +428,9 @@ impl Coordinator {
             s.status = CheckpointStatus::Completed;
             s.duration_ns = now.saturating_sub(p.trigger_ns);
             fill_from_subtasks(s, p.subtasks);
-            s.checkpointed_bytes = written_bytes;
+            // Everything written (parts, headers, `_metadata`), less the
+            // channel state, which `persisted_bytes` counts.
+            s.checkpointed_bytes = written_bytes.saturating_sub(s.persisted_bytes);
         }
         // With storage a restart reads the checkpoint back (its chains of
         // incremental parts are there): only the id is kept.

@@ -605,7 +605,9 @@ impl Driver {
                         // sources and then each task emit after their
                         // snapshots still end each channel's state. A full
                         // lane drops its copy (`channel::PRIORITY_LANE_CAPACITY`).
-                        if injected != Some(b.id) {
+                        // Savepoints and the final checkpoint stay aligned
+                        // (`CheckpointBarrier::must_align`).
+                        if injected != Some(b.id) && !b.must_align() {
                             injected = Some(b.id);
                             for lane in &attempt.priority_lanes {
                                 let _ = lane.try_send(*b);
@@ -1176,6 +1178,7 @@ pub(crate) fn prepare_and_start(
     }
     if let Some(r) = &restored {
         check_all_state_claimed(r, &graph, config.checkpoint.allow_non_restored_state)?;
+        check_channel_state(r, &graph, config.checkpoint.mode)?;
         publish_ingest_positions(r, &graph)?;
     }
     let mut coordinator = Coordinator::new(
@@ -1196,6 +1199,54 @@ pub(crate) fn prepare_and_start(
         publisher,
         restore_skipped,
     ))
+}
+
+/// Refuses, before anything runs, a restore that cannot replay the
+/// restored checkpoint's channel state (records in flight persisted by an
+/// unaligned checkpoint): in another checkpointing mode, or at another
+/// parallelism (rescaling channel state is not built). A checkpoint whose
+/// channel state is empty restores anywhere.
+fn check_channel_state(
+    r: &RestoredState,
+    graph: &JobGraph,
+    mode: CheckpointMode,
+) -> Result<(), JobError> {
+    let mut holding: Vec<String> = r
+        .states
+        .iter()
+        .filter(|(_, snaps)| {
+            snaps.iter().any(|s| {
+                s.operator == crate::channel_state::CHANNEL_STATE_OPERATOR
+                    && crate::channel_state::holds_records(&s.bytes, r.checkpoint)
+            })
+        })
+        .map(|(task, _)| task.to_string())
+        .collect();
+    if holding.is_empty() {
+        return Ok(());
+    }
+    holding.sort();
+    if mode != CheckpointMode::Unaligned {
+        return Err(JobError::Restore(format!(
+            "checkpoint {} is unaligned and holds records in flight for {}: restore it with unaligned checkpoints (--checkpoint unaligned)",
+            r.checkpoint,
+            holding.join(", ")
+        )));
+    }
+    let rescaled = r.always_rescale
+        || graph.parallelisms().iter().any(|(name, p)| {
+            r.parallelism
+                .get(name)
+                .is_some_and(|&old| old as usize != *p)
+        });
+    if rescaled {
+        return Err(JobError::Restore(format!(
+            "checkpoint {} is unaligned and holds records in flight for {}, and channel state cannot be restored at another parallelism yet: restore it at the checkpoint's parallelism, or from a checkpoint without records in flight",
+            r.checkpoint,
+            holding.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses restored operator state that no operator of the job claims (an

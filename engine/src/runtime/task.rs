@@ -98,7 +98,9 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
         // The barrier leaves first (see `checkpoint`); the source emits
         // nothing in between, so its position is the barrier's. In
         // unaligned mode its priority copy overtakes the queued records.
-        self.chain.priority_barrier(barrier);
+        if !barrier.must_align() {
+            self.chain.priority_barrier(barrier);
+        }
         self.chain.barrier(barrier)?;
         let head = match self.source.snapshot_state_async(barrier.id) {
             Ok(s) => s.map(|snapshot| PendingSnapshot {
@@ -298,7 +300,7 @@ impl<T: GateData> GateTask<T> {
             BarrierSignal::Trigger { barrier, alignment } => {
                 let started_ns = crate::clock::now_ns();
                 let unaligned = self.gate.is_unaligned();
-                if unaligned {
+                if unaligned && !barrier.must_align() {
                     // FLIP-76: the barrier overtakes this task's queued
                     // output at once; the in-band one follows the records
                     // the snapshot reflects.
@@ -312,7 +314,7 @@ impl<T: GateData> GateTask<T> {
                     barrier,
                     alignment,
                     started_ns,
-                    unaligned,
+                    unaligned && !barrier.must_align(),
                 )?;
                 if unaligned {
                     // Submitted with its channel state (rule 13).
@@ -333,11 +335,15 @@ impl<T: GateData> GateTask<T> {
                             .into(),
                     ));
                 };
-                job.stats.persisted_bytes = crate::channel_state::size_bytes(&state);
-                job.parts.push(PendingSnapshot {
-                    operator: crate::channel_state::CHANNEL_STATE_OPERATOR.to_string(),
-                    snapshot: crate::channel_state::snapshot(id, state),
-                });
+                // An empty state is not written: a restore ignores any
+                // other checkpoint's state in the chain (its id differs).
+                if state.iter().any(|ch| !ch.is_empty()) {
+                    job.stats.persisted_bytes = crate::channel_state::size_bytes(&state);
+                    job.parts.push(PendingSnapshot {
+                        operator: crate::channel_state::CHANNEL_STATE_OPERATOR.to_string(),
+                        snapshot: crate::channel_state::snapshot(id, state),
+                    });
+                }
                 rt.submit_snapshot(job);
                 Ok(())
             }
@@ -435,7 +441,7 @@ impl<T: GateData> GateTask<T> {
             }
             return Ok(());
         }
-        let Some(state) = found.pop() else {
+        let Some(state) = found.pop().filter(|_| holds_records) else {
             return Ok(());
         };
         if !self.gate.is_unaligned() {

@@ -315,15 +315,22 @@ impl<T: RecordSize> InputGate<T> {
         Ok(None)
     }
 
-    /// Blocks until a readable channel, the control channel or the cancel
-    /// channel is ready (without taking anything), or until `deadline_ns`;
-    /// returns false when the deadline passed.
+    /// Blocks until a readable channel (or, in unaligned mode, a priority
+    /// lane), the control channel or the cancel channel is ready (without
+    /// taking anything), or until `deadline_ns`; returns false when the
+    /// deadline passed.
     fn park(&mut self, deadline_ns: Option<u64>) -> Result<bool, TaskError> {
         let start = crate::clock::now_ns();
         let mut sel = Select::new();
         for ch in 0..self.receivers.len() {
-            if self.readable(ch) {
+            // Unaligned mode: a channel blocked by an aligned barrier is not
+            // read (rule 18), its priority lane is.
+            let blocked = self.unaligned.is_some() && self.handler.is_blocked(ch);
+            if self.readable(ch) && !blocked {
                 sel.recv(&self.receivers[ch]);
+            }
+            if let Some(u) = self.unaligned.as_ref().filter(|_| !self.ended.contains(ch)) {
+                sel.recv(&u.lanes[ch].priority);
             }
         }
         sel.recv(&self.control);
@@ -491,7 +498,7 @@ impl<T: RecordSize + Clone> InputGate<T> {
                     std::hint::spin_loop();
                     continue;
                 }
-                if !self.park_unaligned(deadline_ns)? {
+                if !self.park(deadline_ns)? {
                     return Ok(GateEvent::Deadline);
                 }
                 continue;
@@ -656,40 +663,6 @@ impl<T: RecordSize + Clone> InputGate<T> {
                     }
                 }
             }
-        }
-    }
-
-    /// Blocks until a data lane, a priority lane, the control channel or
-    /// the cancel channel is ready, or until `deadline_ns`; false when the
-    /// deadline passed.
-    fn park_unaligned(&mut self, deadline_ns: Option<u64>) -> Result<bool, TaskError> {
-        let start = crate::clock::now_ns();
-        let u = self.unaligned.as_ref().expect("unaligned mode");
-        let mut sel = Select::new();
-        for ch in 0..self.receivers.len() {
-            if !self.ended.contains(ch) {
-                if !self.handler.is_blocked(ch) {
-                    sel.recv(&self.receivers[ch]);
-                }
-                sel.recv(&u.lanes[ch].priority);
-            }
-        }
-        sel.recv(&self.control);
-        let cancel_i = sel.recv(&self.cancel);
-        let ready = match deadline_ns {
-            Some(d) => sel.ready_deadline(crate::clock::instant_of(d)).ok(),
-            None => Some(sel.ready()),
-        };
-        self.metrics.add_idle_ns(crate::clock::now_ns() - start);
-        match ready {
-            None => Ok(false),
-            Some(i)
-                if i == cancel_i
-                    && matches!(self.cancel.try_recv(), Err(TryRecvError::Disconnected)) =>
-            {
-                Err(TaskError::Cancelled)
-            }
-            Some(_) => Ok(true),
         }
     }
 }

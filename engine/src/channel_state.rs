@@ -11,7 +11,7 @@
 //! checkpoints it builds on, which must not be replayed again, so only the
 //! state whose id is the restored checkpoint's is used.
 
-use crate::element::{CheckpointId, RecordSize, StreamElement, Watermark};
+use crate::element::{CheckpointId, StreamElement, Watermark};
 use crate::operator::StateSnapshot;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -36,16 +36,6 @@ enum Item<T> {
 struct Persisted<T> {
     checkpoint: u64,
     channels: Vec<Vec<Item<T>>>,
-}
-
-/// The bytes the state's records count for ([`RecordSize`]): what
-/// `persisted_bytes` reports before encoding.
-pub(crate) fn size_bytes<T: RecordSize>(state: &ChannelState<T>) -> u64 {
-    state
-        .iter()
-        .flatten()
-        .map(|el| el.size_bytes() as u64)
-        .sum()
 }
 
 /// The snapshot of `state` for checkpoint `id`: encoded on the snapshot
@@ -160,7 +150,6 @@ mod tests {
             vec![],
             vec![StreamElement::Idle(true), StreamElement::Records(vec![3])],
         ];
-        assert_eq!(size_bytes(&state), 24);
         let bytes = snapshot(CheckpointId(4), state.clone())
             .run(&SnapshotRequest::full(CheckpointId(4)))
             .unwrap()

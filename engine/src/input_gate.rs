@@ -504,19 +504,12 @@ impl<T: RecordSize + Clone> InputGate<T> {
                 continue;
             };
             self.dry = false;
-            let now = crate::clock::now_ns();
-            match self.admit(ch, el, now, signals) {
-                Some(el) => {
-                    self.hand_out(ch, credited);
-                    return Ok(GateEvent::Element(ch, el));
-                }
-                None => {
-                    if credited {
-                        self.hand_out(ch, true);
-                    }
-                    return Ok(GateEvent::Signals);
-                }
-            }
+            let passed = self.admit(ch, el, signals);
+            self.hand_out(ch, credited);
+            return Ok(match passed {
+                Some(el) => GateEvent::Element(ch, el),
+                None => GateEvent::Signals,
+            });
         }
     }
 
@@ -568,11 +561,9 @@ impl<T: RecordSize + Clone> InputGate<T> {
                 let Some((el, credited)) = self.read_channel(ch)? else {
                     break;
                 };
-                let now = crate::clock::now_ns();
-                match self.admit(ch, el, now, signals) {
+                match self.admit(ch, el, signals) {
                     Some(el) => self.u().ready.push_back((ch, el, credited)),
-                    None if credited => self.hand_out(ch, true),
-                    None => {}
+                    None => self.hand_out(ch, credited),
                 }
                 if !signals.is_empty() {
                     return Ok(true);
@@ -615,14 +606,19 @@ impl<T: RecordSize + Clone> InputGate<T> {
     }
 
     /// Feeds one element read from channel `ch` to the handler, copying it
-    /// into the recording first when it is channel state (rule 12).
+    /// into the recording first when it is channel state (rule 12). The
+    /// clock is read for events only, as in the aligned path.
     fn admit(
         &mut self,
         ch: usize,
         el: StreamElement<T>,
-        now: u64,
         signals: &mut Vec<BarrierSignal>,
     ) -> Option<StreamElement<T>> {
+        let now = if el.is_event() {
+            crate::clock::now_ns()
+        } else {
+            0
+        };
         if takes_credit(&el) && self.state_open(ch) {
             if let Some((_, state)) = self.u().recording.as_mut() {
                 state[ch].push(el.clone());

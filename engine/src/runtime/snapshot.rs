@@ -290,9 +290,7 @@ fn finish(setup: &WorkerSetup, chain: &mut Chain, job: SnapshotJob) -> TaskEvent
     let base = base.filter(|_| delta);
     let mut stats = job.stats;
     stats.state_bytes = full_size;
-    if persisted > 0 {
-        stats.persisted_bytes = persisted;
-    }
+    stats.persisted_bytes = persisted;
     stats.incremental = delta;
     let mut part = None;
     if let Some(storage) = &setup.storage {

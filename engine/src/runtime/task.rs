@@ -337,8 +337,9 @@ impl<T: GateData> GateTask<T> {
                 };
                 // An empty state is not written: a restore ignores any
                 // other checkpoint's state in the chain (its id differs).
+                // Its size (`persisted_bytes`) is taken on the snapshot
+                // thread, from the encoding.
                 if state.iter().any(|ch| !ch.is_empty()) {
-                    job.stats.persisted_bytes = crate::channel_state::size_bytes(&state);
                     job.parts.push(PendingSnapshot {
                         operator: crate::channel_state::CHANNEL_STATE_OPERATOR.to_string(),
                         snapshot: crate::channel_state::snapshot(id, state),

@@ -1473,13 +1473,26 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
         let interval = (now.saturating_sub(start) / INTERVAL_NS) as usize;
         let paced = self.shared.cfg.workload.is_paced();
         let first_write = std::mem::take(&mut self.first_write);
+        let work_ns = self.shared.cfg.workload.sink_work_ns();
+        if work_ns > 0 {
+            // W4: the sink is slower than the sources (workloads.md), by
+            // `work_ns` a record, spent before the slot's lock is taken:
+            // the snapshot thread takes that lock too (`merge_settled`),
+            // and std's mutex is not fair, so a lock held through the
+            // batch's work and taken again at once starved it for seconds
+            // (measured: the sink's asynchronous part 0.1-2.2 s under W4).
+            let began = now_ns();
+            let batch_ns = work_ns.saturating_mul(input.len() as u64);
+            while now_ns().saturating_sub(began) < batch_ns {
+                std::hint::spin_loop();
+            }
+        }
         let mut s = open_slot(&self.shared, self.slot, &mut self.roll_back)?;
         if first_write && s.attempts > 1 {
             s.attempt_starts.push(now);
         }
         let s = &mut *s;
         let mut recorded = false;
-        let work_ns = self.shared.cfg.workload.sink_work_ns();
         // W4's warm-up is a time: records sent before it are not recorded
         // (none after a restore in a new process: its warm-up was spent; an
         // in-process restart keeps the run's).
@@ -1537,12 +1550,7 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
             }
         } else {
             for r in input.drain(..) {
-                let began = now_ns();
                 observe(check, &r);
-                // W4: the sink is slower than the sources (workloads.md).
-                while now_ns().saturating_sub(began) < work_ns {
-                    std::hint::spin_loop();
-                }
                 if r.ts_ns >= record_from {
                     target.latency.record_latency(now.saturating_sub(r.ts_ns));
                     recorded = true;

@@ -86,6 +86,11 @@ pub(crate) struct Args {
     /// Time between checkpoints, ms (default 100; only with checkpoints).
     #[arg(long, value_name = "MS")]
     pub checkpoint_interval_ms: Option<u64>,
+    /// Exactly-once only: a checkpoint still aligning this long after its
+    /// trigger switches to unaligned (Flink's aligned-checkpoint timeout;
+    /// 0 is the same as --checkpoint unaligned), ms [default: never].
+    #[arg(long, value_name = "MS")]
+    pub aligned_checkpoint_timeout_ms: Option<u64>,
     /// Where checkpoints are written (default: kept in memory).
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
@@ -179,6 +184,12 @@ pub(crate) fn run(args: Args) -> ExitCode {
             "--checkpoint-interval-ms needs checkpoints (--checkpoint exactly-once, unaligned or at-least-once)",
         );
     }
+    if args.aligned_checkpoint_timeout_ms.is_some() && args.checkpoint != CheckpointArg::ExactlyOnce
+    {
+        return usage_error(
+            "--aligned-checkpoint-timeout-ms applies to --checkpoint exactly-once only (--checkpoint unaligned is the same as a timeout of 0)",
+        );
+    }
     let interval_ms = args.checkpoint_interval_ms.unwrap_or(100);
     if interval_ms == 0 {
         return usage_error("--checkpoint-interval-ms must be positive");
@@ -226,6 +237,9 @@ pub(crate) fn run(args: Args) -> ExitCode {
     if config.checkpoint.mode != CheckpointMode::None {
         config.checkpoint.interval = Some(Duration::from_millis(interval_ms));
     }
+    config.checkpoint.aligned_checkpoint_timeout = args
+        .aligned_checkpoint_timeout_ms
+        .map(Duration::from_millis);
     config.checkpoint.dir = checkpoint_dir;
     config.checkpoint.restore = args.restore.is_some();
     if let Some(flag) = args.incremental.given() {

@@ -134,25 +134,30 @@ fn a_wrong_header_exits_2_naming_the_column() {
 
 #[test]
 fn the_bundled_data_with_injected_failures_gives_the_golden_files() {
-    for mode in ["exactly-once", "unaligned"] {
+    // Aligned, unaligned, and aligned with a 1 ms aligned-checkpoint
+    // timeout (rule 19: alignments longer than that switch to unaligned).
+    for mode in [
+        &["exactly-once"][..],
+        &["unaligned"],
+        &["exactly-once", "--aligned-checkpoint-timeout-ms", "1"],
+    ] {
         golden_with_failures(mode);
     }
 }
 
-fn golden_with_failures(mode: &str) {
+fn golden_with_failures(mode_args: &[&str]) {
     let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/flights");
     let out = tempfile::tempdir().unwrap();
-    let o = lockgate(&[
+    let mode = mode_args.join(" ");
+    let mut args = vec![
         "flights",
         "--out",
         out.path().to_str().unwrap(),
         "--checkpoint",
-        mode,
-        "--inject-failures",
-        "3",
-        "--seed",
-        "2",
-    ]);
+    ];
+    args.extend(mode_args);
+    args.extend(["--inject-failures", "3", "--seed", "2"]);
+    let o = lockgate(&args);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let stdout = text(&o.stdout);
     assert!(stdout.contains("flights: 336776 records read"), "{stdout}");
@@ -275,6 +280,28 @@ fn a_checkpoint_interval_without_checkpoints_exits_2() {
         err.contains("--checkpoint-interval-ms needs checkpoints"),
         "{err}"
     );
+}
+
+#[test]
+fn an_aligned_checkpoint_timeout_in_another_mode_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let (f, w) = files(dir.path(), FLIGHTS, WEATHER);
+    for mode in ["unaligned", "at-least-once", "none"] {
+        let o = run_on(
+            &f,
+            &w,
+            &dir.path().join("out"),
+            &["--checkpoint", mode, "--aligned-checkpoint-timeout-ms", "5"],
+        );
+        assert_eq!(o.status.code(), Some(2), "{mode}: {}", text(&o.stdout));
+        let err = text(&o.stderr);
+        assert!(
+            err.contains(
+                "--aligned-checkpoint-timeout-ms applies to --checkpoint exactly-once only"
+            ),
+            "{mode}: {err}"
+        );
+    }
 }
 
 #[test]

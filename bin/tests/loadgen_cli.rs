@@ -688,20 +688,35 @@ fn restore_after_a_killed_run_finishes_exactly() {
 #[test]
 fn an_unaligned_w4_run_killed_then_restored_is_exact() {
     let _g = heavy();
+    // Unaligned, and aligned with a timeout that W4's backpressure passes
+    // (rule 19: the checkpoints switch to unaligned).
+    for mode in [
+        &["--checkpoint", "unaligned"][..],
+        &[
+            "--checkpoint",
+            "exactly-once",
+            "--aligned-checkpoint-timeout-ms",
+            "5",
+        ],
+    ] {
+        unaligned_w4_killed_then_restored(mode);
+    }
+}
+
+fn unaligned_w4_killed_then_restored(mode: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let chk = dir.path().join("chk");
-    let run_args = [
+    let mut run_args = vec![
         "--workload",
         "w4",
         "--duration",
         "2",
         "--warmup",
         "0",
-        "--checkpoint",
-        "unaligned",
         "--checkpoint-interval-ms",
         "50",
     ];
+    run_args.extend(mode);
     kill_after_checkpoints(&run_args, &chk, 3);
     let json = dir.path().join("r.json");
     let o = loadgen(&[
@@ -714,7 +729,13 @@ fn an_unaligned_w4_run_killed_then_restored_is_exact() {
     assert_eq!(last_line(&out), "result: ok", "{out}\n{err}");
     assert!(out.contains(" 0 lost, 0 duplicated"), "{out}");
     let j = read_json(&json);
-    assert_eq!(j["mode"], "unaligned");
+    if mode[1] == "unaligned" {
+        assert_eq!(j["mode"], "unaligned");
+    } else {
+        // An aligned run with a timeout stays exactly-once (issue 11 §2).
+        assert_eq!(j["mode"], "exactly-once");
+        assert_eq!(j["config"]["aligned_checkpoint_timeout_ms"], 5, "{j}");
+    }
     assert!(j["restored_checkpoint"].as_u64().is_some(), "{j}");
     let list = j["checkpoints"]["list"].as_array().unwrap();
     assert!(
@@ -1068,6 +1089,41 @@ fn bad_inputs_are_refused_with_exit_code_2() {
         (
             vec!["--checkpoint", "unaligned", "--max-alignment-bytes", "10"],
             "unaligned checkpoints do not align",
+        ),
+        (
+            vec![
+                "--checkpoint",
+                "unaligned",
+                "--aligned-checkpoint-timeout-ms",
+                "5",
+            ],
+            "exactly-once only",
+        ),
+        (
+            vec![
+                "--checkpoint",
+                "none",
+                "--aligned-checkpoint-timeout-ms",
+                "5",
+            ],
+            "--aligned-checkpoint-timeout-ms",
+        ),
+        (
+            vec![
+                "--aligned-checkpoint-timeout-ms",
+                "5",
+                "--max-alignment-bytes",
+                "10",
+            ],
+            "does not apply",
+        ),
+        (
+            vec!["--aligned-checkpoint-timeout-ms", "-1"],
+            "--aligned-checkpoint-timeout-ms",
+        ),
+        (
+            vec!["--aligned-checkpoint-timeout-ms", "18446744073709551615"],
+            "aligned_checkpoint_timeout",
         ),
         (
             vec!["--checkpoint-interval-ms", "0"],

@@ -147,6 +147,19 @@ pub struct CheckpointConfig {
     /// (positive, finite). Default 2.0.
     #[serde(default = "default_max_chain_ratio")]
     pub max_chain_ratio: f64,
+    /// Exactly-once only: an aligned checkpoint whose alignment has not
+    /// finished this long after its trigger switches to unaligned (Flink
+    /// 1.12's `execution.checkpointing.aligned-checkpoint-timeout`,
+    /// measured from the trigger as since Flink 1.14): each task still
+    /// waiting for a barrier snapshots at once and persists the records in
+    /// flight before the missing barriers as channel state (rule 19 in
+    /// `barrier/unaligned.rs`). `None` (the default): always aligned. A
+    /// timeout of 0 is the same as [`CheckpointMode::Unaligned`]; at most
+    /// [`MAX_TIME`]. Channels then carry priority lanes and credits, as in
+    /// unaligned mode, and [`HandlerConfig::max_alignment_bytes`] does not
+    /// apply (the alignment blocks channels and holds nothing).
+    #[serde(default)]
+    pub aligned_checkpoint_timeout: Option<Duration>,
 }
 
 fn default_true() -> bool {
@@ -219,6 +232,45 @@ impl CheckpointConfig {
         }
     }
 
+    /// This configuration with an aligned-checkpoint timeout (see
+    /// [`CheckpointConfig::aligned_checkpoint_timeout`]; exactly-once
+    /// only, [`JobConfig::validate`] refuses it in another mode).
+    ///
+    /// # Examples
+    /// ```
+    /// use lockgate::CheckpointConfig;
+    /// use std::time::Duration;
+    /// let c = CheckpointConfig::exactly_once(Duration::from_millis(100), None)
+    ///     .with_aligned_timeout(Duration::from_millis(5));
+    /// assert!(c.uses_priority_lanes());
+    /// ```
+    pub fn with_aligned_timeout(mut self, timeout: Duration) -> Self {
+        self.aligned_checkpoint_timeout = Some(timeout);
+        self
+    }
+
+    /// True when checkpoints may be unaligned: [`CheckpointMode::Unaligned`],
+    /// or exactly-once with an aligned-checkpoint timeout. Then every
+    /// channel has a priority lane and credits, and a restore may replay
+    /// channel state.
+    pub fn uses_priority_lanes(&self) -> bool {
+        self.mode == CheckpointMode::Unaligned
+            || self.mode == CheckpointMode::ExactlyOnce && self.aligned_checkpoint_timeout.is_some()
+    }
+
+    /// The aligned-checkpoint timeout in ns as the barrier handler takes
+    /// it: `Some(0)` in unaligned mode, the timeout with exactly-once,
+    /// `None` otherwise.
+    pub(crate) fn unaligned_after_ns(&self) -> Option<u64> {
+        match self.mode {
+            CheckpointMode::Unaligned => Some(0),
+            CheckpointMode::ExactlyOnce => self
+                .aligned_checkpoint_timeout
+                .map(|t| t.as_nanos().min(u64::MAX as u128) as u64),
+            _ => None,
+        }
+    }
+
     /// This configuration, restoring from the latest complete checkpoint
     /// of its folder.
     pub fn restoring(mut self) -> Self {
@@ -243,6 +295,7 @@ impl Default for CheckpointConfig {
             incremental: true,
             full_every: default_full_every(),
             max_chain_ratio: default_max_chain_ratio(),
+            aligned_checkpoint_timeout: None,
         }
     }
 }
@@ -345,6 +398,10 @@ impl JobConfig {
             ("checkpoint.timeout", Some(self.checkpoint.timeout)),
             ("checkpoint.min_pause", Some(self.checkpoint.min_pause)),
             ("restart.delay", Some(self.restart.delay)),
+            (
+                "checkpoint.aligned_checkpoint_timeout",
+                self.checkpoint.aligned_checkpoint_timeout,
+            ),
         ];
         for (name, t) in times {
             if t.is_some_and(|t| t > MAX_TIME) {
@@ -376,6 +433,23 @@ impl JobConfig {
             return Err(
                 "checkpoint.interval is set but checkpoint.mode is none: no checkpoint would \
                  ever be taken; set a mode (exactly-once, unaligned, at-least-once) or no interval"
+                    .into(),
+            );
+        }
+        if self.checkpoint.aligned_checkpoint_timeout.is_some()
+            && self.checkpoint.mode != CheckpointMode::ExactlyOnce
+        {
+            return Err(format!(
+                "checkpoint.aligned_checkpoint_timeout applies to exactly-once checkpoints \
+                 only, but checkpoint.mode is {} (unaligned is the same as a timeout of 0)",
+                self.checkpoint.mode.as_str()
+            ));
+        }
+        if self.checkpoint.uses_priority_lanes() && self.handler.max_alignment_bytes.is_some() {
+            return Err(
+                "handler.max_alignment_bytes does not apply to unaligned checkpoints or to an \
+                 aligned-checkpoint timeout (their alignment blocks channels and holds nothing); \
+                 unset one of them"
                     .into(),
             );
         }

@@ -421,7 +421,7 @@ impl JobBuilder {
         };
         let name = name.to_string();
         let chain: ChainFn<T> = Arc::new(move |ctx, mut tail| {
-            if ctx.config.checkpoint.mode == crate::barrier::CheckpointMode::Unaligned {
+            if ctx.config.checkpoint.uses_priority_lanes() {
                 // A trigger ends a blocked push (`channel::Interrupt`).
                 tail.set_interrupt(&crate::channel::Interrupt {
                     control: Some(ctx.control.clone()),
@@ -436,6 +436,7 @@ impl JobBuilder {
                 control: ctx.control.clone(),
                 cancel: ctx.cancel.clone(),
                 metrics: ctx.metrics.clone(),
+                priority_at_trigger: ctx.config.checkpoint.unaligned_after_ns() == Some(0),
             })
         });
         Stream {
@@ -953,6 +954,7 @@ impl<T: Data> Exchange<T> {
                 ctx.config.checkpoint.mode,
                 receivers.len(),
                 ctx.config.handler,
+                ctx.config.checkpoint.unaligned_after_ns(),
             );
             let gate = InputGate::new(
                 receivers,
@@ -964,7 +966,7 @@ impl<T: Data> Exchange<T> {
                 ctx.metrics.clone(),
             );
             let mut tail = tail;
-            let gate = if ctx.config.checkpoint.mode == crate::barrier::CheckpointMode::Unaligned {
+            let gate = if ctx.config.checkpoint.uses_priority_lanes() {
                 let gate = gate.with_lanes(lanes);
                 tail.set_interrupt(&crate::channel::Interrupt {
                     control: None,

@@ -1148,6 +1148,36 @@ fn times_that_do_not_fit_in_u64_ns_are_refused() {
 }
 
 #[test]
+fn an_aligned_checkpoint_timeout_is_refused_outside_exactly_once() {
+    let mut config = JobConfig::default();
+    config.checkpoint = CheckpointConfig::exactly_once(Duration::from_millis(10), None)
+        .with_aligned_timeout(Duration::from_millis(5));
+    assert_eq!(config.validate(), Ok(()));
+    assert!(config.checkpoint.uses_priority_lanes());
+    for mode in [CheckpointMode::AtLeastOnce, CheckpointMode::Unaligned] {
+        config.checkpoint.mode = mode;
+        let err = config.validate().unwrap_err();
+        assert!(
+            err.contains("aligned_checkpoint_timeout applies to exactly-once"),
+            "{mode:?}: {err}"
+        );
+    }
+    // The alignment limit does not apply to a blocking alignment.
+    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+    config.handler.max_alignment_bytes = Some(1 << 20);
+    assert!(config
+        .validate()
+        .unwrap_err()
+        .contains("max_alignment_bytes"));
+    config.handler.max_alignment_bytes = None;
+    config.checkpoint.aligned_checkpoint_timeout = Some(Duration::MAX);
+    assert!(config
+        .validate()
+        .unwrap_err()
+        .contains("checkpoint.aligned_checkpoint_timeout must be at most"));
+}
+
+#[test]
 fn stop_cuts_the_restart_delay_short() {
     let mut config = JobConfig::default();
     config.restart = RestartStrategy {

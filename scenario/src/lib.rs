@@ -29,6 +29,10 @@
 //!   `channel_state_done`, and `expect_channel_state` (per checkpoint, per
 //!   channel, the buffer ids that are its channel state), which
 //!   [`Run::to_json`] writes as `"channel_state"`.
+//! - `"mode": "exactly_once"` with `"aligned_checkpoint_timeout": T` (and
+//!   optionally `"trigger_times"`) runs the [`Unaligned`] handler with that
+//!   timeout (rule 19; time counts input items), modelling pure blocking:
+//!   an item of a blocked channel waits until the channel is unblocked.
 //!
 //! This crate parses a file
 //! ([`Scenario::from_file`], [`Scenario::from_json`]), drives it through the
@@ -450,6 +454,10 @@ struct RawScenario {
     #[serde(default)]
     expect_channel_state: Option<ChannelStates>,
     #[serde(default)]
+    aligned_checkpoint_timeout: Option<u64>,
+    #[serde(default)]
+    trigger_times: Option<BTreeMap<u64, u64>>,
+    #[serde(default)]
     notes: String,
 }
 
@@ -504,6 +512,15 @@ pub struct Scenario {
     /// Unaligned mode: the channel state of every checkpoint that reached
     /// `channel_state_done` (empty when the file has none).
     pub expect_channel_state: ChannelStates,
+    /// Exactly-once only (lockgate's extension, rule 19): the
+    /// aligned-checkpoint timeout, in input items (item i arrives at time
+    /// i); `None`: no timeout. With it the file runs through the
+    /// [`Unaligned`] handler with that timeout.
+    pub aligned_checkpoint_timeout: Option<u64>,
+    /// With a timeout: when each checkpoint was triggered (the time its
+    /// barriers carry), in input items; a checkpoint not listed was
+    /// triggered at 0.
+    pub trigger_times: BTreeMap<u64, u64>,
     /// Free text.
     pub notes: String,
 }
@@ -610,6 +627,18 @@ impl Scenario {
                 raw.channels
             )));
         }
+        if raw.aligned_checkpoint_timeout.is_some() && raw.mode != ScenarioMode::ExactlyOnce {
+            return Err(invalid(
+                "`aligned_checkpoint_timeout` needs `\"mode\": \"exactly_once\"`".to_string(),
+            ));
+        }
+        if raw.trigger_times.is_some() && raw.aligned_checkpoint_timeout.is_none() {
+            return Err(invalid(
+                "`trigger_times` needs `aligned_checkpoint_timeout`".to_string(),
+            ));
+        }
+        let unaligned_handler =
+            raw.mode == ScenarioMode::Unaligned || raw.aligned_checkpoint_timeout.is_some();
         let mut input = Vec::with_capacity(raw.input.len());
         let mut ids = HashSet::new();
         let mut ended = vec![false; raw.channels];
@@ -636,9 +665,10 @@ impl Scenario {
                     )))
                 }
             };
-            if item.priority.is_some() && raw.mode != ScenarioMode::Unaligned {
+            if item.priority.is_some() && !unaligned_handler {
                 return Err(invalid(format!(
-                    "input[{i}]: a `priority` barrier needs `\"mode\": \"unaligned\"`"
+                    "input[{i}]: a `priority` barrier needs `\"mode\": \"unaligned\"` or an \
+                     `aligned_checkpoint_timeout`"
                 )));
             }
             let kinds = [
@@ -719,9 +749,11 @@ impl Scenario {
                 _ => {}
             }
         }
-        if raw.expect_channel_state.is_some() && raw.mode != ScenarioMode::Unaligned {
+        if raw.expect_channel_state.is_some() && !unaligned_handler {
             return Err(invalid(
-                "`expect_channel_state` needs `\"mode\": \"unaligned\"`".to_string(),
+                "`expect_channel_state` needs `\"mode\": \"unaligned\"` or an \
+                 `aligned_checkpoint_timeout`"
+                    .to_string(),
             ));
         }
         let expect_channel_state = raw.expect_channel_state.unwrap_or_default();
@@ -747,8 +779,16 @@ impl Scenario {
             expect_output: raw.expect_output,
             expect_notifications: raw.expect_notifications,
             expect_channel_state,
+            aligned_checkpoint_timeout: raw.aligned_checkpoint_timeout,
+            trigger_times: raw.trigger_times.unwrap_or_default(),
             notes: raw.notes,
         })
+    }
+
+    /// True when the file runs through the [`Unaligned`] handler: unaligned
+    /// mode, or exactly-once with an aligned-checkpoint timeout.
+    pub fn runs_unaligned_handler(&self) -> bool {
+        self.mode == ScenarioMode::Unaligned || self.aligned_checkpoint_timeout.is_some()
     }
 
     /// The handler configuration the scenario runs with: its alignment limit
@@ -771,6 +811,9 @@ impl Scenario {
     /// `now_ns` = its index).
     pub fn run(&self) -> Run {
         match self.mode {
+            ScenarioMode::ExactlyOnce if self.aligned_checkpoint_timeout.is_some() => {
+                drive_unaligned(self)
+            }
             ScenarioMode::ExactlyOnce => {
                 drive(Aligner::new(self.channels, self.handler_config()), self)
             }
@@ -814,7 +857,7 @@ impl Scenario {
     /// Unaligned mode: the run's channel state must equal
     /// `expect_channel_state` (in the other modes there is none).
     fn channel_state_difference(&self, run: &Run) -> Option<String> {
-        if self.mode != ScenarioMode::Unaligned {
+        if !self.runs_unaligned_handler() {
             return None;
         }
         let empty = ChannelStates::new();
@@ -951,7 +994,7 @@ impl Scenario {
         ) {
             return Some(d);
         }
-        if self.mode == ScenarioMode::Unaligned {
+        if self.runs_unaligned_handler() {
             return self.unaligned_difference(run);
         }
         // 3. A trigger of N comes after exactly (exactly-once) or at least
@@ -1225,77 +1268,173 @@ fn drive<H: BarrierHandler<ScenarioBuffer>>(mut handler: H, scenario: &Scenario)
     rec.run
 }
 
-/// Runs an unaligned scenario: each item is fed as the input gate feeds the
+/// Runs an unaligned scenario, or an exactly-once one with an
+/// aligned-checkpoint timeout: each item is fed as the input gate feeds the
 /// [`Unaligned`] handler (a priority item to [`Unaligned::on_priority`],
 /// the rest to `on_element`), and a buffer read while its channel's state
 /// is open ([`Unaligned::channel_state_open`]) is recorded as channel state
-/// of the pending checkpoint. The state of a checkpoint starts at its
-/// trigger with an empty list for every channel not ended then, and is
-/// kept when it reaches `channel_state_done` (dropped when it is aborted).
+/// of the pending checkpoint. The state of a checkpoint taken unaligned
+/// starts at its trigger with an empty list for every channel neither ended
+/// nor blocked before the item that triggered it (none for one taken
+/// aligned), and is kept when it
+/// reaches `channel_state_done` (dropped when it is aborted).
+///
+/// Blocking (rules 18, 19) is pure: an item that arrives on a blocked
+/// channel waits in that channel, with any after it, and is read when the
+/// channel is unblocked, before the next input item (the lowest channel
+/// first), at the time of the item that unblocked it. After the last item
+/// the handler's input ends and what still waits is read in channel order.
+/// Barriers carry the time of their checkpoint in `trigger_times`.
 fn drive_unaligned(scenario: &Scenario) -> Run {
-    let mut handler = Unaligned::new(scenario.channels);
-    let mut rec = Recorder::default();
-    let mut signals = Vec::new();
-    let mut ended = vec![false; scenario.channels];
-    let mut recording: Option<(u64, BTreeMap<usize, Vec<u64>>)> = None;
-    let mut done = ChannelStates::new();
+    let mut handler = match scenario.aligned_checkpoint_timeout {
+        Some(t) => Unaligned::with_aligned_timeout(scenario.channels, t),
+        None => Unaligned::new(scenario.channels),
+    };
+    let mut d = UnalignedDriver {
+        rec: Recorder::default(),
+        signals: Vec::new(),
+        ended: vec![false; scenario.channels],
+        recording: None,
+        done: ChannelStates::new(),
+    };
+    let mut waiting: Vec<std::collections::VecDeque<InputItem>> =
+        vec![Default::default(); scenario.channels];
     for (i, item) in scenario.input.iter().enumerate() {
         let now_ns = i as u64;
-        let seen = rec.run.notifications.len();
+        let data_ch = match *item {
+            InputItem::Priority { .. } => None,
+            ref other => Scenario::element(other).map(|(ch, _)| ch),
+        };
+        match data_ch {
+            Some(ch)
+                if BarrierHandler::<ScenarioBuffer>::is_blocked(&handler, ch)
+                    || !waiting[ch].is_empty() =>
+            {
+                waiting[ch].push_back(*item);
+            }
+            _ => d.step(&mut handler, scenario, item, now_ns),
+        }
+        // What waits in channels unblocked now is read next.
+        while let Some(ch) = (0..scenario.channels).find(|&c| {
+            !waiting[c].is_empty() && !BarrierHandler::<ScenarioBuffer>::is_blocked(&handler, c)
+        }) {
+            let next = waiting[ch].pop_front().expect("not empty");
+            d.step(&mut handler, scenario, &next, now_ns);
+        }
+    }
+    BarrierHandler::<ScenarioBuffer>::end_of_input(&mut handler);
+    let now_ns = scenario.input.len() as u64;
+    for queue in &mut waiting {
+        while let Some(next) = queue.pop_front() {
+            d.step(&mut handler, scenario, &next, now_ns);
+        }
+    }
+    d.rec.run.channel_state = Some(d.done);
+    d.rec.run
+}
+
+/// The state of [`drive_unaligned`].
+struct UnalignedDriver {
+    rec: Recorder,
+    signals: Vec<BarrierSignal>,
+    ended: Vec<bool>,
+    recording: Option<(u64, BTreeMap<usize, Vec<u64>>)>,
+    done: ChannelStates,
+}
+
+impl UnalignedDriver {
+    /// Feeds one item read now.
+    fn step(
+        &mut self,
+        handler: &mut Unaligned,
+        scenario: &Scenario,
+        item: &InputItem,
+        now_ns: u64,
+    ) {
+        let seen = self.rec.run.notifications.len();
+        let channels = scenario.channels;
+        let blocked_before: Vec<bool> = (0..channels)
+            .map(|c| BarrierHandler::<ScenarioBuffer>::is_blocked(handler, c))
+            .collect();
+        let trigger_time = |id: u64| scenario.trigger_times.get(&id).copied().unwrap_or(0);
         match (*item, Scenario::element(item)) {
             (InputItem::Priority { ch, id }, _) => {
                 handler.on_priority(
                     ch,
-                    CheckpointBarrier::new(CheckpointId(id), 0),
+                    CheckpointBarrier::new(CheckpointId(id), trigger_time(id)),
                     now_ns,
-                    &mut signals,
+                    &mut self.signals,
                 );
-                // Nothing passes: only the signals are recorded.
-                let none: Option<StreamElement<ScenarioBuffer>> = None;
-                record_signals(&mut signals, none, ch, &mut rec);
             }
             (_, Some((ch, element))) => {
-                if let (InputItem::Buffer { id, .. }, Some((_, state))) = (item, &mut recording) {
+                if let (InputItem::Buffer { id, .. }, Some((_, state))) =
+                    (item, &mut self.recording)
+                {
                     if handler.channel_state_open(ch) {
                         state.entry(ch).or_default().push(*id);
                     }
                 }
                 if matches!(item, InputItem::EndOfPartition { .. }) {
-                    ended[ch] = true;
+                    self.ended[ch] = true;
                 }
-                feed(&mut handler, ch, element, now_ns, &mut signals, &mut rec);
+                let element = match element {
+                    StreamElement::Barrier(b) => StreamElement::Barrier(CheckpointBarrier::new(
+                        b.id,
+                        trigger_time(b.id.get()),
+                    )),
+                    other => other,
+                };
+                let passed = handler.on_element(ch, element, now_ns, &mut self.signals);
+                self.note_triggers(channels, &blocked_before);
+                record_signals(&mut self.signals, passed, ch, &mut self.rec);
+                return self.bookkeep(seen);
             }
             (_, None) => unreachable!("only priority items are not elements"),
         }
-        for n in &rec.run.notifications[seen..] {
+        self.note_triggers(channels, &blocked_before);
+        // Nothing passes a priority item: only the signals are recorded.
+        let none: Option<StreamElement<ScenarioBuffer>> = None;
+        record_signals(&mut self.signals, none, item.channel(), &mut self.rec);
+        self.bookkeep(seen)
+    }
+
+    /// Starts a recording for a trigger among the new signals: one list per
+    /// channel that neither ended nor was blocked, when taken unaligned.
+    fn note_triggers(&mut self, channels: usize, blocked_before: &[bool]) {
+        for s in &self.signals {
+            if let BarrierSignal::Trigger { barrier, alignment } = s {
+                let open = (0..channels)
+                    .filter(|&c| alignment.unaligned && !self.ended[c] && !blocked_before[c])
+                    .map(|c| (c, Vec::new()))
+                    .collect();
+                self.recording = Some((barrier.id.get(), open));
+            }
+        }
+    }
+
+    /// Keeps or drops the recording per the new notifications.
+    fn bookkeep(&mut self, seen: usize) {
+        for n in &self.rec.run.notifications[seen..] {
             match n.kind {
-                NotificationKind::Triggered => {
-                    let open = (0..scenario.channels)
-                        .filter(|&c| !ended[c])
-                        .map(|c| (c, Vec::new()))
-                        .collect();
-                    recording = Some((n.checkpoint, open));
-                }
+                NotificationKind::Triggered => {}
                 NotificationKind::ChannelStateDone => {
-                    if let Some((id, state)) = recording.take() {
+                    if let Some((id, state)) = self.recording.take() {
                         debug_assert_eq!(id, n.checkpoint);
-                        done.insert(id, state);
+                        self.done.insert(id, state);
                     }
                 }
                 NotificationKind::Aborted => {
-                    if recording
+                    if self
+                        .recording
                         .as_ref()
                         .is_some_and(|(id, _)| *id == n.checkpoint)
                     {
-                        recording = None;
+                        self.recording = None;
                     }
                 }
             }
         }
     }
-    BarrierHandler::<ScenarioBuffer>::end_of_input(&mut handler);
-    rec.run.channel_state = Some(done);
-    rec.run
 }
 
 /// The first difference between two lists, element by element, in words.

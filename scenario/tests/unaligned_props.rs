@@ -86,6 +86,8 @@ fn scenario(channels: usize, input: Vec<InputItem>) -> Scenario {
         expect_output: Vec::new(),
         expect_notifications: Vec::new(),
         expect_channel_state: BTreeMap::new(),
+        aligned_checkpoint_timeout: None,
+        trigger_times: BTreeMap::new(),
         notes: String::new(),
     }
 }
@@ -103,68 +105,118 @@ proptest! {
         // Nothing held: the output is the input's buffers in input order.
         let inputs: Vec<OutputItem> = s.input.iter().filter_map(InputItem::as_output).collect();
         prop_assert_eq!(&run.output, &inputs);
-        // One in flight, each ended once, never an older trigger.
-        let mut pending: Option<u64> = None;
-        let mut ended = HashSet::new();
-        let mut newest_trigger = 0u64;
-        for n in &run.notifications {
-            match n.kind {
-                NotificationKind::Triggered => {
-                    prop_assert!(pending.is_none(), "trigger {} while {:?} pending", n.checkpoint, pending);
-                    prop_assert!(n.checkpoint > newest_trigger, "trigger {} after {}", n.checkpoint, newest_trigger);
-                    newest_trigger = n.checkpoint;
-                    pending = Some(n.checkpoint);
-                }
-                NotificationKind::ChannelStateDone => {
-                    prop_assert_eq!(pending.take(), Some(n.checkpoint));
-                    prop_assert!(ended.insert(n.checkpoint));
-                }
-                NotificationKind::Aborted => {
-                    if pending == Some(n.checkpoint) {
-                        pending = None;
-                    }
-                    prop_assert!(ended.insert(n.checkpoint), "{} ended twice", n.checkpoint);
-                }
-            }
-        }
-        // Consistency of every complete checkpoint, computed here from the
-        // input alone.
-        let states = run.channel_state.clone().unwrap_or_default();
-        for (&id, state) in &states {
-            let trigger = run
-                .notifications
-                .iter()
-                .find(|n| n.kind == NotificationKind::Triggered && n.checkpoint == id)
-                .expect("a complete checkpoint was triggered");
-            for ch in 0..channels {
-                let mut before_barrier = Vec::new();
-                let mut saw_barrier = false;
-                let mut saw_end = false;
-                for item in &s.input {
-                    match *item {
-                        InputItem::Buffer { ch: c, id: b, .. } if c == ch && !saw_barrier => {
-                            before_barrier.push(b)
-                        }
-                        InputItem::Barrier { ch: c, id: b } if c == ch && b == id => saw_barrier = true,
-                        InputItem::EndOfPartition { ch: c } if c == ch => saw_end = true,
-                        _ => {}
-                    }
-                }
-                prop_assert!(saw_barrier || saw_end, "state of {} complete without ch {}'s barrier", id, ch);
-                // This channel's buffers among the first `after_output`
-                // buffers handed on (the output holds only buffers here).
-                let mut got: Vec<u64> = run.output[..trigger.after_output]
-                    .iter()
-                    .filter(|o| o.channel() == ch)
-                    .filter_map(OutputItem::buffer_id)
-                    .collect();
-                got.extend(state.get(&ch).into_iter().flatten());
-                prop_assert_eq!(&got, &before_barrier, "checkpoint {}, ch {}", id, ch);
-            }
-        }
-        // The semantic check of `lockgate scenario` agrees.
-        let mut expected = s.clone();
-        expected.expect_notifications = run.notifications.clone();
-        prop_assert_eq!(expected.check_run(&run).difference, None);
+        check_checkpoints(&s, &run)?;
     }
+
+    /// Rule 19: exactly-once with an aligned-checkpoint timeout. Priority
+    /// items are the job's copies at a checkpoint's deadline; barriers
+    /// carry random trigger times.
+    #[test]
+    fn aligned_checkpoints_with_a_timeout_are_consistent(
+        channels in 1usize..=8,
+        words in proptest::collection::vec(any::<u64>(), 0..200),
+        timeout in 1u64..40,
+        triggers in proptest::collection::vec(0u64..200, 8),
+    ) {
+        let mut s = scenario(channels, build(channels, &words));
+        s.mode = ScenarioMode::ExactlyOnce;
+        s.aligned_checkpoint_timeout = Some(timeout);
+        s.trigger_times = (1..=triggers.len() as u64).zip(triggers.iter().copied()).collect();
+        let run = s.run();
+        // Blocking defers a channel's items, never reorders or drops them:
+        // per channel the output is the input's order.
+        for ch in 0..channels {
+            let of = |items: Vec<OutputItem>| -> Vec<OutputItem> {
+                items.into_iter().filter(|o| o.channel() == ch).collect()
+            };
+            let inputs = of(s.input.iter().filter_map(InputItem::as_output).collect());
+            prop_assert_eq!(of(run.output.clone()), inputs, "ch {}", ch);
+        }
+        check_checkpoints(&s, &run)?;
+    }
+}
+
+/// One in flight, each trigger ended once, consistency of every complete
+/// checkpoint, and agreement with `lockgate scenario`'s semantic check.
+fn check_checkpoints(s: &Scenario, run: &lockgate_scenario::Run) -> Result<(), TestCaseError> {
+    let channels = s.channels;
+    // One in flight, each ended once, never an older trigger.
+    let mut pending: Option<u64> = None;
+    let mut ended = HashSet::new();
+    let mut newest_trigger = 0u64;
+    for n in &run.notifications {
+        match n.kind {
+            NotificationKind::Triggered => {
+                prop_assert!(
+                    pending.is_none(),
+                    "trigger {} while {:?} pending",
+                    n.checkpoint,
+                    pending
+                );
+                prop_assert!(
+                    n.checkpoint > newest_trigger,
+                    "trigger {} after {}",
+                    n.checkpoint,
+                    newest_trigger
+                );
+                newest_trigger = n.checkpoint;
+                pending = Some(n.checkpoint);
+            }
+            NotificationKind::ChannelStateDone => {
+                prop_assert_eq!(pending.take(), Some(n.checkpoint));
+                prop_assert!(ended.insert(n.checkpoint));
+            }
+            NotificationKind::Aborted => {
+                if pending == Some(n.checkpoint) {
+                    pending = None;
+                }
+                prop_assert!(ended.insert(n.checkpoint), "{} ended twice", n.checkpoint);
+            }
+        }
+    }
+    // Consistency of every complete checkpoint, computed here from the
+    // input alone.
+    let states = run.channel_state.clone().unwrap_or_default();
+    for (&id, state) in &states {
+        let trigger = run
+            .notifications
+            .iter()
+            .find(|n| n.kind == NotificationKind::Triggered && n.checkpoint == id)
+            .expect("a complete checkpoint was triggered");
+        for ch in 0..channels {
+            let mut before_barrier = Vec::new();
+            let mut saw_barrier = false;
+            let mut saw_end = false;
+            for item in &s.input {
+                match *item {
+                    InputItem::Buffer { ch: c, id: b, .. } if c == ch && !saw_barrier => {
+                        before_barrier.push(b)
+                    }
+                    InputItem::Barrier { ch: c, id: b } if c == ch && b == id => saw_barrier = true,
+                    InputItem::EndOfPartition { ch: c } if c == ch => saw_end = true,
+                    _ => {}
+                }
+            }
+            prop_assert!(
+                saw_barrier || saw_end,
+                "state of {} complete without ch {}'s barrier",
+                id,
+                ch
+            );
+            // This channel's buffers among the first `after_output`
+            // buffers handed on (the output holds only buffers here).
+            let mut got: Vec<u64> = run.output[..trigger.after_output]
+                .iter()
+                .filter(|o| o.channel() == ch)
+                .filter_map(OutputItem::buffer_id)
+                .collect();
+            got.extend(state.get(&ch).into_iter().flatten());
+            prop_assert_eq!(&got, &before_barrier, "checkpoint {}, ch {}", id, ch);
+        }
+    }
+    // The semantic check of `lockgate scenario` agrees.
+    let mut expected = s.clone();
+    expected.expect_notifications = run.notifications.clone();
+    prop_assert_eq!(expected.check_run(run).difference, None);
+    Ok(())
 }

@@ -225,6 +225,104 @@ fn w4_unaligned_restores_channel_state_exactly() {
     );
 }
 
+/// W4 with aligned checkpoints and a 2 ms aligned-checkpoint timeout
+/// (rule 19): under sustained backpressure the alignments time out and
+/// switch to unaligned, persisting channel state; a restart restores one
+/// of them exactly. The final checkpoint stays aligned.
+#[test]
+fn w4_aligned_checkpoints_that_time_out_restore_exactly() {
+    let cfg = RefJobConfig {
+        workload: Workload::W4,
+        duration: Duration::from_millis(800),
+        warmup: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let names = task_names(cfg.parallelism);
+    let task = |prefix: &str| names.iter().position(|n| n.starts_with(prefix)).unwrap();
+    let mut restored_channel_state = false;
+    for round in 1..=4u64 {
+        let plan = FailurePlan::none()
+            .with(task("sink"), FailurePoint::AfterRecords(20_000 * round))
+            .with(
+                task("keyed_sum"),
+                FailurePoint::AfterRecords(10_000 * round),
+            );
+        let mut job = checkpointed(CheckpointMode::ExactlyOnce, 2);
+        job.checkpoint.interval = Some(Duration::from_millis(20));
+        job.checkpoint.aligned_checkpoint_timeout = Some(Duration::from_millis(2));
+        let report = run_reference_job(&cfg, job, plan).unwrap();
+        assert!(report.ok(), "round {round}: {:?}", report.failure());
+        assert_eq!((report.lost, report.duplicated), (0, 0), "round {round}");
+        let m = &report.metrics;
+        let completed: Vec<_> = m.checkpoints.iter().filter(|c| c.is_completed()).collect();
+        assert!(
+            completed
+                .iter()
+                .any(|c| c.unaligned && c.persisted_bytes > 0),
+            "round {round}: no checkpoint switched to unaligned under W4"
+        );
+        for c in &completed {
+            if c.is_final {
+                assert!(!c.unaligned, "the final checkpoint stays aligned");
+            }
+            if !c.unaligned {
+                assert_eq!(c.persisted_bytes, 0, "checkpoint {} is aligned", c.id);
+            }
+        }
+        restored_channel_state |= m.failures.iter().any(|f| {
+            f.restored_from.is_some_and(|id| {
+                m.checkpoints
+                    .iter()
+                    .any(|c| c.id == id && c.persisted_bytes > 0)
+            })
+        });
+        if restored_channel_state {
+            break;
+        }
+    }
+    assert!(
+        restored_channel_state,
+        "no restart restored a checkpoint with channel state in 4 runs"
+    );
+}
+
+/// W3 with aligned checkpoints through the timeout path: a timeout far
+/// beyond every alignment keeps every checkpoint aligned, with no channel
+/// state; a tiny one switches some; both survive failures exactly.
+#[test]
+fn w3_with_an_aligned_checkpoint_timeout_survives_failures_exactly() {
+    let cfg = RefJobConfig {
+        workload: Workload::W3,
+        duration: Duration::from_millis(500),
+        warmup: Duration::from_millis(100),
+        ..Default::default()
+    };
+    for timeout_ms in [60_000u64, 1] {
+        let mut job = checkpointed(CheckpointMode::ExactlyOnce, 2);
+        job.checkpoint.aligned_checkpoint_timeout = Some(Duration::from_millis(timeout_ms));
+        let plan = seeded_failures(&cfg, 7, 2);
+        let report = run_reference_job(&cfg, job, plan).unwrap();
+        assert_eq!(report.metrics.restarts, 2, "{:?}", report.metrics.failures);
+        assert!(report.ok(), "{:?}", report.failure());
+        assert!(report.check.is_exact(), "{}", report.check);
+        assert_eq!((report.lost, report.duplicated), (0, 0));
+        if timeout_ms == 60_000 {
+            for c in report
+                .metrics
+                .checkpoints
+                .iter()
+                .filter(|c| c.is_completed())
+            {
+                assert!(
+                    !c.unaligned && c.persisted_bytes == 0,
+                    "checkpoint {}",
+                    c.id
+                );
+            }
+        }
+    }
+}
+
 /// W3 (skewed sources) and W1 with unaligned checkpoints and injected
 /// failures: exactly-once like the aligned mode.
 #[test]

@@ -168,6 +168,11 @@ pub(crate) struct Args {
     /// bytes [default: unlimited].
     #[arg(long)]
     pub max_alignment_bytes: Option<u64>,
+    /// Exactly-once only: a checkpoint still aligning this long after its
+    /// trigger switches to unaligned (Flink's aligned-checkpoint timeout;
+    /// 0 is the same as --checkpoint unaligned), ms [default: never].
+    #[arg(long, value_name = "MS")]
+    pub aligned_checkpoint_timeout_ms: Option<u64>,
     /// A checkpoint not complete after this long is aborted, ms [default:
     /// 60000].
     #[arg(long)]
@@ -495,6 +500,10 @@ impl Args {
                 ("checkpoint-dir", self.checkpoint_dir.is_some()),
                 ("max-alignment-bytes", self.max_alignment_bytes.is_some()),
                 (
+                    "aligned-checkpoint-timeout-ms",
+                    self.aligned_checkpoint_timeout_ms.is_some(),
+                ),
+                (
                     "checkpoint-timeout-ms",
                     self.checkpoint_timeout_ms.is_some(),
                 ),
@@ -515,6 +524,21 @@ impl Args {
         if mode == ModeArg::AtLeastOnce && self.max_alignment_bytes.is_some() {
             return Err(
                 "--max-alignment-bytes applies to exactly-once only (at-least-once does not align)"
+                    .into(),
+            );
+        }
+        if checkpointing
+            && mode != ModeArg::ExactlyOnce
+            && self.aligned_checkpoint_timeout_ms.is_some()
+        {
+            return Err(format!(
+                "--aligned-checkpoint-timeout-ms applies to --checkpoint exactly-once only, not {} (--checkpoint unaligned is the same as a timeout of 0)",
+                mode.as_str()
+            ));
+        }
+        if self.aligned_checkpoint_timeout_ms.is_some() && self.max_alignment_bytes.is_some() {
+            return Err(
+                "--max-alignment-bytes does not apply with --aligned-checkpoint-timeout-ms (that alignment blocks channels and holds nothing); give one of them"
                     .into(),
             );
         }
@@ -544,6 +568,9 @@ impl Args {
             if let Some(m) = self.max_alignment_bytes {
                 job.handler.max_alignment_bytes = Some(m);
             }
+            job.checkpoint.aligned_checkpoint_timeout = self
+                .aligned_checkpoint_timeout_ms
+                .map(Duration::from_millis);
             self.incremental.apply(&mut job.checkpoint)?;
             match (&self.restore, &self.checkpoint_dir) {
                 (Some(r), Some(d)) if !same_folder(r, d) => {
@@ -674,6 +701,7 @@ impl Args {
                 _ => None,
             },
             "max_alignment_bytes": self.max_alignment_bytes,
+            "aligned_checkpoint_timeout_ms": self.aligned_checkpoint_timeout_ms,
             "checkpoint_timeout_ms": checkpointing.then_some(job.checkpoint.timeout.as_millis() as u64),
             "incremental": checkpointing.then(|| crate::incremental_args::IncrementalArgs::json(&job.checkpoint)),
             "inject_failures": self.inject_failures,

@@ -178,6 +178,11 @@ pub(crate) struct CheckpointsJson {
     /// state per checkpoint (unaligned checkpoints; 0 otherwise).
     #[serde(default)]
     pub persisted_bytes: Spread,
+    /// Completed checkpoints taken unaligned (all of them with
+    /// `--checkpoint unaligned`; with an aligned-checkpoint timeout, those
+    /// whose alignment timed out).
+    #[serde(default)]
+    pub unaligned_completed: u64,
     /// Every checkpoint.
     pub list: Vec<CheckpointJson>,
 }
@@ -237,6 +242,13 @@ impl CheckpointsJson {
                 "    alignment   p50 {:>8}  p99 {:>8}  max {:>8} {unit}",
                 v[0], v[1], v[2]
             );
+            if self.unaligned_completed > 0 {
+                let _ = writeln!(
+                    s,
+                    "    {} of {} completed checkpoints switched to unaligned (the aligned-checkpoint timeout passed)",
+                    self.unaligned_completed, cp.completed
+                );
+            }
         }
         if cp.completed > 0 {
             let (v, unit) = in_unit(
@@ -270,7 +282,7 @@ impl CheckpointsJson {
                     cp.state_bytes_last,
                     cp.buffered_bytes_max
                 );
-                if mode == "unaligned" {
+                if mode == "unaligned" || self.unaligned_completed > 0 {
                     let _ = writeln!(
                         s,
                         "    persisted in flight per checkpoint p50 {} B (p99 {} B, max {} B; channel state, not in the bytes written above)",
@@ -302,6 +314,7 @@ impl CheckpointsJson {
                     c.state_bytes_last = s.state_bytes;
                     written.push(s.checkpointed_bytes);
                     persisted.push(s.persisted_bytes);
+                    c.unaligned_completed += u64::from(s.unaligned);
                     sync.extend(s.subtasks.iter().map(|t| t.sync_ns));
                     asyn.extend(s.subtasks.iter().map(|t| t.async_ns));
                     ("completed", None)

@@ -242,6 +242,7 @@ impl<T: RecordSize> Aligner<T> {
                     first_barrier_ns: self.align_start_ns,
                     blocking: true,
                     buffered_bytes: self.max_held_bytes,
+                    unaligned: false,
                 };
                 self.release();
                 signals.push(BarrierSignal::Trigger { barrier, alignment });

@@ -21,14 +21,29 @@ pub enum AnyHandler<T> {
 }
 
 impl<T: RecordSize> AnyHandler<T> {
-    /// The handler for `mode` over `channels` inputs.
-    pub fn new(mode: CheckpointMode, channels: usize, config: HandlerConfig) -> Self {
-        match mode {
-            CheckpointMode::ExactlyOnce => AnyHandler::Aligner(Aligner::new(channels, config)),
-            CheckpointMode::AtLeastOnce | CheckpointMode::None => {
+    /// The handler for `mode` over `channels` inputs. `aligned_timeout_ns`
+    /// (exactly-once only, rule 19): aligned checkpoints switch to
+    /// unaligned this long after their trigger, with the
+    /// [`Unaligned`] handler.
+    pub fn new(
+        mode: CheckpointMode,
+        channels: usize,
+        config: HandlerConfig,
+        aligned_timeout_ns: Option<u64>,
+    ) -> Self {
+        match (mode, aligned_timeout_ns) {
+            (CheckpointMode::ExactlyOnce, Some(t)) if t > 0 => {
+                AnyHandler::Unaligned(Unaligned::with_aligned_timeout(channels, t))
+            }
+            (CheckpointMode::ExactlyOnce, Some(_)) | (CheckpointMode::Unaligned, _) => {
+                AnyHandler::Unaligned(Unaligned::new(channels))
+            }
+            (CheckpointMode::ExactlyOnce, None) => {
+                AnyHandler::Aligner(Aligner::new(channels, config))
+            }
+            (CheckpointMode::AtLeastOnce | CheckpointMode::None, _) => {
                 AnyHandler::Tracker(Tracker::new(channels))
             }
-            CheckpointMode::Unaligned => AnyHandler::Unaligned(Unaligned::new(channels)),
         }
     }
 

@@ -79,6 +79,12 @@ pub struct AlignmentStats {
     /// The most bytes held in the blocker during the alignment (records'
     /// [`RecordSize`](crate::RecordSize) bytes; events count 0).
     pub buffered_bytes: u64,
+    /// True when the snapshot is taken unaligned (the
+    /// [`Unaligned`](crate::Unaligned) handler: at the first barrier, or
+    /// when an aligned checkpoint's alignment timed out): the barrier goes
+    /// downstream on the priority lanes too, and the channel state follows
+    /// ([`BarrierSignal::ChannelStateDone`]).
+    pub unaligned: bool,
 }
 
 /// A decision of a barrier handler.
@@ -191,6 +197,19 @@ pub enum CheckpointMode {
     Unaligned,
     /// No checkpoints: barriers are never injected.
     None,
+}
+
+impl CheckpointMode {
+    /// The mode as spelled in configuration and reports (`exactly-once`,
+    /// `at-least-once`, `unaligned`, `none`; the serde spelling).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckpointMode::ExactlyOnce => "exactly-once",
+            CheckpointMode::AtLeastOnce => "at-least-once",
+            CheckpointMode::Unaligned => "unaligned",
+            CheckpointMode::None => "none",
+        }
+    }
 }
 
 /// Configuration shared by the handlers.

@@ -112,6 +112,7 @@ impl Tracker {
                     first_barrier_ns: done.first_ns,
                     blocking: false,
                     buffered_bytes: 0,
+                    unaligned: false,
                 },
             });
         }

@@ -71,6 +71,28 @@
 //!     barrier or a cancel marker ends the alignment as in rules 11 and 16
 //!     (`subsumed`, `canceled`).
 //!
+//! 19. **Aligned checkpoints with a timeout**
+//!     ([`Unaligned::with_aligned_timeout`], Flink 1.12's
+//!     `execution.checkpointing.aligned-checkpoint-timeout`, measured from
+//!     the checkpoint's trigger, the barrier's timestamp, since Flink 1.14,
+//!     FLINK-23041; Flink's `AlternatingWaitingForFirstBarrier` and
+//!     `AlternatingCollectingBarriers`): every checkpoint starts aligned,
+//!     by pure blocking as in rule 18. An in-band barrier n that arrives
+//!     once T has passed since n's trigger (`now_ns >= timestamp_ns + T`)
+//!     instead starts n unaligned as rule 11 (its own channel's state is
+//!     then already ended, by rule 13). A priority barrier n means that T
+//!     has passed (the job puts n on the priority lanes at its deadline,
+//!     FLINK-27251): for the alignment of n, and for an in-band barrier n
+//!     that completes nothing once T has passed, the alignment **switches
+//!     to unaligned**: n triggers now, its state opens on every channel
+//!     that has neither delivered barrier n nor ended, and the blocked
+//!     channels are unblocked (what follows their barrier is after the
+//!     snapshot, so it is not channel state); with nothing of n seen yet,
+//!     a priority barrier n starts n unaligned (rule 11). A checkpoint
+//!     that aligns before T triggers aligned, with no channel state.
+//!     With no timeout ([`Unaligned::new`]) every checkpoint is unaligned
+//!     from its first barrier (the same as T = 0).
+//!
 //! **Notifications.** Each triggered checkpoint is then either aborted or
 //! reported [`BarrierSignal::ChannelStateDone`], exactly once. (Unlike the
 //! aligner, an unaligned checkpoint can be aborted after its trigger.)
@@ -141,8 +163,12 @@ pub struct Unaligned {
     /// Channels blocked by an aligned barrier (rule 18).
     blocked: ChannelSet,
     num_blocked: usize,
-    /// The aligned barrier being aligned (rule 18).
+    /// The barrier being aligned (rules 18 and 19) and when its first
+    /// barrier arrived.
     aligning: Option<(CheckpointBarrier, u64)>,
+    /// Rule 19: the aligned-checkpoint timeout in ns; `None`: unaligned
+    /// from the first barrier.
+    aligned_timeout_ns: Option<u64>,
 }
 
 impl Unaligned {
@@ -163,7 +189,61 @@ impl Unaligned {
             blocked: ChannelSet::new(num_channels),
             num_blocked: 0,
             aligning: None,
+            aligned_timeout_ns: None,
         }
+    }
+
+    /// A handler for aligned checkpoints that switch to unaligned once
+    /// `timeout_ns` has passed since their trigger (rule 19), over
+    /// `num_channels` input channels. A timeout of 0 is the same as
+    /// [`Unaligned::new`].
+    ///
+    /// # Panics
+    /// When `num_channels` is 0.
+    ///
+    /// # Examples
+    /// ```
+    /// use lockgate::{BarrierHandler, BarrierSignal, CheckpointBarrier, CheckpointId,
+    ///     StreamElement, Unaligned};
+    /// // Barriers triggered at 0 ns, a timeout of 1,000 ns.
+    /// let mut h = Unaligned::with_aligned_timeout(2, 1_000);
+    /// let b = CheckpointBarrier::new(CheckpointId(1), 0);
+    /// let mut signals = Vec::new();
+    /// // Before the timeout, a barrier blocks its channel (aligned).
+    /// h.on_element(0, StreamElement::<u64>::Barrier(b), 500, &mut signals);
+    /// assert!(signals.is_empty() && BarrierHandler::<u64>::is_blocked(&h, 0));
+    /// // At the deadline the job's priority copy switches it to unaligned:
+    /// // it triggers now, channel 1's state opens, channel 0 is unblocked.
+    /// h.on_priority(1, b, 1_000, &mut signals);
+    /// assert!(matches!(signals[0], BarrierSignal::Trigger { alignment, .. } if alignment.unaligned));
+    /// assert!(h.channel_state_open(1) && !h.channel_state_open(0));
+    /// assert!(!BarrierHandler::<u64>::is_blocked(&h, 0));
+    /// ```
+    pub fn with_aligned_timeout(num_channels: usize, timeout_ns: u64) -> Self {
+        Unaligned {
+            aligned_timeout_ns: (timeout_ns > 0).then_some(timeout_ns),
+            ..Unaligned::new(num_channels)
+        }
+    }
+
+    /// The aligned-checkpoint timeout in ns (rule 19), if any.
+    pub fn aligned_timeout_ns(&self) -> Option<u64> {
+        self.aligned_timeout_ns
+    }
+
+    /// True when `barrier`, seen at `now_ns`, is to be taken unaligned:
+    /// always without a timeout, else once the timeout has passed since
+    /// its trigger (rule 19). Barriers that must align never are.
+    fn timed_out(&self, barrier: &CheckpointBarrier, now_ns: u64) -> bool {
+        !barrier.must_align()
+            && self
+                .aligned_timeout_ns
+                .is_none_or(|t| now_ns >= barrier.timestamp_ns.saturating_add(t))
+    }
+
+    /// True when checkpoint `id` is being aligned (rules 18, 19).
+    pub fn aligning(&self) -> Option<CheckpointId> {
+        self.aligning.map(|(b, _)| b.id)
     }
 
     /// The newest checkpoint seen (by barrier, cancel marker or abort).
@@ -202,9 +282,45 @@ impl Unaligned {
             channel < self.num_channels,
             "channel {channel} out of range"
         );
-        if barrier.id > self.current && !barrier.must_align() {
+        if barrier.must_align() {
+            return;
+        }
+        if self.aligning.is_some_and(|(b, _)| b.id == barrier.id) {
+            self.switch_to_unaligned(now_ns, signals); // rule 19
+        } else if barrier.id > self.current {
             self.on_first_barrier(barrier, now_ns, signals);
         }
+    }
+
+    /// Rule 19: the running alignment times out and its checkpoint is
+    /// taken unaligned now.
+    fn switch_to_unaligned(&mut self, now_ns: u64, signals: &mut Vec<BarrierSignal>) {
+        let Some((barrier, start_ns)) = self.aligning else {
+            return;
+        };
+        // Open the state of every channel that neither delivered the
+        // barrier (blocked) nor ended, then unblock.
+        for ch in 0..self.num_channels {
+            if !self.closed.contains(ch) && !self.blocked.contains(ch) && self.open.insert(ch) {
+                self.num_open += 1;
+            }
+        }
+        self.end_alignment();
+        self.pending = Some(Pending {
+            id: barrier.id,
+            first_ns: start_ns,
+        });
+        signals.push(BarrierSignal::Trigger {
+            barrier,
+            alignment: AlignmentStats {
+                duration_ns: now_ns.saturating_sub(start_ns),
+                first_barrier_ns: start_ns,
+                blocking: true,
+                buffered_bytes: 0,
+                unaligned: true,
+            },
+        });
+        self.check_done(signals);
     }
 
     /// Rule 17: the task gave up checkpoint `id` itself. Stops recording it
@@ -250,8 +366,11 @@ impl Unaligned {
         self.num_blocked = 0;
     }
 
-    /// Rule 18: in-band barrier `barrier` (one that must align) on
-    /// `channel`.
+    /// Rules 18 and 19: in-band barrier `barrier`, to be aligned (one that
+    /// must align, or one of an aligned checkpoint with a timeout, before
+    /// its timeout), on `channel`: blocks the channel and triggers once
+    /// every channel not ended is blocked. Never switches to unaligned
+    /// itself (the caller checks the timeout).
     pub fn on_aligned_barrier(
         &mut self,
         channel: usize,
@@ -290,6 +409,7 @@ impl Unaligned {
                     first_barrier_ns: start_ns,
                     blocking: true,
                     buffered_bytes: 0,
+                    unaligned: false,
                 },
             });
             signals.push(BarrierSignal::ChannelStateDone { id: barrier.id });
@@ -321,6 +441,7 @@ impl Unaligned {
                 first_barrier_ns: now_ns,
                 blocking: false,
                 buffered_bytes: 0,
+                unaligned: true,
             },
         });
         // Every channel may have ended already: then nothing is recorded.
@@ -351,8 +472,20 @@ impl Unaligned {
         now_ns: u64,
         signals: &mut Vec<BarrierSignal>,
     ) {
-        if barrier.must_align() {
-            return self.on_aligned_barrier(channel, barrier, now_ns, signals);
+        let aligning_it = self.aligning.is_some_and(|(b, _)| b.id == barrier.id);
+        if barrier.must_align()
+            || aligning_it
+            || barrier.id > self.current && !self.timed_out(&barrier, now_ns)
+        {
+            // Rules 18 and 19: aligned, by blocking; a timeoutable
+            // alignment still running once T has passed switches.
+            self.on_aligned_barrier(channel, barrier, now_ns, signals);
+            if self.aligning.is_some_and(|(b, _)| b.id == barrier.id)
+                && self.timed_out(&barrier, now_ns)
+            {
+                self.switch_to_unaligned(now_ns, signals);
+            }
+            return;
         }
         if barrier.id > self.current {
             self.on_first_barrier(barrier, now_ns, signals);
@@ -625,5 +758,140 @@ mod tests {
                 id: CheckpointId(2)
             }
         );
+    }
+
+    fn at(id: u64, ts: u64) -> CheckpointBarrier {
+        CheckpointBarrier::new(CheckpointId(id), ts)
+    }
+
+    fn feed_at(
+        h: &mut Unaligned,
+        ch: usize,
+        el: StreamElement<u64>,
+        now: u64,
+    ) -> Vec<BarrierSignal> {
+        let mut s = Vec::new();
+        h.on_element(ch, el, now, &mut s);
+        s
+    }
+
+    #[test]
+    fn rule_19_an_alignment_done_before_its_timeout_is_aligned() {
+        let mut h = Unaligned::with_aligned_timeout(2, 100);
+        assert!(feed_at(&mut h, 0, StreamElement::Barrier(at(1, 0)), 10).is_empty());
+        assert!(BarrierHandler::<u64>::is_blocked(&h, 0));
+        assert!(!h.channel_state_open(1), "aligned: no channel state");
+        let s = feed_at(&mut h, 1, StreamElement::Barrier(at(1, 0)), 99);
+        assert!(
+            matches!(s[0], BarrierSignal::Trigger { alignment, .. } if !alignment.unaligned && alignment.duration_ns == 89)
+        );
+        assert_eq!(
+            s[1],
+            BarrierSignal::ChannelStateDone {
+                id: CheckpointId(1)
+            }
+        );
+        assert!(!BarrierHandler::<u64>::is_blocked(&h, 0));
+    }
+
+    #[test]
+    fn rule_19_a_barrier_after_its_timeout_starts_unaligned() {
+        let mut h = Unaligned::with_aligned_timeout(3, 100);
+        // Triggered at 50: the deadline is 150.
+        let s = feed_at(&mut h, 1, StreamElement::Barrier(at(1, 50)), 150);
+        assert!(matches!(s[0], BarrierSignal::Trigger { alignment, .. } if alignment.unaligned));
+        assert!(!BarrierHandler::<u64>::is_blocked(&h, 1));
+        assert!(!h.channel_state_open(1), "its in-band barrier ended it");
+        assert!(h.channel_state_open(0) && h.channel_state_open(2));
+    }
+
+    #[test]
+    fn rule_19_a_late_in_band_barrier_switches_the_alignment() {
+        let mut h = Unaligned::with_aligned_timeout(3, 100);
+        assert!(feed_at(&mut h, 0, StreamElement::Barrier(at(1, 0)), 5).is_empty());
+        // Ch 1's barrier comes after the deadline and completes nothing.
+        let s = feed_at(&mut h, 1, StreamElement::Barrier(at(1, 0)), 120);
+        assert!(
+            matches!(s[0], BarrierSignal::Trigger { alignment, .. } if alignment.unaligned && alignment.blocking && alignment.first_barrier_ns == 5)
+        );
+        assert_eq!(h.pending(), Some(CheckpointId(1)));
+        // Both channels that delivered the barrier are unblocked, and only
+        // ch 2 (which did not) records.
+        for ch in 0..2 {
+            assert!(!BarrierHandler::<u64>::is_blocked(&h, ch));
+            assert!(!h.channel_state_open(ch));
+        }
+        assert!(h.channel_state_open(2));
+        let s = feed_at(&mut h, 2, StreamElement::Barrier(at(1, 0)), 130);
+        assert_eq!(
+            s,
+            vec![BarrierSignal::ChannelStateDone {
+                id: CheckpointId(1)
+            }]
+        );
+    }
+
+    #[test]
+    fn rule_19_a_priority_barrier_switches_or_starts_unaligned() {
+        let mut h = Unaligned::with_aligned_timeout(2, 1_000);
+        assert!(feed_at(&mut h, 1, StreamElement::Barrier(at(1, 0)), 5).is_empty());
+        let mut s = Vec::new();
+        h.on_priority(0, at(1, 0), 6, &mut s);
+        assert!(matches!(s[0], BarrierSignal::Trigger { alignment, .. } if alignment.unaligned));
+        assert!(h.channel_state_open(0) && !h.channel_state_open(1));
+        // Nothing of 2 seen: its priority copy starts it unaligned, and
+        // subsumes the pending 1.
+        s.clear();
+        h.on_priority(1, at(2, 10), 20, &mut s);
+        assert_eq!(
+            s[0],
+            BarrierSignal::Abort {
+                id: CheckpointId(1),
+                reason: AbortReason::Subsumed
+            }
+        );
+        assert!(
+            matches!(s[1], BarrierSignal::Trigger { barrier, alignment } if barrier.id == CheckpointId(2) && alignment.unaligned)
+        );
+        assert!(h.channel_state_open(0) && h.channel_state_open(1));
+    }
+
+    #[test]
+    fn rule_19_barriers_that_must_align_never_time_out() {
+        let mut h = Unaligned::with_aligned_timeout(2, 10);
+        let mut save = at(3, 0);
+        save.options.kind = crate::element::SnapshotKind::Savepoint;
+        assert!(feed_at(&mut h, 0, StreamElement::Barrier(save), 1_000).is_empty());
+        let mut s = Vec::new();
+        h.on_priority(1, save, 2_000, &mut s);
+        assert!(s.is_empty(), "no priority copy of a savepoint is honoured");
+        assert!(BarrierHandler::<u64>::is_blocked(&h, 0));
+        let s = feed_at(&mut h, 1, StreamElement::Barrier(save), 3_000);
+        assert!(matches!(s[0], BarrierSignal::Trigger { alignment, .. } if !alignment.unaligned));
+    }
+
+    #[test]
+    fn rule_19_a_cancel_ends_a_timeoutable_alignment() {
+        let mut h = Unaligned::with_aligned_timeout(2, 100);
+        feed_at(&mut h, 0, StreamElement::Barrier(at(1, 0)), 1);
+        let s = feed_at(
+            &mut h,
+            1,
+            StreamElement::CancelCheckpoint(CheckpointId(1)),
+            2,
+        );
+        assert_eq!(
+            s,
+            vec![BarrierSignal::Abort {
+                id: CheckpointId(1),
+                reason: AbortReason::Canceled
+            }]
+        );
+        assert!(!BarrierHandler::<u64>::is_blocked(&h, 0));
+        // Its late priority copy is ignored.
+        let mut s = Vec::new();
+        h.on_priority(1, at(1, 0), 200, &mut s);
+        assert!(s.is_empty());
+        assert_eq!(h.pending(), None);
     }
 }

@@ -292,6 +292,7 @@ pub(crate) fn start(
                 commands: cmd_rx,
                 coordinator,
                 publisher,
+                alignment_deadlines: Vec::new(),
             };
             let result = driver.run(restored);
             if let Some(p) = driver.publisher.take() {
@@ -333,6 +334,10 @@ struct Driver {
     coordinator: Coordinator,
     /// Where checkpoints go, with the thread that publishes them.
     publisher: Option<Publisher>,
+    /// Aligned checkpoints with a timeout (rule 19): when each pending
+    /// checkpoint's alignment times out (ns on the engine's clock), and
+    /// its barrier, to put on the priority lanes then.
+    alignment_deadlines: Vec<(u64, crate::element::CheckpointBarrier)>,
 }
 
 impl Driver {
@@ -464,9 +469,10 @@ impl Driver {
 
     fn spawn(&mut self, restored: Option<RestoredState>) -> Result<Attempt, JobError> {
         let mut wiring = Wiring::default();
-        let unaligned = self.config.checkpoint.mode == CheckpointMode::Unaligned;
+        let lanes = self.config.checkpoint.uses_priority_lanes();
+        self.alignment_deadlines.clear();
         self.graph
-            .wire(&mut wiring, self.config.channel_capacity, unaligned);
+            .wire(&mut wiring, self.config.channel_capacity, lanes);
         let (cancel_tx, cancel_rx) = crossbeam_channel::bounded::<()>(0);
         let (ev_tx, ev_rx) = unbounded();
         let cores = self.graph.cores_for(&self.config.pinning);
@@ -592,10 +598,27 @@ impl Driver {
 
     fn send_outputs(&mut self, attempt: &Attempt, out: Vec<CoordinatorOutput>) {
         let mut injected = None;
+        let unaligned_after = self.config.checkpoint.unaligned_after_ns();
         for o in out {
             match o {
                 CoordinatorOutput::Control { task, msg } => {
+                    if let Control::Done(id, _) = &msg {
+                        self.alignment_deadlines.retain(|(_, b)| b.id != *id);
+                    }
                     if let Control::Trigger(b) = &msg {
+                        // With an aligned-checkpoint timeout T the same
+                        // happens T after the trigger, if the checkpoint is
+                        // still pending then (rule 19, FLINK-27251: barriers
+                        // still queued in outputs overtake too).
+                        if let Some(t) = unaligned_after.filter(|t| *t > 0) {
+                            if injected != Some(b.id) && !b.must_align() {
+                                injected = Some(b.id);
+                                self.alignment_deadlines
+                                    .push((b.timestamp_ns.saturating_add(t), *b));
+                            }
+                            let _ = attempt.controls[task].send(msg);
+                            continue;
+                        }
                         // Unaligned mode (FLIP-76): the barrier overtakes
                         // everything in flight at once. Instead of waiting
                         // for each task to forward it (a task blocked on a
@@ -626,6 +649,25 @@ impl Driver {
         self.publish_stats();
     }
 
+    /// Rule 19: puts the barrier of every checkpoint whose alignment timed
+    /// out by now on every channel's priority lane (a full lane drops its
+    /// copy; the in-band barrier then switches each task on arrival).
+    fn inject_timed_out(&mut self, attempt: &Attempt) {
+        if self.alignment_deadlines.is_empty() {
+            return;
+        }
+        let now = crate::clock::now_ns();
+        self.alignment_deadlines.retain(|(deadline, b)| {
+            if *deadline > now {
+                return true;
+            }
+            for lane in &attempt.priority_lanes {
+                let _ = lane.try_send(*b);
+            }
+            false
+        });
+    }
+
     /// Hands the storage work of `out` to the publisher (tasks' controls
     /// are dropped: no attempt runs).
     fn storage_outputs(&mut self, out: Vec<CoordinatorOutput>) {
@@ -648,7 +690,8 @@ impl Driver {
         loop {
             // The coordinator sleeps until its next deadline (a trigger or a
             // timeout), not on a fixed tick: an idle job thread costs nothing.
-            let tick = match self.coordinator.next_wakeup_ns() {
+            let deadline = self.alignment_deadlines.iter().map(|(d, _)| *d).min();
+            let tick = match crate::chain::earliest(self.coordinator.next_wakeup_ns(), deadline) {
                 Some(t) => crossbeam_channel::at(crate::clock::instant_of(t)),
                 None => crossbeam_channel::never(),
             };
@@ -710,6 +753,7 @@ impl Driver {
                     Err(_) => {}
                 },
                 recv(tick) -> _ => {
+                    self.inject_timed_out(attempt);
                     let out = self.coordinator.tick();
                     if let Some(why) = self.coordinator.too_many_failures() {
                         return AttemptEnd::TooManyCheckpointFailures(why);
@@ -1178,7 +1222,7 @@ pub(crate) fn prepare_and_start(
     }
     if let Some(r) = &restored {
         check_all_state_claimed(r, &graph, config.checkpoint.allow_non_restored_state)?;
-        check_channel_state(r, &graph, config.checkpoint.mode)?;
+        check_channel_state(r, &graph, config.checkpoint.uses_priority_lanes())?;
         publish_ingest_positions(r, &graph)?;
     }
     let mut coordinator = Coordinator::new(
@@ -1206,11 +1250,7 @@ pub(crate) fn prepare_and_start(
 /// unaligned checkpoint): in another checkpointing mode, or at another
 /// parallelism (rescaling channel state is not built). A checkpoint whose
 /// channel state is empty restores anywhere.
-fn check_channel_state(
-    r: &RestoredState,
-    graph: &JobGraph,
-    mode: CheckpointMode,
-) -> Result<(), JobError> {
+fn check_channel_state(r: &RestoredState, graph: &JobGraph, lanes: bool) -> Result<(), JobError> {
     let mut holding: Vec<String> = r
         .states
         .iter()
@@ -1226,9 +1266,9 @@ fn check_channel_state(
         return Ok(());
     }
     holding.sort();
-    if mode != CheckpointMode::Unaligned {
+    if !lanes {
         return Err(JobError::Restore(format!(
-            "checkpoint {} is unaligned and holds records in flight for {}: restore it with unaligned checkpoints (--checkpoint unaligned)",
+            "checkpoint {} is unaligned and holds records in flight for {}: restore it with unaligned checkpoints (--checkpoint unaligned) or with an aligned-checkpoint timeout",
             r.checkpoint,
             holding.join(", ")
         )));

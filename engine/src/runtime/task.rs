@@ -86,6 +86,9 @@ pub(crate) struct SourceTask<T, S> {
     pub(crate) control: Receiver<Control>,
     pub(crate) cancel: Receiver<()>,
     pub(crate) metrics: Arc<TaskMetrics>,
+    /// Unaligned mode (no aligned phase): the barrier also takes the
+    /// priority lanes at the trigger.
+    pub(crate) priority_at_trigger: bool,
 }
 
 impl<T: Send, S: Source<T>> SourceTask<T, S> {
@@ -98,7 +101,7 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
         // The barrier leaves first (see `checkpoint`); the source emits
         // nothing in between, so its position is the barrier's. In
         // unaligned mode its priority copy overtakes the queued records.
-        if !barrier.must_align() {
+        if self.priority_at_trigger && !barrier.must_align() {
             self.chain.priority_barrier(barrier);
         }
         self.chain.barrier(barrier)?;
@@ -299,8 +302,7 @@ impl<T: GateData> GateTask<T> {
         match s {
             BarrierSignal::Trigger { barrier, alignment } => {
                 let started_ns = crate::clock::now_ns();
-                let unaligned = self.gate.is_unaligned();
-                if unaligned && !barrier.must_align() {
+                if alignment.unaligned {
                     // FLIP-76: the barrier overtakes this task's queued
                     // output at once; the in-band one follows the records
                     // the snapshot reflects.
@@ -314,9 +316,9 @@ impl<T: GateData> GateTask<T> {
                     barrier,
                     alignment,
                     started_ns,
-                    unaligned && !barrier.must_align(),
+                    alignment.unaligned,
                 )?;
-                if unaligned {
+                if self.gate.is_unaligned() {
                     // Submitted with its channel state (rule 13).
                     self.held = Some(job);
                 } else {
@@ -451,7 +453,8 @@ impl<T: GateData> GateTask<T> {
             }
             return Err(err(format!(
                 "checkpoint {restored} is unaligned and holds in-flight records for task {}: \
-                 restore it with unaligned checkpoints (--checkpoint unaligned)",
+                 restore it with unaligned checkpoints (--checkpoint unaligned) or with an \
+                 aligned-checkpoint timeout",
                 rt.task_id
             )));
         }

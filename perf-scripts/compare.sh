@@ -12,7 +12,8 @@ Runs `lockgate A args --json FILE` and `lockgate B args --json FILE`
 for each figure the median, the spread (min-max) of A and of B and the
 ratio of the medians B/A:
   records_per_s, latency_ns p50/p99/p999/max, checkpoints completed,
-  checkpoints.duration_ns p50/p99, checkpoints.persisted_bytes p50 (the
+  checkpoints.duration_ns p50/p99, checkpoints.alignment_ns p50,
+  checkpoints.persisted_bytes p50 (the
   in-flight bytes unaligned checkpoints persist), peak_rss_bytes.
 A run that fails (non-zero exit) stops the comparison. Reads the JSON with
 jq when present, else python3.
@@ -46,7 +47,7 @@ ensure_lockgate
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-FIGURES=(.records_per_s .latency_ns.p50 .latency_ns.p99 .latency_ns.p999 .latency_ns.max .checkpoints.completed .checkpoints.duration_ns.p50 .checkpoints.duration_ns.p99 .checkpoints.persisted_bytes.p50 .peak_rss_bytes)
+FIGURES=(.records_per_s .latency_ns.p50 .latency_ns.p99 .latency_ns.p999 .latency_ns.max .checkpoints.completed .checkpoints.duration_ns.p50 .checkpoints.duration_ns.p99 .checkpoints.alignment_ns.p50 .checkpoints.persisted_bytes.p50 .peak_rss_bytes)
 
 for i in $(seq 1 "$n"); do
     for side in A B; do

@@ -64,7 +64,7 @@ pub(crate) fn snapshot<T: Serialize + Send + 'static>(
             checkpoint: id.get(),
             channels,
         };
-        Ok(postcard::to_allocvec(&persisted)?)
+        Ok(crate::protocol::encode_exact(&persisted)?)
     })
 }
 

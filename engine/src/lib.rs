@@ -93,8 +93,8 @@ pub use operator::{
 };
 pub use protocol::OperatorSnapshot;
 pub use runtime::{
-    config_differences, load_restorable, JobFailure, JobHandle, JobMetrics, RestoredAtStart,
-    SkippedCheckpoint,
+    config_differences, load_restorable, set_after_snapshot_hook, JobFailure, JobHandle,
+    JobMetrics, RestoredAtStart, SkippedCheckpoint,
 };
 pub use state::{
     key_group, KeyedState, ListState, Managed, ManagedState, StateError, StateKey,

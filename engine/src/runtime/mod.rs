@@ -16,6 +16,8 @@ pub(crate) mod plan;
 pub(crate) mod snapshot;
 pub(crate) mod task;
 
+pub use snapshot::set_after_snapshot_hook;
+
 pub use job::{
     config_differences, load_restorable, JobFailure, JobHandle, JobMetrics, RestoredAtStart,
     SkippedCheckpoint,

@@ -162,44 +162,7 @@ fn w4_backpressure_runs_are_exact_with_and_without_failures() {
 /// restart restored no checkpoint with channel state.
 #[test]
 fn w4_unaligned_restores_channel_state_exactly() {
-    let cfg = RefJobConfig {
-        workload: Workload::W4,
-        duration: Duration::from_millis(800),
-        warmup: Duration::from_millis(100),
-        ..Default::default()
-    };
-    let names = task_names(cfg.parallelism);
-    let task = |prefix: &str| names.iter().position(|n| n.starts_with(prefix)).unwrap();
-    let mut restored_channel_state = false;
-    for round in 1..=4u64 {
-        let plan = FailurePlan::none()
-            .with(task("sink"), FailurePoint::AfterRecords(20_000 * round))
-            .with(
-                task("keyed_sum"),
-                FailurePoint::AfterRecords(10_000 * round),
-            );
-        let mut job = checkpointed(CheckpointMode::Unaligned, 2);
-        job.checkpoint.interval = Some(Duration::from_millis(20));
-        let report = run_reference_job(&cfg, job, plan).unwrap();
-        assert!(report.ok(), "round {round}: {:?}", report.failure());
-        assert_eq!((report.lost, report.duplicated), (0, 0), "round {round}");
-        let m = &report.metrics;
-        assert!(m.completed_checkpoints() > 0);
-        // In flight stays bounded (credits): per checkpoint at most every
-        // channel's capacity plus its overdraft, in batches, whatever the
-        // number of checkpoints. W4 at parallelism 2 has 6 channels;
-        // postcard encodes a record in at most twice its in-memory size.
-        let job = JobConfig::default();
-        let record = std::mem::size_of::<RefEvent>().max(std::mem::size_of::<RefSum>());
-        let bound = 6 * (job.channel_capacity + OVERDRAFT_BATCHES) * job.batch_size * record * 2;
-        for c in m.checkpoints.iter().filter(|c| c.is_completed()) {
-            assert!(
-                c.persisted_bytes as usize <= bound,
-                "checkpoint {} persisted {} B, over the in-flight bound {bound} B",
-                c.id,
-                c.persisted_bytes
-            );
-        }
+    w4_failures_restore_channel_state(checkpointed(CheckpointMode::Unaligned, 2), |_, m| {
         // Every checkpoint is unaligned but the final one (FLIP-147: it
         // follows every record, rule 18), which holds no channel state.
         for c in m.checkpoints.iter().filter(|c| c.is_completed()) {
@@ -208,21 +171,7 @@ fn w4_unaligned_restores_channel_state_exactly() {
                 assert_eq!(c.persisted_bytes, 0, "the final checkpoint");
             }
         }
-        restored_channel_state |= m.failures.iter().any(|f| {
-            f.restored_from.is_some_and(|id| {
-                m.checkpoints
-                    .iter()
-                    .any(|c| c.id == id && c.persisted_bytes > 0)
-            })
-        });
-        if restored_channel_state {
-            break;
-        }
-    }
-    assert!(
-        restored_channel_state,
-        "no restart restored a checkpoint with channel state in 4 runs"
-    );
+    });
 }
 
 /// W4 with aligned checkpoints and a 2 ms aligned-checkpoint timeout
@@ -231,29 +180,9 @@ fn w4_unaligned_restores_channel_state_exactly() {
 /// of them exactly. The final checkpoint stays aligned.
 #[test]
 fn w4_aligned_checkpoints_that_time_out_restore_exactly() {
-    let cfg = RefJobConfig {
-        workload: Workload::W4,
-        duration: Duration::from_millis(800),
-        warmup: Duration::from_millis(100),
-        ..Default::default()
-    };
-    let names = task_names(cfg.parallelism);
-    let task = |prefix: &str| names.iter().position(|n| n.starts_with(prefix)).unwrap();
-    let mut restored_channel_state = false;
-    for round in 1..=4u64 {
-        let plan = FailurePlan::none()
-            .with(task("sink"), FailurePoint::AfterRecords(20_000 * round))
-            .with(
-                task("keyed_sum"),
-                FailurePoint::AfterRecords(10_000 * round),
-            );
-        let mut job = checkpointed(CheckpointMode::ExactlyOnce, 2);
-        job.checkpoint.interval = Some(Duration::from_millis(20));
-        job.checkpoint.aligned_checkpoint_timeout = Some(Duration::from_millis(2));
-        let report = run_reference_job(&cfg, job, plan).unwrap();
-        assert!(report.ok(), "round {round}: {:?}", report.failure());
-        assert_eq!((report.lost, report.duplicated), (0, 0), "round {round}");
-        let m = &report.metrics;
+    let mut job = checkpointed(CheckpointMode::ExactlyOnce, 2);
+    job.checkpoint.aligned_checkpoint_timeout = Some(Duration::from_millis(2));
+    w4_failures_restore_channel_state(job, |round, m| {
         let completed: Vec<_> = m.checkpoints.iter().filter(|c| c.is_completed()).collect();
         assert!(
             completed
@@ -269,7 +198,55 @@ fn w4_aligned_checkpoints_that_time_out_restore_exactly() {
                 assert_eq!(c.persisted_bytes, 0, "checkpoint {} is aligned", c.id);
             }
         }
-        restored_channel_state |= m.failures.iter().any(|f| {
+    });
+}
+
+/// Runs W4 (800 ms) with `job`'s checkpoints every 20 ms while the sink
+/// and then a keyed sum fail, up to 4 rounds with later failures, until a
+/// restart restored a checkpoint with channel state. Each round must be
+/// exact, its persisted bytes within the in-flight bound, and pass `check`
+/// (given the round and the job's metrics).
+fn w4_failures_restore_channel_state(
+    mut job: JobConfig,
+    check: impl Fn(u64, &lockgate::JobMetrics),
+) {
+    job.checkpoint.interval = Some(Duration::from_millis(20));
+    let cfg = RefJobConfig {
+        workload: Workload::W4,
+        duration: Duration::from_millis(800),
+        warmup: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let names = task_names(cfg.parallelism);
+    let task = |prefix: &str| names.iter().position(|n| n.starts_with(prefix)).unwrap();
+    // In flight stays bounded (credits): per checkpoint at most every
+    // channel's capacity plus its overdraft, in batches, whatever the
+    // number of checkpoints. W4 at parallelism 2 has 6 channels;
+    // postcard encodes a record in at most twice its in-memory size.
+    let record = std::mem::size_of::<RefEvent>().max(std::mem::size_of::<RefSum>());
+    let bound = 6 * (job.channel_capacity + OVERDRAFT_BATCHES) * job.batch_size * record * 2;
+    for round in 1..=4u64 {
+        let plan = FailurePlan::none()
+            .with(task("sink"), FailurePoint::AfterRecords(20_000 * round))
+            .with(
+                task("keyed_sum"),
+                FailurePoint::AfterRecords(10_000 * round),
+            );
+        let report = run_reference_job(&cfg, job.clone(), plan).unwrap();
+        assert!(report.ok(), "round {round}: {:?}", report.failure());
+        assert_eq!((report.lost, report.duplicated), (0, 0), "round {round}");
+        let m = &report.metrics;
+        assert!(m.completed_checkpoints() > 0);
+        for c in m.checkpoints.iter().filter(|c| c.is_completed()) {
+            assert!(
+                c.persisted_bytes as usize <= bound,
+                "checkpoint {} persisted {} B, over the in-flight bound {bound} B",
+                c.id,
+                c.persisted_bytes
+            );
+        }
+        check(round, m);
+        let restored_channel_state = m.failures.iter().any(|f| {
             f.restored_from.is_some_and(|id| {
                 m.checkpoints
                     .iter()
@@ -277,13 +254,10 @@ fn w4_aligned_checkpoints_that_time_out_restore_exactly() {
             })
         });
         if restored_channel_state {
-            break;
+            return;
         }
     }
-    assert!(
-        restored_channel_state,
-        "no restart restored a checkpoint with channel state in 4 runs"
-    );
+    panic!("no restart restored a checkpoint with channel state in 4 runs");
 }
 
 /// W3 with aligned checkpoints through the timeout path: a timeout far

@@ -310,16 +310,7 @@ impl Unaligned {
             id: barrier.id,
             first_ns: start_ns,
         });
-        signals.push(BarrierSignal::Trigger {
-            barrier,
-            alignment: AlignmentStats {
-                duration_ns: now_ns.saturating_sub(start_ns),
-                first_barrier_ns: start_ns,
-                blocking: true,
-                buffered_bytes: 0,
-                unaligned: true,
-            },
-        });
+        signals.push(blocking_trigger(barrier, start_ns, now_ns, true));
         self.check_done(signals);
     }
 
@@ -402,16 +393,7 @@ impl Unaligned {
             (0..self.num_channels).all(|ch| self.blocked.contains(ch) || self.closed.contains(ch));
         if aligned {
             self.end_alignment();
-            signals.push(BarrierSignal::Trigger {
-                barrier,
-                alignment: AlignmentStats {
-                    duration_ns: now_ns.saturating_sub(start_ns),
-                    first_barrier_ns: start_ns,
-                    blocking: true,
-                    buffered_bytes: 0,
-                    unaligned: false,
-                },
-            });
+            signals.push(blocking_trigger(barrier, start_ns, now_ns, false));
             signals.push(BarrierSignal::ChannelStateDone { id: barrier.id });
         }
     }
@@ -553,6 +535,26 @@ impl Unaligned {
     /// caller's clock), for its statistics.
     pub fn pending_since_ns(&self) -> Option<u64> {
         self.pending.map(|p| p.first_ns)
+    }
+}
+
+/// The trigger of an alignment by blocking (rules 18, 19) that began at
+/// `start_ns`: taken `unaligned` when its timeout switched it.
+fn blocking_trigger(
+    barrier: CheckpointBarrier,
+    start_ns: u64,
+    now_ns: u64,
+    unaligned: bool,
+) -> BarrierSignal {
+    BarrierSignal::Trigger {
+        barrier,
+        alignment: AlignmentStats {
+            duration_ns: now_ns.saturating_sub(start_ns),
+            first_barrier_ns: start_ns,
+            blocking: true,
+            buffered_bytes: 0,
+            unaligned,
+        },
     }
 }
 

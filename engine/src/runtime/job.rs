@@ -334,9 +334,10 @@ struct Driver {
     coordinator: Coordinator,
     /// Where checkpoints go, with the thread that publishes them.
     publisher: Option<Publisher>,
-    /// Aligned checkpoints with a timeout (rule 19): when each pending
-    /// checkpoint's alignment times out (ns on the engine's clock), and
-    /// its barrier, to put on the priority lanes then.
+    /// Unaligned mode and aligned checkpoints with a timeout (rule 19):
+    /// when each pending checkpoint's barrier is due on the priority lanes
+    /// (ns on the engine's clock; its trigger in unaligned mode), and the
+    /// barrier.
     alignment_deadlines: Vec<(u64, crate::element::CheckpointBarrier)>,
 }
 
@@ -606,34 +607,26 @@ impl Driver {
                         self.alignment_deadlines.retain(|(_, b)| b.id != *id);
                     }
                     if let Control::Trigger(b) = &msg {
-                        // With an aligned-checkpoint timeout T the same
-                        // happens T after the trigger, if the checkpoint is
-                        // still pending then (rule 19, FLINK-27251: barriers
-                        // still queued in outputs overtake too).
-                        if let Some(t) = unaligned_after.filter(|t| *t > 0) {
+                        // The barrier overtakes everything in flight on the
+                        // priority lanes, put there by the job thread, not
+                        // forwarded by each task (a task blocked on a full
+                        // output cannot forward): at once in unaligned mode
+                        // (FLIP-76, T = 0), T after the trigger with an
+                        // aligned-checkpoint timeout (rule 19, FLINK-27251:
+                        // barriers still queued in outputs overtake too).
+                        // The in-band barriers that the sources and then
+                        // each task emit after their snapshots still end
+                        // each channel's state. A full lane drops its copy
+                        // (`channel::PRIORITY_LANE_CAPACITY`). Savepoints
+                        // and the final checkpoint stay aligned
+                        // (`CheckpointBarrier::must_align`).
+                        if let Some(t) = unaligned_after {
                             if injected != Some(b.id) && !b.must_align() {
                                 injected = Some(b.id);
                                 self.alignment_deadlines
                                     .push((b.timestamp_ns.saturating_add(t), *b));
-                            }
-                            let _ = attempt.controls[task].send(msg);
-                            continue;
-                        }
-                        // Unaligned mode (FLIP-76): the barrier overtakes
-                        // everything in flight at once. Instead of waiting
-                        // for each task to forward it (a task blocked on a
-                        // full output cannot), the job thread puts it on
-                        // every channel's priority lane now, so every task
-                        // snapshots at once; the in-band barriers that the
-                        // sources and then each task emit after their
-                        // snapshots still end each channel's state. A full
-                        // lane drops its copy (`channel::PRIORITY_LANE_CAPACITY`).
-                        // Savepoints and the final checkpoint stay aligned
-                        // (`CheckpointBarrier::must_align`).
-                        if injected != Some(b.id) && !b.must_align() {
-                            injected = Some(b.id);
-                            for lane in &attempt.priority_lanes {
-                                let _ = lane.try_send(*b);
+                                // T = 0: due now, before any task hears of it.
+                                self.inject_timed_out(attempt);
                             }
                         }
                     }
@@ -649,8 +642,8 @@ impl Driver {
         self.publish_stats();
     }
 
-    /// Rule 19: puts the barrier of every checkpoint whose alignment timed
-    /// out by now on every channel's priority lane (a full lane drops its
+    /// Puts the barrier of every checkpoint due by now (see
+    /// `alignment_deadlines`) on every channel's priority lane (a full lane drops its
     /// copy; the in-band barrier then switches each task on arrival).
     fn inject_timed_out(&mut self, attempt: &Attempt) {
         if self.alignment_deadlines.is_empty() {

@@ -10,7 +10,16 @@ use lockgate_workloads::refjob::{
 /// engine's `channel::OVERDRAFT_LIMIT`, private to it).
 const OVERDRAFT_BATCHES: usize = 2;
 use lockgate_workloads::workload::{ExpectedResult, KeySpace, Workload};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+
+/// Held by every W4 test: W4's sink spins a core, so two W4 jobs side by
+/// side on a 2-core machine leave the rest of both jobs no core, and the
+/// checkpoints these tests wait for come too late in the runs.
+fn one_w4_at_a_time() -> MutexGuard<'static, ()> {
+    static W4: Mutex<()> = Mutex::new(());
+    W4.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 fn checkpointed(mode: CheckpointMode, restarts: u32) -> JobConfig {
     let mut c = JobConfig::default();
@@ -123,6 +132,7 @@ fn w1_at_least_once_with_failures_loses_nothing() {
 /// core.
 #[test]
 fn w4_backpressure_runs_are_exact_with_and_without_failures() {
+    let _w4 = one_w4_at_a_time();
     let cfg = RefJobConfig {
         workload: Workload::W4,
         duration: Duration::from_millis(400),
@@ -158,11 +168,12 @@ fn w4_backpressure_runs_are_exact_with_and_without_failures() {
 /// each checkpoint persists records in flight, and a restart from such a
 /// checkpoint must replay them, losing and duplicating nothing. The sink
 /// and then a keyed sum fail after some 10,000s of records, well after the
-/// first checkpoints (every 20 ms); retried with later failures if a
-/// restart restored no checkpoint with channel state.
+/// first checkpoints (every 20 ms); retried with later failures until a
+/// restart restored the second of two back-to-back checkpoints with
+/// channel state.
 #[test]
 fn w4_unaligned_restores_channel_state_exactly() {
-    w4_failures_restore_channel_state(checkpointed(CheckpointMode::Unaligned, 2), |_, m| {
+    w4_failures_restore_channel_state(checkpointed(CheckpointMode::Unaligned, 2), true, |_, m| {
         // Every checkpoint is unaligned but the final one (FLIP-147: it
         // follows every record, rule 18), which holds no channel state.
         for c in m.checkpoints.iter().filter(|c| c.is_completed()) {
@@ -182,7 +193,7 @@ fn w4_unaligned_restores_channel_state_exactly() {
 fn w4_aligned_checkpoints_that_time_out_restore_exactly() {
     let mut job = checkpointed(CheckpointMode::ExactlyOnce, 2);
     job.checkpoint.aligned_checkpoint_timeout = Some(Duration::from_millis(2));
-    w4_failures_restore_channel_state(job, |round, m| {
+    w4_failures_restore_channel_state(job, false, |round, m| {
         let completed: Vec<_> = m.checkpoints.iter().filter(|c| c.is_completed()).collect();
         assert!(
             completed
@@ -203,13 +214,16 @@ fn w4_aligned_checkpoints_that_time_out_restore_exactly() {
 
 /// Runs W4 (800 ms) with `job`'s checkpoints every 20 ms while the sink
 /// and then a keyed sum fail, up to 4 rounds with later failures, until a
-/// restart restored a checkpoint with channel state. Each round must be
+/// restart restored a checkpoint with channel state (with `back_to_back`,
+/// the second of two back-to-back checkpoints with channel state). Each round must be
 /// exact, its persisted bytes within the in-flight bound, and pass `check`
 /// (given the round and the job's metrics).
 fn w4_failures_restore_channel_state(
     mut job: JobConfig,
+    back_to_back: bool,
     check: impl Fn(u64, &lockgate::JobMetrics),
 ) {
+    let _w4 = one_w4_at_a_time();
     job.checkpoint.interval = Some(Duration::from_millis(20));
     let cfg = RefJobConfig {
         workload: Workload::W4,
@@ -226,8 +240,15 @@ fn w4_failures_restore_channel_state(
     let record = std::mem::size_of::<RefEvent>().max(std::mem::size_of::<RefSum>());
     let bound = 6 * (job.channel_capacity + OVERDRAFT_BATCHES) * job.batch_size * record * 2;
     for round in 1..=4u64 {
+        // Back to back needs two completed checkpoints in the sink's
+        // attempt before it fails: later.
+        let sink_after = if back_to_back {
+            40_000 + 20_000 * round
+        } else {
+            20_000 * round
+        };
         let plan = FailurePlan::none()
-            .with(task("sink"), FailurePoint::AfterRecords(20_000 * round))
+            .with(task("sink"), FailurePoint::AfterRecords(sink_after))
             .with(
                 task("keyed_sum"),
                 FailurePoint::AfterRecords(10_000 * round),
@@ -246,18 +267,26 @@ fn w4_failures_restore_channel_state(
             );
         }
         check(round, m);
-        let restored_channel_state = m.failures.iter().any(|f| {
+        // Done once a restart restored a checkpoint with channel state;
+        // with `back_to_back`, the second of two taken back to back (ids
+        // n - 1 and n, both completed): only n's channel state may be
+        // replayed.
+        let with_channel_state = |id: u64| {
+            m.checkpoints
+                .iter()
+                .any(|c| c.id.get() == id && c.is_completed() && c.persisted_bytes > 0)
+        };
+        let restored_second = m.failures.iter().any(|f| {
             f.restored_from.is_some_and(|id| {
-                m.checkpoints
-                    .iter()
-                    .any(|c| c.id == id && c.persisted_bytes > 0)
+                let id = id.get();
+                with_channel_state(id) && (!back_to_back || id > 1 && with_channel_state(id - 1))
             })
         });
-        if restored_channel_state {
+        if restored_second {
             return;
         }
     }
-    panic!("no restart restored a checkpoint with channel state in 4 runs");
+    panic!("no restart restored a checkpoint with channel state (back to back: {back_to_back}) in 4 runs");
 }
 
 /// W3 with aligned checkpoints through the timeout path: a timeout far

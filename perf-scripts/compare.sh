@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Two lockgate commands run alternately; medians, spreads and ratios.
+# Two or more lockgate commands run alternately; medians, spreads and ratios.
 set -euo pipefail
 
 usage() {
     cat <<'USAGE'
-usage: perf-scripts/compare.sh [-h] [-n N] 'A args' 'B args'
+usage: perf-scripts/compare.sh [-h] [-n N] 'A args' 'B args' ['C args' ...]
 
-Runs `lockgate A args --json FILE` and `lockgate B args --json FILE`
-(target/release/lockgate, built if missing) alternately N times (default
-5: A B A B ...), so that drifting machine load hits both alike, and prints
-for each figure the median, the spread (min-max) of A and of B and the
-ratio of the medians B/A:
+Runs `lockgate A args --json FILE`, `lockgate B args --json FILE` and so
+on (target/release/lockgate, built if missing) alternately N times
+(default 5: A B A B ..., or A B C A B C ... with three), so that drifting
+machine load hits all alike, and prints for each figure the median and
+the spread (min-max) of each command and the ratio of each median to A's
+(B/A, C/A, ...):
   records_per_s, latency_ns p50/p99/p999/max, checkpoints completed,
   checkpoints.duration_ns p50/p99, checkpoints.alignment_ns p50,
   checkpoints.persisted_bytes p50 (the
@@ -37,10 +38,14 @@ while [[ $# -gt 0 ]]; do
         *) break ;;
     esac
 done
-[[ $# -eq 2 ]] || { usage >&2; die "need exactly two quoted argument lists, A and B"; }
+[[ $# -ge 2 && $# -le 26 ]] || { usage >&2; die "need 2 to 26 quoted argument lists (A, B, ...)"; }
 [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "-n: '$n' is not a positive whole number"
-a_args="$1"
-b_args="$2"
+all_args=("$@")
+letters=ABCDEFGHIJKLMNOPQRSTUVWXYZ
+names=()
+for k in "${!all_args[@]}"; do
+    names+=("${letters:k:1}")
+done
 command -v jq >/dev/null 2>&1 || need_tool python3 "apt-get install python3 (or jq: apt-get install jq)"
 ensure_lockgate
 
@@ -50,8 +55,9 @@ trap 'rm -rf "$tmp"' EXIT
 FIGURES=(.records_per_s .latency_ns.p50 .latency_ns.p99 .latency_ns.p999 .latency_ns.max .checkpoints.completed .checkpoints.duration_ns.p50 .checkpoints.duration_ns.p99 .checkpoints.alignment_ns.p50 .checkpoints.persisted_bytes.p50 .peak_rss_bytes)
 
 for i in $(seq 1 "$n"); do
-    for side in A B; do
-        if [[ "$side" == A ]]; then args="$a_args"; else args="$b_args"; fi
+    for k in "${!all_args[@]}"; do
+        side="${names[$k]}"
+        args="${all_args[$k]}"
         json="$tmp/$side.$i.json"
         echo "run $i/$n $side: lockgate $args" >&2
         # Word splitting of the argument list is intended (quoted by the caller).
@@ -66,12 +72,13 @@ for i in $(seq 1 "$n"); do
     done
 done
 
-echo "A: lockgate $a_args"
-echo "B: lockgate $b_args"
+for k in "${!all_args[@]}"; do
+    echo "${names[$k]}: lockgate ${all_args[$k]}"
+done
 echo "$n runs each, alternated; median [min-max]"
-python3 - "$tmp" "${FIGURES[@]}" <<'PY'
+python3 - "$tmp" "${names[*]}" "${FIGURES[@]}" <<'PY'
 import statistics, sys
-tmp, figs = sys.argv[1], sys.argv[2:]
+tmp, sides, figs = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
 def vals(side, f):
     out = []
     for line in open(f"{tmp}/{side}{f.replace('.', '_')}"):
@@ -81,12 +88,20 @@ def vals(side, f):
     return out
 def fmt(v):
     return f"{v:,.0f}"
-print(f"{'figure':<28}{'A median [min-max]':>36}{'B median [min-max]':>36}{'B/A':>8}")
+def cell(v):
+    return f"{fmt(statistics.median(v))} [{fmt(min(v))}-{fmt(max(v))}]" if v else "-"
+head = f"{'figure':<28}{'A median [min-max]':>36}"
+for s in sides[1:]:
+    head += f"{s + ' median [min-max]':>36}{s + '/A':>8}"
+print(head)
 for f in figs:
-    a, b = vals("A", f), vals("B", f)
-    cell = lambda v: f"{fmt(statistics.median(v))} [{fmt(min(v))}-{fmt(max(v))}]" if v else "-"
-    ratio = "-"
-    if a and b and statistics.median(a) != 0:
-        ratio = f"{statistics.median(b) / statistics.median(a):.3f}"
-    print(f"{f.lstrip('.'):<28}{cell(a):>36}{cell(b):>36}{ratio:>8}")
+    a = vals("A", f)
+    row = f"{f.lstrip('.'):<28}{cell(a):>36}"
+    for s in sides[1:]:
+        b = vals(s, f)
+        ratio = "-"
+        if a and b and statistics.median(a) != 0:
+            ratio = f"{statistics.median(b) / statistics.median(a):.3f}"
+        row += f"{cell(b):>36}{ratio:>8}"
+    print(row)
 PY

@@ -16,7 +16,9 @@ use crate::operator::{Checkpointed, StateSnapshot};
 pub struct OperatorSnapshot {
     /// The operator's name, unique in the job (its state key).
     pub operator: String,
-    /// The operator's serialized state.
+    /// The operator's serialized state (in a part file: its length, then
+    /// the bytes, as postcard encodes a byte string).
+    #[serde(with = "serde_bytes")]
     pub bytes: Vec<u8>,
 }
 

@@ -21,6 +21,7 @@ use crate::operator::{
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_bytes::ByteBuf;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
@@ -1023,7 +1024,10 @@ impl<A: ManagedState, B: ManagedState> ManagedState for (A, B) {
         let (a, b) = (self.0.snapshot_managed()?, self.1.snapshot_managed()?);
         Ok(StateSnapshot::incremental(move |req| {
             let (a, b) = (a.run(req)?, b.run(req)?);
-            let pair: PairPart = ((a.delta, a.bytes), (b.delta, b.bytes));
+            let pair: PairPart = (
+                (a.delta, ByteBuf::from(a.bytes)),
+                (b.delta, ByteBuf::from(b.bytes)),
+            );
             let bytes = postcard::to_allocvec(&pair)?;
             let full = |n: u64| varint_len(n) + n + 1;
             Ok(EncodedState {
@@ -1071,8 +1075,8 @@ fn split_pair_chain(chain: &[&[u8]]) -> Result<(Parts, Parts), BoxError> {
     let mut b = Vec::with_capacity(chain.len());
     for bytes in chain {
         let ((_, pa), (_, pb)): PairPart = postcard::from_bytes(bytes)?;
-        a.push(pa);
-        b.push(pb);
+        a.push(pa.into_vec());
+        b.push(pb.into_vec());
     }
     Ok((a, b))
 }
@@ -1082,8 +1086,9 @@ fn slices(parts: &[Vec<u8>]) -> Vec<&[u8]> {
     parts.iter().map(Vec::as_slice).collect()
 }
 
-/// One snapshot of a pair: (delta?, bytes) of each.
-type PairPart = ((bool, Vec<u8>), (bool, Vec<u8>));
+/// One snapshot of a pair: (delta?, bytes) of each (`ByteBuf`: one
+/// length and the raw bytes, not a sequence of bytes one by one).
+type PairPart = ((bool, ByteBuf), (bool, ByteBuf));
 
 /// An operator whose state the runtime manages: its calls get the state
 /// as an argument, and [`Managed`] snapshots and restores it.

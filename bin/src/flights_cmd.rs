@@ -39,11 +39,12 @@ pub(crate) enum BadRowsArg {
 }
 
 /// The checkpointing mode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub(crate) enum CheckpointArg {
     /// No checkpoints (output committed at the end).
     None,
     /// Aligned barriers: exactly-once output.
+    #[default]
     ExactlyOnce,
     /// Tracked barriers: after a failure rows may repeat (repeats are
     /// dropped when the files are written, and counted).
@@ -80,15 +81,21 @@ pub(crate) struct Args {
     /// Malformed rows: fail (exit 2) or skip and count.
     #[arg(long, value_enum, default_value_t = BadRowsArg::Fail)]
     pub bad_rows: BadRowsArg,
-    /// Checkpointing mode.
-    #[arg(long, value_enum, default_value_t = CheckpointArg::ExactlyOnce)]
+    /// Checkpointing mode [default: exactly-once; with --restore, the
+    /// checkpoint's when it was unaligned or had an aligned-checkpoint
+    /// timeout].
+    #[arg(long = "checkpoint", value_enum, value_name = "MODE")]
+    pub checkpoint_flag: Option<CheckpointArg>,
+    /// The mode in effect (`--checkpoint`, or the restored checkpoint's).
+    #[arg(skip)]
     pub checkpoint: CheckpointArg,
     /// Time between checkpoints, ms (default 100; only with checkpoints).
     #[arg(long, value_name = "MS")]
     pub checkpoint_interval_ms: Option<u64>,
     /// Exactly-once only: a checkpoint still aligning this long after its
     /// trigger switches to unaligned (Flink's aligned-checkpoint timeout;
-    /// 0 is the same as --checkpoint unaligned), ms [default: never].
+    /// 0 is the same as --checkpoint unaligned), ms [default: never; with
+    /// --restore, the checkpoint's].
     #[arg(long, value_name = "MS")]
     pub aligned_checkpoint_timeout_ms: Option<u64>,
     /// Where checkpoints are written (default: kept in memory).
@@ -118,6 +125,56 @@ fn recorded_out(dir: &std::path::Path) -> Option<String> {
     crate::loadgen::restore::recorded_config(dir, |c| Some(c.get("out")?.as_str()?.to_string()))
 }
 
+/// The checkpointing settings a run records when its checkpoints may hold
+/// channel state (unaligned, or aligned with a timeout), in the job's
+/// configuration under `checkpoint`: a restore must replay that state
+/// with priority lanes, so it takes these settings from the checkpoint.
+fn recorded_checkpoint(dir: &std::path::Path) -> Option<(CheckpointArg, Option<u64>)> {
+    crate::loadgen::restore::recorded_config(dir, |c| {
+        let c = c.get("checkpoint")?;
+        let mode = match c.get("mode")?.as_str()? {
+            "unaligned" => CheckpointArg::Unaligned,
+            "exactly-once" => CheckpointArg::ExactlyOnce,
+            _ => return None,
+        };
+        let timeout = c
+            .get("aligned_checkpoint_timeout_ms")
+            .and_then(serde_json::Value::as_u64);
+        Some((mode, timeout))
+    })
+}
+
+/// Sets `args.checkpoint` (and the timeout) from `--checkpoint`, or on a
+/// restore from the checkpoint when it recorded its mode; refuses flags
+/// that contradict the restored checkpoint's.
+fn resolve_checkpoint_mode(args: &mut Args) -> Result<(), String> {
+    let recorded = args.restore.as_deref().and_then(recorded_checkpoint);
+    let Some((mode, timeout)) = recorded else {
+        args.checkpoint = args.checkpoint_flag.unwrap_or_default();
+        return Ok(());
+    };
+    let dir = args.restore.as_deref().unwrap_or(std::path::Path::new(""));
+    let taken = match (mode, timeout) {
+        (CheckpointArg::ExactlyOnce, Some(t)) => {
+            format!("--checkpoint exactly-once --aligned-checkpoint-timeout-ms {t}")
+        }
+        _ => "--checkpoint unaligned".to_string(),
+    };
+    if args.checkpoint_flag.is_some_and(|m| m != mode)
+        || args
+            .aligned_checkpoint_timeout_ms
+            .is_some_and(|t| Some(t) != timeout)
+    {
+        return Err(format!(
+            "--restore {}: the checkpoint was taken with {taken} (its in-flight records are persisted as channel state); restore it with the same flags, or without --checkpoint and --aligned-checkpoint-timeout-ms",
+            dir.display()
+        ));
+    }
+    args.checkpoint = mode;
+    args.aligned_checkpoint_timeout_ms = timeout;
+    Ok(())
+}
+
 /// `path` absolute and without `.`, `..` or links when it exists (as
 /// printed and recorded), else as given.
 fn normalised(path: &std::path::Path) -> PathBuf {
@@ -130,7 +187,10 @@ fn usage_error(msg: &str) -> ExitCode {
 }
 
 /// Runs the command; prints what it did on stdout and errors on stderr.
-pub(crate) fn run(args: Args) -> ExitCode {
+pub(crate) fn run(mut args: Args) -> ExitCode {
+    if let Err(msg) = resolve_checkpoint_mode(&mut args) {
+        return usage_error(&msg);
+    }
     let flights = match args
         .flights
         .clone()
@@ -237,9 +297,11 @@ pub(crate) fn run(args: Args) -> ExitCode {
     if config.checkpoint.mode != CheckpointMode::None {
         config.checkpoint.interval = Some(Duration::from_millis(interval_ms));
     }
-    config.checkpoint.aligned_checkpoint_timeout = args
-        .aligned_checkpoint_timeout_ms
-        .map(Duration::from_millis);
+    config.checkpoint.aligned_checkpoint_timeout =
+        match crate::loadgen::args::aligned_timeout(args.aligned_checkpoint_timeout_ms) {
+            Ok(t) => t,
+            Err(e) => return usage_error(&e),
+        };
     config.checkpoint.dir = checkpoint_dir;
     config.checkpoint.restore = args.restore.is_some();
     if let Some(flag) = args.incremental.given() {
@@ -313,6 +375,7 @@ pub(crate) fn run(args: Args) -> ExitCode {
         }
     };
     let s = r.summary;
+    crate::loadgen::restore::warn_skipped(&r.metrics.restore_skipped);
     if let (Some(dir), Some(at)) = (&args.restore, &r.metrics.restored) {
         let rescaled: Vec<String> = at
             .rescaled

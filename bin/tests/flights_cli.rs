@@ -178,6 +178,73 @@ fn golden_with_failures(mode_args: &[&str]) {
     }
 }
 
+/// An unaligned run records its mode in its checkpoints: a restore
+/// without `--checkpoint` replays their channel state in the same mode,
+/// also after falling back from a newest checkpoint that does not load to
+/// an unaligned one; a restore in another mode is refused (exit 2).
+#[test]
+fn a_restore_takes_the_unaligned_mode_from_the_checkpoint() {
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/flights");
+    let dir = tempfile::tempdir().unwrap();
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let (out_s, chk_s) = (out.to_str().unwrap(), chk.to_str().unwrap());
+    let o = lockgate(&[
+        "flights",
+        "--out",
+        out_s,
+        "--checkpoint",
+        "unaligned",
+        "--checkpoint-dir",
+        chk_s,
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    // The newest (the final checkpoint, aligned by FLIP-147) loses its
+    // metadata: the restore falls back to an unaligned one.
+    let newest = std::fs::read_dir(&chk)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            name.strip_prefix("chk-")
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .max()
+        .unwrap();
+    assert!(newest >= 2, "only {newest} checkpoint(s)");
+    std::fs::remove_file(chk.join(format!("chk-{newest}/_metadata"))).unwrap();
+    let o = lockgate(&[
+        "flights",
+        "--out",
+        out_s,
+        "--restore",
+        chk_s,
+        "--checkpoint",
+        "exactly-once",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("the checkpoint was taken with --checkpoint unaligned"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = lockgate(&["flights", "--out", out_s, "--restore", chk_s]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains(&format!("warning: chk-{newest} does not load")),
+        "{}",
+        text(&o.stderr)
+    );
+    let stdout = text(&o.stdout);
+    assert!(
+        stdout.contains(&format!("restored: chk-{}", newest - 1)),
+        "{stdout}"
+    );
+    for name in ["by_visibility.csv", "daily.csv"] {
+        let got = std::fs::read(out.join(name)).unwrap();
+        let want = std::fs::read(golden.join(name)).unwrap();
+        assert!(got == want, "{name} differs from the golden file");
+    }
+}
+
 #[test]
 fn the_bundled_data_rescaled_mid_run_gives_the_golden_files() {
     // Issue 14: killed at parallelism 2 after a checkpoint, restored at 3:

@@ -1155,7 +1155,7 @@ fn bad_inputs_are_refused_with_exit_code_2() {
         ),
         (
             vec!["--aligned-checkpoint-timeout-ms", "18446744073709551615"],
-            "aligned_checkpoint_timeout",
+            "--aligned-checkpoint-timeout-ms must be at most 9223372036854 ms",
         ),
         (
             vec!["--checkpoint-interval-ms", "0"],

@@ -605,9 +605,21 @@ pub fn run(
             FlightsJobError::Output(e.to_string())
         }
     })?;
+    let mut app = spec.app_config();
+    if config.checkpoint.uses_priority_lanes() {
+        // Its checkpoints may hold channel state, which only a job with
+        // priority lanes replays: recorded, so that a restore takes it.
+        app["checkpoint"] = serde_json::json!({
+            "mode": config.checkpoint.mode.as_str(),
+            "aligned_checkpoint_timeout_ms": config
+                .checkpoint
+                .aligned_checkpoint_timeout
+                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        });
+    }
     let job = JobBuilder::new(JOB_NAME, config)
         .with_failures(failures)
-        .with_app_config(spec.app_config());
+        .with_app_config(app);
     let probes = build(&job, spec);
     let result = job.start().and_then(|h| h.wait());
     let metrics = match result {

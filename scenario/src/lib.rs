@@ -639,6 +639,14 @@ impl Scenario {
         }
         let unaligned_handler =
             raw.mode == ScenarioMode::Unaligned || raw.aligned_checkpoint_timeout.is_some();
+        if unaligned_handler && raw.max_alignment_bytes.is_some() {
+            // As the CLI and `JobConfig::validate`: an unaligned checkpoint
+            // holds nothing, and a blocking alignment before its timeout
+            // holds nothing either (rule 19).
+            return Err(invalid(
+                "`max_alignment_bytes` does not apply with `\"mode\": \"unaligned\"` or `aligned_checkpoint_timeout` (those alignments hold nothing)".to_string(),
+            ));
+        }
         let mut input = Vec::with_capacity(raw.input.len());
         let mut ids = HashSet::new();
         let mut ended = vec![false; raw.channels];
@@ -1725,6 +1733,13 @@ mod tests {
                     "{\"ch\": 0, \"priority\": 1, \"barrier\": 1}",
                 ),
                 "exactly one of `buffer`, `barrier`, `priority`",
+            ),
+            (
+                UNALIGNED.replace(
+                    "\"buffer_size\": 8,",
+                    "\"buffer_size\": 8, \"max_alignment_bytes\": 100,",
+                ),
+                "`max_alignment_bytes` does not apply",
             ),
         ];
         for (text, want) in cases {

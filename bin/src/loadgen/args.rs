@@ -568,9 +568,8 @@ impl Args {
             if let Some(m) = self.max_alignment_bytes {
                 job.handler.max_alignment_bytes = Some(m);
             }
-            job.checkpoint.aligned_checkpoint_timeout = self
-                .aligned_checkpoint_timeout_ms
-                .map(Duration::from_millis);
+            job.checkpoint.aligned_checkpoint_timeout =
+                aligned_timeout(self.aligned_checkpoint_timeout_ms)?;
             self.incremental.apply(&mut job.checkpoint)?;
             match (&self.restore, &self.checkpoint_dir) {
                 (Some(r), Some(d)) if !same_folder(r, d) => {
@@ -733,5 +732,19 @@ impl Args {
             pinning: self.pin.clone(),
             warnings,
         })
+    }
+}
+
+/// `--aligned-checkpoint-timeout-ms MS` as the engine takes it.
+///
+/// # Errors
+/// Over [`lockgate::MAX_TIME`] (about 292 years), named in the flag's unit.
+pub(crate) fn aligned_timeout(ms: Option<u64>) -> Result<Option<Duration>, String> {
+    let max_ms = lockgate::MAX_TIME.as_millis();
+    match ms {
+        Some(t) if u128::from(t) > max_ms => Err(format!(
+            "--aligned-checkpoint-timeout-ms must be at most {max_ms} ms, got {t}"
+        )),
+        _ => Ok(ms.map(Duration::from_millis)),
     }
 }

@@ -75,17 +75,7 @@ pub(crate) fn run(args: Args) -> u8 {
     };
     // On stderr even with --quiet: a restore went past the newest
     // checkpoints, and the user should know which and why.
-    for skipped in handle.metrics().restore_skipped {
-        eprintln!(
-            "warning: chk-{} does not load, restored an older checkpoint ({}){}",
-            skipped.id,
-            skipped.reason,
-            skipped
-                .kept_at
-                .map(|at| format!("; kept as {at}"))
-                .unwrap_or_default()
-        );
-    }
+    restore::warn_skipped(&handle.metrics().restore_skipped);
     {
         let flag = interrupted.clone();
         let results = results.clone();

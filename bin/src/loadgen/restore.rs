@@ -234,3 +234,19 @@ pub(crate) fn resolve(args: Args, argv: &[OsString]) -> Result<Args, String> {
     })?;
     Ok(completed)
 }
+
+/// Says on stderr (even with `--quiet`) which newer checkpoints a restore
+/// went past because they did not load, why, and where each was kept.
+pub(crate) fn warn_skipped(skipped: &[lockgate::SkippedCheckpoint]) {
+    for s in skipped {
+        eprintln!(
+            "warning: chk-{} does not load, restored an older checkpoint ({}){}",
+            s.id,
+            s.reason,
+            s.kept_at
+                .as_ref()
+                .map(|at| format!("; kept as {at}"))
+                .unwrap_or_default()
+        );
+    }
+}

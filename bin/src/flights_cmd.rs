@@ -93,8 +93,10 @@ pub(crate) struct Args {
     #[arg(long, value_name = "MS")]
     pub checkpoint_interval_ms: Option<u64>,
     /// Exactly-once only: a checkpoint still aligning this long after its
-    /// trigger switches to unaligned (Flink's aligned-checkpoint timeout;
-    /// 0 is the same as --checkpoint unaligned), ms [default: never; with
+    /// trigger switches to unaligned at the task's next look at its inputs
+    /// (Flink's aligned-checkpoint timeout; an alignment, measured from
+    /// its first barrier, may last a batch longer). 0 works as --checkpoint
+    /// unaligned (the run's mode stays exactly-once), ms [default: never; with
     /// --restore, the checkpoint's].
     #[arg(long, value_name = "MS")]
     pub aligned_checkpoint_timeout_ms: Option<u64>,

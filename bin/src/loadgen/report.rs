@@ -245,7 +245,7 @@ impl CheckpointsJson {
             if self.unaligned_completed > 0 {
                 let _ = writeln!(
                     s,
-                    "    {} of {} completed checkpoints switched to unaligned (the aligned-checkpoint timeout passed)",
+                    "    {} of {} completed checkpoints switched to unaligned (the aligned-checkpoint timeout passed; the final checkpoint and savepoints stay aligned)",
                     self.unaligned_completed, cp.completed
                 );
             }
@@ -696,7 +696,7 @@ impl RunReport {
         let get = |k: &str| c.get(k).cloned().unwrap_or(serde_json::Value::Null);
         let _ = writeln!(
             s,
-            "lockgate loadgen {}: {}{}{}",
+            "lockgate loadgen {}: {}{}{}{}",
             self.workload,
             if self.mode == "none" {
                 "no checkpoints".to_string()
@@ -706,6 +706,10 @@ impl RunReport {
             match get("checkpoint_interval_ms").as_u64() {
                 Some(ms) if self.mode != "none" => format!(" every {ms} ms"),
                 _ => String::new(),
+            },
+            match get("aligned_checkpoint_timeout_ms").as_u64() {
+                Some(ms) => format!(", aligned-checkpoint timeout {ms} ms"),
+                None => String::new(),
             },
             if self.interrupted {
                 " [INTERRUPTED]"

@@ -15,6 +15,7 @@ use crate::element::{CheckpointId, StreamElement, Watermark};
 use crate::operator::StateSnapshot;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::cell::Cell;
 
 /// The reserved operator name of a task's channel state in its part.
 pub(crate) const CHANNEL_STATE_OPERATOR: &str = "#channel-state";
@@ -38,8 +39,31 @@ struct Persisted<T> {
     channels: Vec<Vec<Item<T>>>,
 }
 
+thread_local! {
+    /// A snapshot thread's buffer for its next channel-state encoding: the
+    /// last one, given back once its part was written ([`recycle`]). Under
+    /// sustained backpressure every unaligned checkpoint encodes megabytes;
+    /// a fresh buffer each time faults every page in again (the binary
+    /// returns freed pages to the OS after large jobs).
+    static SPARE: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// The largest channel-state buffer kept for the next checkpoint: 8 MiB,
+/// above W4's (about 2 MB for two full channels), below what would make
+/// an idle snapshot thread hold a large share of the memory.
+const KEEP_BYTES: usize = 8 << 20;
+
+/// Gives an encoded channel state's buffer back to this thread, for the
+/// next encoding (dropped when larger than [`KEEP_BYTES`]).
+pub(crate) fn recycle(bytes: Vec<u8>) {
+    if bytes.capacity() <= KEEP_BYTES {
+        SPARE.set(bytes);
+    }
+}
+
 /// The snapshot of `state` for checkpoint `id`: encoded on the snapshot
-/// thread (the asynchronous part).
+/// thread (the asynchronous part), into this thread's spare buffer when
+/// it has one, grown to the exact size otherwise.
 pub(crate) fn snapshot<T: Serialize + Send + 'static>(
     id: CheckpointId,
     state: ChannelState<T>,
@@ -64,7 +88,11 @@ pub(crate) fn snapshot<T: Serialize + Send + 'static>(
             checkpoint: id.get(),
             channels,
         };
-        Ok(crate::protocol::encode_exact(&persisted)?)
+        let size = postcard::experimental::serialized_size(&persisted)?;
+        let mut buf = SPARE.take();
+        buf.clear();
+        buf.reserve_exact(size);
+        Ok(postcard::to_extend(&persisted, buf)?)
     })
 }
 

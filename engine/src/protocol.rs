@@ -123,13 +123,3 @@ pub(crate) enum TaskEvent {
     /// The task failed.
     Failed { task: usize, error: TaskError },
 }
-
-/// The postcard encoding of `value` in one allocation of its exact size
-/// (a sizing pass first, which allocates nothing): `postcard::to_allocvec`
-/// grows its vector by doubling, and for the megabytes of an unaligned
-/// checkpoint's channel state the abandoned halves stayed in the snapshot
-/// thread's allocator cache.
-pub(crate) fn encode_exact<T: serde::Serialize + ?Sized>(value: &T) -> postcard::Result<Vec<u8>> {
-    let size = postcard::experimental::serialized_size(value)?;
-    postcard::to_extend(value, Vec::with_capacity(size))
-}

@@ -360,6 +360,15 @@ fn finish(
         if bytes.capacity() <= KEEP_SCRATCH_BYTES {
             *scratch = bytes;
         }
+        // The part is in storage: the coordinator keeps only its handle
+        // (a restart reads it back), so the encodings are freed here, on
+        // the thread that allocated them, and the channel state's buffer
+        // serves the next one.
+        for s in std::mem::take(&mut states) {
+            if s.operator == crate::channel_state::CHANNEL_STATE_OPERATOR {
+                crate::channel_state::recycle(s.bytes);
+            }
+        }
         match written {
             Ok(mut h) => {
                 h.base = base;

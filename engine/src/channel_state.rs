@@ -48,15 +48,11 @@ thread_local! {
     static SPARE: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
 }
 
-/// The largest channel-state buffer kept for the next checkpoint: 8 MiB,
-/// above W4's (about 2 MB for two full channels), below what would make
-/// an idle snapshot thread hold a large share of the memory.
-const KEEP_BYTES: usize = 8 << 20;
-
 /// Gives an encoded channel state's buffer back to this thread, for the
-/// next encoding (dropped when larger than [`KEEP_BYTES`]).
+/// next encoding (dropped when larger than
+/// [`crate::protocol::KEEP_BUFFER_BYTES`]).
 pub(crate) fn recycle(bytes: Vec<u8>) {
-    if bytes.capacity() <= KEEP_BYTES {
+    if bytes.capacity() <= crate::protocol::KEEP_BUFFER_BYTES {
         SPARE.set(bytes);
     }
 }

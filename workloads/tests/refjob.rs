@@ -215,9 +215,9 @@ fn w4_aligned_checkpoints_that_time_out_restore_exactly() {
 /// Runs W4 (800 ms) with `job`'s checkpoints every 20 ms while the sink
 /// and then a keyed sum fail, up to 4 rounds with later failures, until a
 /// restart restored a checkpoint with channel state (with `back_to_back`,
-/// the second of two back-to-back checkpoints with channel state). Each round must be
-/// exact, its persisted bytes within the in-flight bound, and pass `check`
-/// (given the round and the job's metrics).
+/// the second of two back-to-back checkpoints with channel state). Each
+/// round must be exact, its persisted bytes within the in-flight bound,
+/// and pass `check` (given the round and the job's metrics).
 fn w4_failures_restore_channel_state(
     mut job: JobConfig,
     back_to_back: bool,

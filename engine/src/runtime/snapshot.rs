@@ -236,12 +236,6 @@ pub fn set_after_snapshot_hook(hook: fn(u64)) -> bool {
     AFTER_SNAPSHOT.set(hook).is_ok()
 }
 
-/// The largest part buffer a snapshot thread keeps for the next job: 8 MiB,
-/// above an unaligned checkpoint's part under W4 (about 3 MB: two full
-/// channels of records), well below a large keyed state's full part, which
-/// would otherwise stay resident per task between checkpoints.
-const KEEP_SCRATCH_BYTES: usize = 8 << 20;
-
 fn run(setup: WorkerSetup, msgs: Receiver<WorkerMsg>) {
     let mut chain = Chain::default();
     // The buffer each part is encoded into, kept from job to job: a fresh
@@ -357,7 +351,7 @@ fn finish(
             }
         };
         let written = storage.write_part(job.id, &setup.key, &bytes);
-        if bytes.capacity() <= KEEP_SCRATCH_BYTES {
+        if bytes.capacity() <= crate::protocol::KEEP_BUFFER_BYTES {
             *scratch = bytes;
         }
         // The part is in storage: the coordinator keeps only its handle

@@ -4,13 +4,16 @@ set -euo pipefail
 
 usage() {
     cat <<'USAGE'
-usage: perf-scripts/latency-compare.sh [-h] [-n N] [--duration SECS] [--warmup SECS] [--rate R] [--workloads "w2 w3"]
+usage: perf-scripts/latency-compare.sh [-h] [-n N] [--duration SECS] [--warmup SECS] [--rate R] [--workloads "w2 w3"] [--workers W]
 
 For each workload (default: w2 then w3), runs N times (default 3), one
 system after the other in each round so that drifting machine load hits
 all alike:
   lockgate-none   lockgate loadgen, no checkpoints
   lockgate-eo100  lockgate loadgen, exactly-once checkpoints every 100 ms
+  pool-none       lockgate loadgen --workers W (default 2: W cooperative
+                  worker threads, as timely's), no checkpoints
+  pool-eo100      the same, exactly-once checkpoints every 100 ms
   raw             target/release/raw_paced (the raw crossbeam pipeline,
                   paced the same way)
   timely          target/timely/release/lockgate-timely (2 workers)
@@ -40,6 +43,7 @@ duration=5
 warmup=1
 rate=200000
 workloads="w2 w3"
+workers=2
 while [[ $# -gt 0 ]]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -48,11 +52,13 @@ while [[ $# -gt 0 ]]; do
         --warmup) [[ $# -ge 2 ]] || die "--warmup needs seconds"; warmup="$2"; shift 2 ;;
         --rate) [[ $# -ge 2 ]] || die "--rate needs records/s"; rate="$2"; shift 2 ;;
         --workloads) [[ $# -ge 2 ]] || die "--workloads needs a list"; workloads="$2"; shift 2 ;;
+        --workers) [[ $# -ge 2 ]] || die "--workers needs a count"; workers="$2"; shift 2 ;;
         *) usage >&2; die "unexpected argument '$1'" ;;
     esac
 done
 [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "-n: '$n' is not a positive whole number"
 [[ "$rate" =~ ^[1-9][0-9]*$ ]] || die "--rate: '$rate' is not a positive whole number"
+[[ "$workers" =~ ^[1-9][0-9]*$ ]] || die "--workers: '$workers' is not a positive whole number"
 [[ "$duration" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--duration: '$duration' is not a number of seconds"
 [[ "$warmup" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--warmup: '$warmup' is not a number of seconds"
 for w in $workloads; do
@@ -73,7 +79,7 @@ fi
 # ~565 µs instead of ~10 µs).
 echo "building lockgate-timely if needed (timely-dataflow, a few minutes the first time)..." >&2
 (cd "$ROOT/benches/timely" && CARGO_TARGET_DIR="$ROOT/target/timely" cargo build --release --locked >&2) || true
-systems=(lockgate-none lockgate-eo100)
+systems=(lockgate-none lockgate-eo100 pool-none pool-eo100)
 if [[ -x "$RAW_BIN" ]]; then systems+=(raw); else echo "note: no $RAW_BIN; raw left out" >&2; fi
 if [[ -x "$TIMELY_BIN" ]]; then systems+=(timely); else echo "note: no $TIMELY_BIN; timely left out" >&2; fi
 
@@ -89,6 +95,12 @@ run_one() {
             "$LOCKGATE_BIN" loadgen "${common[@]}" --checkpoint none --quiet --json "$json" >"$log" 2>&1 ;;
         lockgate-eo100)
             "$LOCKGATE_BIN" loadgen "${common[@]}" --checkpoint exactly-once \
+                --checkpoint-interval-ms 100 --quiet --json "$json" >"$log" 2>&1 ;;
+        pool-none)
+            "$LOCKGATE_BIN" loadgen "${common[@]}" --workers "$workers" --checkpoint none \
+                --quiet --json "$json" >"$log" 2>&1 ;;
+        pool-eo100)
+            "$LOCKGATE_BIN" loadgen "${common[@]}" --workers "$workers" --checkpoint exactly-once \
                 --checkpoint-interval-ms 100 --quiet --json "$json" >"$log" 2>&1 ;;
         raw)
             "$RAW_BIN" "${common[@]}" >"$json" 2>"$log" ;;
@@ -115,7 +127,7 @@ for w in $workloads; do
 done
 
 echo "latency from the intended send time at the sink; median of $n runs; µs"
-echo "rate $rate records/s, ${duration}s recorded after ${warmup}s warm-up, $(nproc) cores"
+echo "rate $rate records/s, ${duration}s recorded after ${warmup}s warm-up, $(nproc) cores, pool: $workers workers"
 python3 - "$tmp" "$workloads" "${systems[@]}" <<'PY'
 import statistics, sys
 tmp, workloads, systems = sys.argv[1], sys.argv[2].split(), sys.argv[3:]

@@ -60,6 +60,19 @@ pub(crate) trait Link<I>: Send {
     fn on_processing_time(&mut self, _now_ns: u64) -> Result<(), TaskError> {
         Ok(())
     }
+    /// Cooperative mode: true while some output of the chain waits to be
+    /// sent ([`ChannelWriter::output_blocked`]). Default: false.
+    fn output_blocked(&self) -> bool {
+        false
+    }
+    /// Cooperative mode: sends what waits as far as the channels take it;
+    /// true when nothing waits ([`ChannelWriter::drain`]). Default: true.
+    fn drain_output(&mut self) -> Result<bool, TaskError> {
+        Ok(true)
+    }
+    /// Cooperative mode: registers what would let waiting output move
+    /// ([`ChannelWriter::watch`]). Default: nothing.
+    fn watch_output<'a>(&'a self, _sel: &mut crossbeam_channel::Select<'a>) {}
 }
 
 /// The earlier of two optional deadlines.
@@ -211,6 +224,16 @@ impl<I, O: Send, Op: Operator<I, O>> Link<I> for Stage<I, O, Op> {
     fn next_timer_ns(&self) -> Option<u64> {
         earliest(self.timer, self.next.next_timer_ns())
     }
+    #[inline]
+    fn output_blocked(&self) -> bool {
+        self.next.output_blocked()
+    }
+    fn drain_output(&mut self) -> Result<bool, TaskError> {
+        self.next.drain_output()
+    }
+    fn watch_output<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>) {
+        self.next.watch_output(sel)
+    }
 
     fn on_processing_time(&mut self, now_ns: u64) -> Result<(), TaskError> {
         if self.timer.is_some_and(|t| t <= now_ns) {
@@ -267,6 +290,16 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> Link<T> for ChannelWriter<T, K> {
     }
     fn end(&mut self) -> Result<(), TaskError> {
         ChannelWriter::end_of_partition(self)
+    }
+    #[inline]
+    fn output_blocked(&self) -> bool {
+        ChannelWriter::output_blocked(self)
+    }
+    fn drain_output(&mut self) -> Result<bool, TaskError> {
+        ChannelWriter::drain(self)
+    }
+    fn watch_output<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>) {
+        ChannelWriter::watch(self, sel)
     }
 }
 
@@ -378,6 +411,17 @@ impl<T: Clone + Send> Link<T> for Tee<T> {
     }
     fn next_timer_ns(&self) -> Option<u64> {
         earliest(self.a.next_timer_ns(), self.b.next_timer_ns())
+    }
+    fn output_blocked(&self) -> bool {
+        self.a.output_blocked() || self.b.output_blocked()
+    }
+    fn drain_output(&mut self) -> Result<bool, TaskError> {
+        let a = self.a.drain_output()?;
+        Ok(self.b.drain_output()? && a)
+    }
+    fn watch_output<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>) {
+        self.a.watch_output(sel);
+        self.b.watch_output(sel)
     }
     fn on_processing_time(&mut self, now_ns: u64) -> Result<(), TaskError> {
         self.a.on_processing_time(now_ns)?;

@@ -100,6 +100,10 @@ pub(crate) struct OutputConfig {
     pub buffer_timeout_ns: u64,
     /// The job's number of key groups (hash partitioning routes by them).
     pub max_parallelism: u32,
+    /// The task runs on a cooperative worker ([`crate::JobConfig::workers`]):
+    /// a send never blocks, what does not fit waits in the writer (see
+    /// [`ChannelWriter::output_blocked`]).
+    pub cooperative: bool,
 }
 
 /// Sends elements to one channel, blocking on a full channel until there is
@@ -262,6 +266,37 @@ fn take_credit(
     }
 }
 
+/// Takes the credit of a send without waiting (a cooperative worker's
+/// writer): the rules of [`take_credit`], false when the send must wait.
+fn try_take_credit(
+    lanes: &ProducerLanes,
+    credit: Credit,
+    consumer: &Arc<str>,
+) -> Result<bool, TaskError> {
+    if credit == Credit::Overdraft && lanes.debt.get() < OVERDRAFT_LIMIT {
+        lanes.debt.set(lanes.debt.get() + 1);
+        return Ok(true);
+    }
+    loop {
+        match lanes.credits.try_recv() {
+            Ok(()) if lanes.debt.get() > 0 => lanes.debt.set(lanes.debt.get() - 1),
+            Ok(()) => return Ok(true),
+            Err(crossbeam_channel::TryRecvError::Empty) => return Ok(false),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                return Err(TaskError::Disconnected(consumer.to_string()))
+            }
+        }
+    }
+}
+
+/// An element a cooperative writer could not send yet, in send order.
+struct Unsent<T> {
+    el: StreamElement<T>,
+    /// The credit it still has to take (unaligned mode); `None` once it
+    /// has one or needs none.
+    credit: Option<Credit>,
+}
+
 /// Receives one credit (true), blocking until the consumer returns one, or
 /// until `interrupt` is ready (false).
 fn receive_credit(
@@ -390,6 +425,11 @@ pub(crate) struct ChannelWriter<T, K = NoKey> {
     /// Set when the interrupt fired during this push: its other sends go
     /// on overdraft.
     overdraft_push: bool,
+    /// Cooperative mode ([`OutputConfig::cooperative`]): per channel, what
+    /// waits for room (or a credit), in order; empty in the other mode.
+    unsent: Vec<std::collections::VecDeque<Unsent<T>>>,
+    /// The number of non-empty queues of `unsent`.
+    blocked_channels: usize,
 }
 
 impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
@@ -406,6 +446,7 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
         cancel: Receiver<()>,
         metrics: Arc<TaskMetrics>,
     ) -> Self {
+        let n = channels.len();
         let buffers = channels
             .iter()
             .map(|_| Vec::with_capacity(config.batch_size))
@@ -431,6 +472,128 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
             metrics,
             interrupt: None,
             overdraft_push: false,
+            unsent: (0..n).map(|_| std::collections::VecDeque::new()).collect(),
+            blocked_channels: 0,
+        }
+    }
+
+    /// Sends `el` on channel `ch`: blocking in the thread-per-task mode,
+    /// or at once in cooperative mode, where what cannot go now (a full
+    /// channel, no credit, or an earlier element still waiting) waits in
+    /// order until [`ChannelWriter::drain`] sends it. Returns true when an
+    /// interrupt turned a blocking send into overdraft.
+    fn send_el(
+        &mut self,
+        ch: usize,
+        el: StreamElement<T>,
+        credit: Credit,
+        interrupt: bool,
+    ) -> Result<bool, TaskError> {
+        if !self.config.cooperative {
+            let interrupt = if interrupt {
+                self.interrupt.as_ref()
+            } else {
+                None
+            };
+            return send_blocking(
+                &self.channels[ch],
+                el,
+                credit,
+                interrupt,
+                &self.cancel,
+                &self.metrics,
+            );
+        }
+        let mut item = Unsent {
+            credit: (self.channels[ch].lanes.is_some() && takes_credit(&el)).then_some(credit),
+            el,
+        };
+        if self.unsent[ch].is_empty() {
+            match self.try_send_now(ch, item)? {
+                None => return Ok(false),
+                Some(rest) => {
+                    item = rest;
+                    self.blocked_channels += 1;
+                }
+            }
+        }
+        self.unsent[ch].push_back(item);
+        Ok(false)
+    }
+
+    /// One attempt to send `item` on channel `ch` without waiting; gives
+    /// it back when it must wait.
+    fn try_send_now(
+        &mut self,
+        ch: usize,
+        mut item: Unsent<T>,
+    ) -> Result<Option<Unsent<T>>, TaskError> {
+        let chan = &self.channels[ch];
+        if let (Some(credit), Some(lanes)) = (item.credit, &chan.lanes) {
+            if !try_take_credit(lanes, credit, &chan.consumer)? {
+                return Ok(Some(item));
+            }
+            item.credit = None;
+        }
+        match chan.tx.try_send(item.el) {
+            Ok(()) => Ok(None),
+            Err(TrySendError::Full(el)) => {
+                item.el = el;
+                Ok(Some(item))
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                Err(TaskError::Disconnected(chan.consumer.to_string()))
+            }
+        }
+    }
+
+    /// Cooperative mode: true while some output waits to be sent; the task
+    /// then takes no input (its operator finished the batch that produced
+    /// it, so this is a batch boundary). Always false in the other mode.
+    #[inline]
+    pub(crate) fn output_blocked(&self) -> bool {
+        self.blocked_channels > 0
+    }
+
+    /// Cooperative mode: sends what waits, as far as the channels take it.
+    /// Returns true when nothing waits any more.
+    ///
+    /// # Errors
+    /// [`TaskError::Disconnected`] when a consumer is gone.
+    pub(crate) fn drain(&mut self) -> Result<bool, TaskError> {
+        if self.blocked_channels == 0 {
+            return Ok(true);
+        }
+        let start = crate::clock::now_ns();
+        for ch in 0..self.unsent.len() {
+            while let Some(item) = self.unsent[ch].pop_front() {
+                if let Some(rest) = self.try_send_now(ch, item)? {
+                    self.unsent[ch].push_front(rest);
+                    break;
+                }
+                if self.unsent[ch].is_empty() {
+                    self.blocked_channels -= 1;
+                }
+            }
+        }
+        self.metrics
+            .add_backpressure_ns(crate::clock::now_ns() - start);
+        Ok(self.blocked_channels == 0)
+    }
+
+    /// Cooperative mode: registers in `sel` what would let waiting output
+    /// move: room in a full channel, or a credit it waits for.
+    pub(crate) fn watch<'a>(&'a self, sel: &mut Select<'a>) {
+        for (ch, q) in self.unsent.iter().enumerate() {
+            let Some(front) = q.front() else { continue };
+            match (&self.channels[ch].lanes, front.credit) {
+                (Some(lanes), Some(_)) => {
+                    sel.recv(&lanes.credits);
+                }
+                _ => {
+                    sel.send(&self.channels[ch].tx);
+                }
+            }
         }
     }
 
@@ -452,14 +615,7 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
         } else {
             credit
         };
-        let interrupted = send_blocking(
-            &self.channels[ch],
-            StreamElement::Records(batch),
-            credit,
-            self.interrupt.as_ref(),
-            &self.cancel,
-            &self.metrics,
-        )?;
+        let interrupted = self.send_el(ch, StreamElement::Records(batch), credit, true)?;
         self.overdraft_push |= interrupted;
         Ok(())
     }
@@ -570,7 +726,16 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
     pub(crate) fn broadcast_event(&mut self, el: StreamElement<T>) -> Result<(), TaskError> {
         if matches!(el, StreamElement::Barrier(_)) {
             // The partial batches before an in-band barrier go on overdraft
-            // in unaligned mode ([`Credit::Overdraft`]).
+            // in unaligned mode ([`Credit::Overdraft`]); so does what waits
+            // in a cooperative writer (the rest of the last batch's output,
+            // as an interrupted push).
+            for q in &mut self.unsent {
+                for item in q.iter_mut() {
+                    if item.credit.is_some() {
+                        item.credit = Some(Credit::Overdraft);
+                    }
+                }
+            }
             for ch in 0..self.channels.len() {
                 self.send_buffer_with(ch, Credit::Overdraft)?;
             }
@@ -587,14 +752,7 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
                 StreamElement::Idle(i) => StreamElement::Idle(*i),
                 StreamElement::Records(_) => unreachable!("records are pushed, not broadcast"),
             };
-            send_blocking(
-                &self.channels[ch],
-                copy,
-                Credit::Take,
-                None,
-                &self.cancel,
-                &self.metrics,
-            )?;
+            self.send_el(ch, copy, Credit::Take, false)?;
         }
         Ok(())
     }

@@ -336,7 +336,26 @@ pub struct JobConfig {
     /// stored in every checkpoint, and a restore with another value is
     /// refused (as Flink's `maxParallelism`).
     pub max_parallelism: u32,
+    /// How tasks get threads (default `None`: one OS thread per task).
+    /// `Some(n)`: a pool of `n` worker threads (at most
+    /// [`MAX_WORKERS`]), each running its share of the tasks
+    /// cooperatively, as timely's workers do: subtask `i` of every
+    /// operator runs on worker `i % n` (with [`PinPolicy`], worker `w`
+    /// takes the policy's `w`-th core), a record between two tasks of
+    /// one worker needs no wake-up, and a worker parks only when none of
+    /// its tasks can move. A task never blocks inside a send there: when a
+    /// channel is full, the rest of its output waits in the task (at most
+    /// what one input batch produced, the per-batch overdraft of Flink's
+    /// FLIP-227) and the task takes no input until it is sent. An
+    /// operator that blocks (a slow sink) holds up its worker's other
+    /// tasks meanwhile.
+    #[serde(default)]
+    pub workers: Option<usize>,
 }
+
+/// The most worker threads [`JobConfig::workers`] may ask for: 1024 (as
+/// many as [`MAX_PIN_CORE`] cores, one worker per core).
+pub const MAX_WORKERS: usize = 1024;
 
 impl Default for JobConfig {
     fn default() -> Self {
@@ -351,6 +370,7 @@ impl Default for JobConfig {
             restart: RestartStrategy::default(),
             timer_slack_ns: Some(DEFAULT_TIMER_SLACK_NS),
             max_parallelism: DEFAULT_MAX_PARALLELISM,
+            workers: None,
         }
     }
 }
@@ -364,7 +384,8 @@ impl JobConfig {
     /// checkpoint interval or timeout, a time beyond [`MAX_TIME`], no
     /// retained checkpoint, an interval with checkpoint mode none, an empty
     /// core list or a core beyond [`MAX_PIN_CORE`], a `max_parallelism`
-    /// of 0 or above [`UPPER_MAX_PARALLELISM`].
+    /// of 0 or above [`UPPER_MAX_PARALLELISM`], a worker count of 0 or
+    /// above [`MAX_WORKERS`].
     pub fn validate(&self) -> Result<(), String> {
         if self.max_parallelism == 0 || self.max_parallelism > UPPER_MAX_PARALLELISM {
             return Err(format!(
@@ -452,6 +473,14 @@ impl JobConfig {
                  unset one of them"
                     .into(),
             );
+        }
+        if let Some(n) = self.workers {
+            if n == 0 || n > MAX_WORKERS {
+                return Err(format!(
+                    "workers must be between 1 and {MAX_WORKERS} threads, got {n} (unset it \
+                     for one thread per task)"
+                ));
+            }
         }
         if let PinPolicy::Cores(cores) = &self.pinning {
             if cores.is_empty() {

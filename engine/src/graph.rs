@@ -283,6 +283,14 @@ impl TaskBody for BranchBuilt {
     fn run(&mut self, _rt: &mut crate::runtime::plan::TaskRt) -> Result<(), crate::TaskError> {
         Ok(())
     }
+    fn step(
+        &mut self,
+        _rt: &mut crate::runtime::plan::TaskRt,
+        _budget: u32,
+    ) -> Result<crate::runtime::plan::Step, crate::TaskError> {
+        Ok(crate::runtime::plan::Step::Done)
+    }
+    fn watch<'a>(&'a self, _sel: &mut crossbeam_channel::Select<'a>) {}
 }
 
 /// Builds one producer subtask's writer for an exchange: its channels,
@@ -437,6 +445,7 @@ impl JobBuilder {
                 cancel: ctx.cancel.clone(),
                 metrics: ctx.metrics.clone(),
                 priority_at_trigger: ctx.config.checkpoint.unaligned_after_ns() == Some(0),
+                run: crate::runtime::task::SourceRun::new(ctx.config.batch_size),
             })
         });
         Stream {
@@ -932,6 +941,7 @@ impl<T: Data> Exchange<T> {
                     batch_size: ctx.config.batch_size,
                     buffer_timeout_ns: ctx.config.buffer_timeout.as_nanos() as u64,
                     max_parallelism: ctx.config.max_parallelism,
+                    cooperative: ctx.config.workers.is_some(),
                 };
                 (part.make)(senders, ctx.subtask, config, ctx)
             });
@@ -966,6 +976,11 @@ impl<T: Data> Exchange<T> {
                 ctx.metrics.clone(),
             );
             let mut tail = tail;
+            let gate = if ctx.config.workers.is_some() {
+                gate.cooperative()
+            } else {
+                gate
+            };
             let gate = if ctx.config.checkpoint.uses_priority_lanes() {
                 let gate = gate.with_lanes(lanes);
                 tail.set_interrupt(&crate::channel::Interrupt {
@@ -983,6 +998,7 @@ impl<T: Data> Exchange<T> {
                 metrics: ctx.metrics.clone(),
                 watermarks: crate::watermark::WatermarkMerger::new(channels),
                 held: None,
+                run: Default::default(),
             })
         });
         Stream {

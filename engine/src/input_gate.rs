@@ -118,6 +118,9 @@ pub(crate) enum GateEvent<T> {
     Deadline,
     /// Every channel ended and nothing is left to replay.
     End,
+    /// Cooperative mode ([`InputGate::cooperative`]): nothing is ready; the
+    /// gate would wait here. The worker waits on [`InputGate::watch`].
+    Idle,
 }
 
 /// The input side of a task (see the module docs).
@@ -136,6 +139,9 @@ pub(crate) struct InputGate<T> {
     upstream_names: Vec<Arc<str>>,
     /// Unaligned mode only.
     unaligned: Option<UnalignedInput<T>>,
+    /// Runs on a cooperative worker: never waits, returns
+    /// [`GateEvent::Idle`] instead.
+    cooperative: bool,
 }
 
 /// The unaligned-mode side of an input gate (see the module docs).
@@ -178,7 +184,16 @@ impl<T: RecordSize> InputGate<T> {
             dry: false,
             upstream_names,
             unaligned: None,
+            cooperative: false,
         }
+    }
+
+    /// The gate runs on a cooperative worker ([`crate::JobConfig::workers`]):
+    /// where it would spin or park, [`InputGate::next`] returns
+    /// [`GateEvent::Idle`], and the worker waits on [`InputGate::watch`].
+    pub(crate) fn cooperative(mut self) -> Self {
+        self.cooperative = true;
+        self
     }
 
     /// Unaligned mode: the channels' priority lanes and credits, one per
@@ -315,18 +330,16 @@ impl<T: RecordSize> InputGate<T> {
         Ok(None)
     }
 
-    /// Blocks until a readable channel (or, in unaligned mode, a priority
-    /// lane), the control channel or the cancel channel is ready (without
-    /// taking anything), or until `deadline_ns`; returns false when the
-    /// deadline passed.
-    fn park(&mut self, deadline_ns: Option<u64>) -> Result<bool, TaskError> {
-        let start = crate::clock::now_ns();
-        let mut sel = Select::new();
+    /// Registers in `sel` what would give the gate something to do: the
+    /// readable channels (with `data`), the priority lanes (unaligned
+    /// mode) and the control channel. `data` false: events only (a
+    /// cooperative task whose output is blocked takes no records).
+    pub(crate) fn watch<'a>(&'a self, sel: &mut Select<'a>, data: bool) {
         for ch in 0..self.receivers.len() {
             // Unaligned mode: a channel blocked by an aligned barrier is not
             // read (rule 18), its priority lane is.
             let blocked = self.unaligned.is_some() && self.handler.is_blocked(ch);
-            if self.readable(ch) && !blocked {
+            if data && self.readable(ch) && !blocked {
                 sel.recv(&self.receivers[ch]);
             }
             if let Some(u) = self.unaligned.as_ref().filter(|_| !self.ended.contains(ch)) {
@@ -334,6 +347,33 @@ impl<T: RecordSize> InputGate<T> {
             }
         }
         sel.recv(&self.control);
+    }
+
+    /// Cooperative mode, while the task's output is blocked: only a control
+    /// message or (unaligned mode) the priority lanes' barriers, so that a
+    /// trigger is taken at once (the task is at a batch boundary: its
+    /// operator finished the batch whose output waits).
+    pub(crate) fn next_event(&mut self, signals: &mut Vec<BarrierSignal>) -> GateEvent<T>
+    where
+        T: Clone,
+    {
+        if let Ok(c) = self.control.try_recv() {
+            return GateEvent::Control(c);
+        }
+        if self.unaligned.is_some() && self.poll_priority(signals) {
+            return GateEvent::Signals;
+        }
+        GateEvent::Idle
+    }
+
+    /// Blocks until a readable channel (or, in unaligned mode, a priority
+    /// lane), the control channel or the cancel channel is ready (without
+    /// taking anything), or until `deadline_ns`; returns false when the
+    /// deadline passed.
+    fn park(&mut self, deadline_ns: Option<u64>) -> Result<bool, TaskError> {
+        let start = crate::clock::now_ns();
+        let mut sel = Select::new();
+        self.watch(&mut sel, true);
         let cancel_i = sel.recv(&self.cancel);
         let ready = match deadline_ns {
             Some(d) => sel.ready_deadline(crate::clock::instant_of(d)).ok(),
@@ -392,6 +432,9 @@ impl<T: RecordSize> InputGate<T> {
                             self.dry = true;
                             self.metrics.set_queued(0);
                             return Ok(GateEvent::Dry);
+                        }
+                        if self.cooperative {
+                            return Ok(GateEvent::Idle);
                         }
                         let parked = match self.wait {
                             WaitStrategy::Park => self.park(deadline_ns)?,
@@ -491,6 +534,9 @@ impl<T: RecordSize + Clone> InputGate<T> {
                     self.dry = true;
                     self.metrics.set_queued(0);
                     return Ok(GateEvent::Dry);
+                }
+                if self.cooperative {
+                    return Ok(GateEvent::Idle);
                 }
                 // A short spin (as `SpinPark`), then park on every lane.
                 if spins < DEFAULT_SPINS && self.wait != WaitStrategy::Park {

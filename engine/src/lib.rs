@@ -67,7 +67,7 @@ pub use checkpoint::{
 pub use clock::now_ns;
 pub use config::{
     CheckpointConfig, IngestConfig, JobConfig, PinPolicy, RestartStrategy, DEFAULT_TIMER_SLACK_NS,
-    MAX_BATCH_SIZE, MAX_CHANNEL_CAPACITY, MAX_PARALLELISM, MAX_PIN_CORE, MAX_TIME,
+    MAX_BATCH_SIZE, MAX_CHANNEL_CAPACITY, MAX_PARALLELISM, MAX_PIN_CORE, MAX_TIME, MAX_WORKERS,
 };
 pub use element::{
     Batch, CheckpointBarrier, CheckpointId, CheckpointOptions, RecordSize, SnapshotKind,

@@ -2,7 +2,10 @@
 //! that its peak memory is its own; prints one JSON line.
 //!
 //! `w1 --pipeline raw|lockgate [--records N] [--checkpoint none|exactly-once|at-least-once]
-//!     [--interval-ms N] [--batch-size N] [--channel-capacity N]`
+//!     [--interval-ms N] [--batch-size N] [--channel-capacity N] [--workers N]`
+//!
+//! `--workers N`: lockgate's tasks on N cooperative worker threads
+//! (`JobConfig::workers`) instead of one thread per task.
 //!
 //! `perf-scripts/w1-compare.sh` runs it alternately and prints medians.
 
@@ -22,6 +25,7 @@ fn main() -> ExitCode {
     let mut interval_ms: u64 = 100;
     let mut batch: usize = 1024;
     let mut capacity: usize = 64;
+    let mut workers: Option<usize> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let v = args.next();
@@ -48,8 +52,12 @@ fn main() -> ExitCode {
                 Ok(n) if n > 0 => capacity = n,
                 _ => return bad(),
             },
+            ("--workers", Some(v)) => match v.parse() {
+                Ok(n) if n > 0 => workers = Some(n),
+                _ => return bad(),
+            },
             _ => {
-                eprintln!("usage: w1 --pipeline raw|lockgate [--records N] [--checkpoint none|exactly-once|at-least-once] [--interval-ms N] [--batch-size N] [--channel-capacity N]");
+                eprintln!("usage: w1 --pipeline raw|lockgate [--records N] [--checkpoint none|exactly-once|at-least-once] [--interval-ms N] [--batch-size N] [--channel-capacity N] [--workers N]");
                 return ExitCode::from(2);
             }
         }
@@ -63,6 +71,7 @@ fn main() -> ExitCode {
             let mut config = JobConfig::default();
             config.batch_size = batch;
             config.channel_capacity = capacity;
+            config.workers = workers;
             config.checkpoint.mode = match mode.as_str() {
                 "none" => CheckpointMode::None,
                 "exactly-once" => CheckpointMode::ExactlyOnce,
@@ -96,8 +105,9 @@ fn main() -> ExitCode {
         }
     };
     println!(
-        "{{\"workload\":\"W1\",\"pipeline\":\"{pipeline}\",\"checkpoint\":\"{}\",\"records\":{records},\"seconds\":{secs:.4},\"records_per_s\":{rps:.0},\"exact\":{exact},\"checkpoints_completed\":{completed},\"batch_size\":{batch},\"peak_rss_bytes\":{}}}",
+        "{{\"workload\":\"W1\",\"pipeline\":\"{pipeline}\",\"checkpoint\":\"{}\",\"records\":{records},\"seconds\":{secs:.4},\"records_per_s\":{rps:.0},\"exact\":{exact},\"checkpoints_completed\":{completed},\"batch_size\":{batch},\"workers\":{},\"peak_rss_bytes\":{}}}",
         if pipeline == "raw" { "none" } else { mode.as_str() },
+        workers.map_or("null".to_string(), |n| n.to_string()),
         lockgate::peak_rss_bytes()
     );
     if exact {

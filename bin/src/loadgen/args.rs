@@ -150,6 +150,11 @@ pub(crate) struct Args {
     /// then block), spin (never block; only with a core per task).
     #[arg(long, value_enum, default_value = "spin-park")]
     pub wait_strategy: WaitArg,
+    /// Run the tasks on N cooperative worker threads (subtask i of every
+    /// operator on worker i % N, as timely's workers) instead of one
+    /// thread per task [default: one thread per task].
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
     /// Bytes the alignment blocker holds before the input gate stops
     /// reading blocked channels (0: pure blocking, as Flink 1.11+).
     #[arg(long, default_value_t = DEFAULT_BLOCKER_CAPACITY_BYTES)]
@@ -480,10 +485,13 @@ impl Args {
             WaitArg::SpinPark => WaitStrategy::default(),
             WaitArg::Spin => WaitStrategy::Spin,
         };
+        job.workers = self.workers;
         let mut warnings = Vec::new();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // Sources, keyed sums and the sink: one thread each.
-        let threads = self.parallelism.saturating_mul(2).saturating_add(1);
+        // Sources, keyed sums and the sink: one thread each, or the workers.
+        let threads = self
+            .workers
+            .unwrap_or_else(|| self.parallelism.saturating_mul(2).saturating_add(1));
         if matches!(self.wait_strategy, WaitArg::Spin) && threads > cores {
             warnings.push(format!(
                 "WARNING: --wait-strategy spin with {threads} task threads on {cores} cores: a spinning task keeps a core from the others, so latency and throughput suffer (spin-park, the default, spins a bounded while then parks)"
@@ -694,6 +702,7 @@ impl Args {
             "buffer_timeout_us": self.buffer_timeout_us,
             "pin": self.pin,
             "wait_strategy": self.wait_strategy.as_str(),
+            "workers": self.workers,
             "blocker_capacity_bytes": self.blocker_capacity_bytes,
             "checkpoint": mode.as_str(),
             "checkpoint_interval_ms": job.checkpoint.interval.map(|d| d.as_millis() as u64),

@@ -728,7 +728,7 @@ impl RunReport {
         );
         let _ = writeln!(
             s,
-            "  settings:    parallelism {}, keys {} {}, payload {} B, batch {}, channel {}, buffer timeout {} µs, wait {}",
+            "  settings:    parallelism {}, keys {} {}, payload {} B, batch {}, channel {}, buffer timeout {} µs, wait {}, {}",
             get("parallelism"),
             get("keys"),
             get("key_dist").as_str().unwrap_or("?"),
@@ -737,6 +737,10 @@ impl RunReport {
             get("channel_capacity"),
             get("buffer_timeout_us"),
             get("wait_strategy").as_str().unwrap_or("?"),
+            match get("workers").as_u64() {
+                Some(n) => format!("{n} cooperative workers"),
+                None => "a thread per task".to_string(),
+            },
         );
         if let Some(dir) = get("restore").as_str() {
             let which = match (self.restored_checkpoint, self.restored_records) {

@@ -13,6 +13,7 @@
 
 use super::plan::{JobGraph, PlanTask, SubtaskCtx, TaskBody, TaskRt, Wiring};
 use super::snapshot::{ChainPolicy, SnapshotWorker, WorkerSetup};
+use super::worker::{end_task, panic_message, run_worker, WorkerTask};
 use crate::barrier::{AbortReason, CheckpointMode};
 use crate::checkpoint::coordinator::{Coordinator, CoordinatorOutput};
 use crate::checkpoint::{
@@ -231,19 +232,28 @@ fn set_timer_slack(ns: u64) {
 #[cfg(not(target_os = "linux"))]
 fn set_timer_slack(_ns: u64) {}
 
+/// Sets up a task or worker thread: its timer slack and, when `core` is
+/// given, its pinning (best effort: a core that does not exist leaves the
+/// thread unpinned, and the metrics of every task on it say so, see
+/// `JobMetrics::pinning_failures`).
+fn setup_thread(slack: Option<u64>, core: Option<usize>, metrics: &[Arc<TaskMetrics>]) {
+    if let Some(slack) = slack {
+        set_timer_slack(slack);
+    }
+    if let Some(core) = core {
+        let ok = core_affinity::set_for_current(core_affinity::CoreId { id: core });
+        for m in metrics {
+            if !ok {
+                tracing::warn!(task = %m.name(), core, "pinning the task thread failed; it runs unpinned");
+            }
+            m.set_pinned(core, ok);
+        }
+    }
+}
+
 /// True for the errors a task sees because another task failed first.
 fn is_secondary(e: &TaskError) -> bool {
     matches!(e, TaskError::Cancelled | TaskError::Disconnected(_))
-}
-
-pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".to_string()
-    }
 }
 
 /// Starts the job thread.
@@ -478,6 +488,7 @@ impl Driver {
         let (ev_tx, ev_rx) = unbounded();
         let cores = self.graph.cores_for(&self.config.pinning);
         let mut threads = Vec::new();
+        let mut prepared: Vec<WorkerTask> = Vec::new();
         let mut controls = Vec::new();
         let checkpointing = self.config.checkpoint.mode != CheckpointMode::None;
         self.coordinator.begin_attempt(
@@ -541,52 +552,58 @@ impl Driver {
                 checkpointing,
                 failure,
             };
+            if self.config.workers.is_some() {
+                prepared.push(WorkerTask {
+                    task,
+                    body,
+                    rt,
+                    metrics,
+                });
+                continue;
+            }
             let core = cores.as_ref().map(|c| c[task % c.len()]);
             let slack = self.config.timer_slack_ns;
             let os_name = self.graph.os_thread_name(task);
             let t = std::thread::Builder::new()
                 .name(os_name)
                 .spawn(move || {
-                    if let Some(slack) = slack {
-                        set_timer_slack(slack);
-                    }
-                    if let Some(core) = core {
-                        // Pinning is best effort: a core that does not exist
-                        // leaves the thread unpinned, and the metrics say so
-                        // (JobMetrics::pinning_failures).
-                        let ok = core_affinity::set_for_current(core_affinity::CoreId { id: core });
-                        if !ok {
-                            tracing::warn!(task = %metrics.name(), core, "pinning the task thread failed; it runs unpinned");
-                        }
-                        metrics.set_pinned(core, ok);
-                    }
+                    setup_thread(slack, core, std::slice::from_ref(&metrics));
                     metrics.start();
                     let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         body.run(&mut rt)
                     }));
-                    metrics.end();
-                    let ev = match res {
-                        Ok(Ok(())) => {
-                            // Its last acknowledgements go before its end.
-                            if let Some(mut w) = rt.snapshots.take() {
-                                w.drain();
-                            }
-                            TaskEvent::Finished { task }
-                        }
-                        Ok(Err(error)) => TaskEvent::Failed { task, error },
-                        Err(p) => TaskEvent::Failed {
-                            task,
-                            error: TaskError::Panic(panic_message(&*p)),
-                        },
-                    };
-                    // Report before the task's channels close (when `body`
-                    // drops): a neighbour that then sees them disconnect
-                    // reports only after the real cause.
-                    let _ = rt.events.send(ev);
-                    drop(body);
+                    end_task(task, rt, body, &metrics, res);
                 })
                 .map_err(|e| JobError::Internal(format!("spawning task {name}: {e}")))?;
             threads.push(t);
+        }
+        if let Some(n) = self.config.workers {
+            // Subtask i of every operator on worker i % n, in the plan's
+            // order (sources first): timely's layout.
+            let mut shares: Vec<Vec<WorkerTask>> = (0..n).map(|_| Vec::new()).collect();
+            for t in prepared {
+                let w = self.graph.task_node(t.task).subtask % n;
+                shares[w].push(t);
+            }
+            for (w, share) in shares.into_iter().enumerate() {
+                if share.is_empty() {
+                    continue;
+                }
+                let core = cores.as_ref().map(|c| c[w % c.len()]);
+                let slack = self.config.timer_slack_ns;
+                let wait = self.config.wait_strategy;
+                let cancel = cancel_rx.clone();
+                let t = std::thread::Builder::new()
+                    .name(format!("lg-worker-{w}"))
+                    .spawn(move || {
+                        let metrics: Vec<Arc<TaskMetrics>> =
+                            share.iter().map(|t| t.metrics.clone()).collect();
+                        setup_thread(slack, core, &metrics);
+                        run_worker(share, cancel, wait);
+                    })
+                    .map_err(|e| JobError::Internal(format!("spawning worker {w}: {e}")))?;
+                threads.push(t);
+            }
         }
         Ok(Attempt {
             threads,

@@ -8,6 +8,8 @@
 //! - `plan`: the physical plan ([`JobGraph`](plan::JobGraph)), the channels
 //!   of one run attempt, what a task is given.
 //! - `task`: the loops of a source task and of an input-gate task.
+//! - `worker`: where a task's loop runs: its own thread, or a cooperative
+//!   worker thread shared with other tasks.
 //! - `job`: starting the task threads, [`JobHandle`], failure handling,
 //!   restarts, the checkpoint coordinator's loop.
 
@@ -15,6 +17,7 @@ pub(crate) mod job;
 pub(crate) mod plan;
 pub(crate) mod snapshot;
 pub(crate) mod task;
+pub(crate) mod worker;
 
 pub use snapshot::set_after_snapshot_hook;
 

@@ -109,9 +109,32 @@ impl TaskRt {
     }
 }
 
+/// What one [`TaskBody::step`] left the task doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// It did something and may have more to do now.
+    Busy,
+    /// Nothing to do until something [`TaskBody::watch`] registers is
+    /// ready, or until the deadline (ns, the engine's clock) passes.
+    Idle(Option<u64>),
+    /// The task ended (its output is sent).
+    Done,
+}
+
 /// A runnable task (a source loop or an input-gate loop with its chain).
+/// On its own thread [`TaskBody::run`] runs it to the end, waiting where
+/// it must; on a cooperative worker (`runtime::worker`) the worker calls
+/// [`TaskBody::step`] in turn with the other tasks, and waits on what
+/// [`TaskBody::watch`] registers when none of them is busy.
 pub(crate) trait TaskBody: Send {
+    /// Runs the task to the end on the calling thread.
     fn run(&mut self, rt: &mut TaskRt) -> Result<(), TaskError>;
+    /// Cooperative mode: does up to `budget` units of work (elements or
+    /// batches) without waiting.
+    fn step(&mut self, rt: &mut TaskRt, budget: u32) -> Result<Step, TaskError>;
+    /// Cooperative mode: registers in `sel` what would give the task
+    /// something to do after it returned [`Step::Idle`].
+    fn watch<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>);
 }
 
 /// Creates the channels of edge `edge` for one run attempt: one bounded

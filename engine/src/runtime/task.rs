@@ -1,7 +1,7 @@
 //! The two task loops: a source task (source → chain) and an input-gate task
 //! (input gate → barrier handler → chain).
 
-use super::plan::{TaskBody, TaskRt};
+use super::plan::{Step, TaskBody, TaskRt};
 use super::snapshot::SnapshotJob;
 use crate::barrier::{BarrierHandler, BarrierSignal};
 use crate::chain::Link;
@@ -77,6 +77,49 @@ fn checkpoint<I>(
     })
 }
 
+/// Where a task is in its life: its loop's state, kept between the steps
+/// of a cooperative worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Restore and open come first.
+    Opening,
+    /// Records flow.
+    Running,
+    /// A finished source waits for the final checkpoint (FLIP-147).
+    Draining,
+    /// The end of partition went out; what waits in the output is sent.
+    Ending,
+}
+
+/// A source task's loop variables (see [`Phase`]).
+pub(crate) struct SourceRun<T> {
+    phase: Phase,
+    buf: Vec<T>,
+    emitted: u64,
+    watermark: i64,
+    idle: bool,
+    /// The final checkpoint's id, once triggered.
+    final_id: Option<CheckpointId>,
+    /// Set while the source is idle ([`SourcePoll::Idle`]): polled again
+    /// after the deadline it named (if any), when its wake-up channel is
+    /// ready, or after a control message, as a waiting source thread is.
+    asleep: Option<Option<u64>>,
+}
+
+impl<T> SourceRun<T> {
+    pub(crate) fn new(batch_size: usize) -> Self {
+        SourceRun {
+            phase: Phase::Opening,
+            buf: Vec::with_capacity(batch_size),
+            emitted: 0,
+            watermark: i64::MIN,
+            idle: false,
+            final_id: None,
+            asleep: None,
+        }
+    }
+}
+
 /// A source and the chain it feeds.
 pub(crate) struct SourceTask<T, S> {
     pub(crate) name: String,
@@ -89,6 +132,7 @@ pub(crate) struct SourceTask<T, S> {
     /// Unaligned mode (no aligned phase): the barrier also takes the
     /// priority lanes at the trigger.
     pub(crate) priority_at_trigger: bool,
+    pub(crate) run: SourceRun<T>,
 }
 
 impl<T: Send, S: Source<T>> SourceTask<T, S> {
@@ -133,31 +177,23 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
         self.chain.checkpoint_done(id, completed)
     }
 
-    /// Waits for a control message until `deadline_ns` (forever if `None`),
-    /// or until the source's own wake-up channel is ready.
-    fn wait_control(
-        &mut self,
-        deadline_ns: Option<u64>,
-        wake_on_source: bool,
-    ) -> Result<Option<Control>, TaskError> {
+    /// Waits (thread-per-task mode) for a control message, or until
+    /// `deadline_ns` (forever if `None`), or while records flow until the
+    /// source's own wake-up channel is ready. Takes nothing: the next step
+    /// does.
+    fn wait(&mut self, deadline_ns: Option<u64>) -> Result<(), TaskError> {
         let start = crate::clock::now_ns();
         let timeout = match deadline_ns {
-            Some(d) if d <= start => return Ok(None),
+            Some(d) if d <= start => return Ok(()),
             Some(d) => crossbeam_channel::after(std::time::Duration::from_nanos(d - start)),
             None => crossbeam_channel::never(),
         };
         let mut sel = Select::new();
-        let ctl_i = sel.recv(&self.control);
+        self.watch(&mut sel);
         let cancel_i = sel.recv(&self.cancel);
         sel.recv(&timeout);
-        if let Some(rx) = self.source.wake_on().filter(|_| wake_on_source) {
-            sel.recv(rx.raw());
-        }
         let ready = sel.ready();
         self.metrics.add_idle_ns(crate::clock::now_ns() - start);
-        if ready == ctl_i {
-            return Ok(self.control.try_recv().ok());
-        }
         if ready == cancel_i
             && matches!(
                 self.cancel.try_recv(),
@@ -166,84 +202,39 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
         {
             return Err(TaskError::Cancelled);
         }
-        Ok(None)
+        Ok(())
     }
-}
 
-impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
-    fn run(&mut self, rt: &mut TaskRt) -> Result<(), TaskError> {
+    /// True when an idle source is due again: its deadline passed or its
+    /// wake-up channel is ready (holds a message or is disconnected).
+    fn wakes(&self, deadline_ns: Option<u64>) -> bool {
+        if deadline_ns.is_some_and(|d| crate::clock::now_ns() >= d) {
+            return true;
+        }
+        self.source.wake_on().is_some_and(|rx| {
+            let mut sel = Select::new();
+            sel.recv(rx.raw());
+            sel.try_ready().is_ok()
+        })
+    }
+
+    /// Restores and opens the chain (once per run attempt).
+    fn open(&mut self, rt: &mut TaskRt) -> Result<(), TaskError> {
         if let Some(states) = rt.restored.take() {
             if let Err(e) = states.restore_into(&self.name, &mut self.source) {
                 return Err(self.source_err("restore_state", e));
             }
             self.chain.restore(&states)?;
         }
-        self.chain.open()?;
-        let mut buf: Vec<T> = Vec::with_capacity(self.batch_size);
-        let mut emitted: u64 = 0;
-        let mut stopping = false;
-        let mut watermark = i64::MIN;
-        let mut idle = false;
-        loop {
-            if let Some(t) = self.chain.next_timer_ns() {
-                let now = crate::clock::now_ns();
-                if now >= t {
-                    self.chain.on_processing_time(now)?;
-                }
-            }
-            while let Ok(c) = self.control.try_recv() {
-                match c {
-                    Control::Trigger(b) => self.trigger(rt, b)?,
-                    Control::Done(id, ok) => self.done(rt, id, ok)?,
-                    Control::Stop => stopping = true,
-                }
-            }
-            if stopping {
-                break;
-            }
-            buf.clear();
-            let poll = match self.source.poll(&mut buf, self.batch_size) {
-                Ok(p) => p,
-                Err(e) => return Err(self.source_err("poll", e)),
-            };
-            if !buf.is_empty() {
-                emitted += buf.len() as u64;
-                self.metrics.add_in(buf.len() as u64);
-                self.chain.push(&mut buf)?;
-                if let Some(f) = rt.failure {
-                    if matches!(f.at, FailurePoint::AfterRecords(k) if emitted >= k) {
-                        return Err(injected(&f));
-                    }
-                }
-            }
-            if let Some(w) = self.source.current_watermark() {
-                if w.0 > watermark {
-                    watermark = w.0;
-                    self.chain.watermark(w)?;
-                }
-            }
-            let now_idle = self.source.is_idle();
-            if now_idle != idle {
-                idle = now_idle;
-                self.chain.idle(idle)?;
-            }
-            match poll {
-                SourcePoll::Ready => {}
-                SourcePoll::Idle { wake_at_ns } => {
-                    self.chain.flush()?;
-                    let wake = crate::chain::earliest(wake_at_ns, self.chain.next_timer_ns());
-                    match self.wait_control(wake, true)? {
-                        Some(Control::Trigger(b)) => self.trigger(rt, b)?,
-                        Some(Control::Done(id, ok)) => self.done(rt, id, ok)?,
-                        Some(Control::Stop) => stopping = true,
-                        None => {}
-                    }
-                }
-                SourcePoll::Finished => break,
-            }
-        }
+        self.chain.open()
+    }
+
+    /// The source's input ended (or the job stops it): the end of event
+    /// time, then (when checkpointing) the wait for the final checkpoint.
+    fn finish_input(&mut self, rt: &TaskRt) -> Result<(), TaskError> {
         // The end of a source's input is the end of event time for it
         // (Flink emits `Watermark.MAX_WATERMARK` when a source finishes).
+        let watermark = self.run.watermark;
         if watermark > i64::MIN && watermark < i64::MAX {
             self.chain.watermark(Watermark(i64::MAX))?;
         }
@@ -253,26 +244,164 @@ impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
             // so two-phase-commit sinks commit the tail of the output, and
             // ends its output only after it completed.
             let _ = rt.events.send(TaskEvent::SourceDrained { task: rt.task });
-            let mut final_id = None;
-            loop {
-                match self.wait_control(None, false)? {
-                    Some(Control::Trigger(b)) => {
-                        if b.options.is_final {
-                            final_id = Some(b.id);
-                        }
-                        self.trigger(rt, b)?;
+            self.run.phase = Phase::Draining;
+            Ok(())
+        } else {
+            self.end_output()
+        }
+    }
+
+    fn end_output(&mut self) -> Result<(), TaskError> {
+        self.run.phase = Phase::Ending;
+        self.chain.end()
+    }
+
+    /// `Phase::Running`: up to `budget` polls of the source.
+    fn step_running(&mut self, rt: &mut TaskRt, budget: u32) -> Result<Step, TaskError> {
+        for _ in 0..budget {
+            let blocked = self.chain.output_blocked() && !self.chain.drain_output()?;
+            if let Some(t) = self.chain.next_timer_ns().filter(|_| !blocked) {
+                let now = crate::clock::now_ns();
+                if now >= t {
+                    self.chain.on_processing_time(now)?;
+                }
+            }
+            let mut stopping = false;
+            while let Ok(c) = self.control.try_recv() {
+                self.run.asleep = None;
+                match c {
+                    Control::Trigger(b) => self.trigger(rt, b)?,
+                    Control::Done(id, ok) => self.done(rt, id, ok)?,
+                    Control::Stop => stopping = true,
+                }
+            }
+            if stopping {
+                self.finish_input(rt)?;
+                return Ok(Step::Busy);
+            }
+            if blocked {
+                // Cooperative mode: the rest of the last batch's output
+                // waits; no new input until it is sent.
+                return Ok(Step::Idle(None));
+            }
+            if let Some(wake) = self.run.asleep {
+                if !self.wakes(wake) {
+                    return Ok(Step::Idle(wake));
+                }
+                self.run.asleep = None;
+            }
+            let mut buf = std::mem::take(&mut self.run.buf);
+            buf.clear();
+            let poll = match self.source.poll(&mut buf, self.batch_size) {
+                Ok(p) => p,
+                Err(e) => return Err(self.source_err("poll", e)),
+            };
+            if !buf.is_empty() {
+                self.run.emitted += buf.len() as u64;
+                self.metrics.add_in(buf.len() as u64);
+                let pushed = self.chain.push(&mut buf);
+                self.run.buf = buf;
+                pushed?;
+                if let Some(f) = rt.failure {
+                    if matches!(f.at, FailurePoint::AfterRecords(k) if self.run.emitted >= k) {
+                        return Err(injected(&f));
                     }
-                    Some(Control::Done(id, ok)) => {
-                        self.done(rt, id, ok)?;
-                        if ok && final_id.is_some_and(|f| id >= f) {
-                            break;
-                        }
-                    }
-                    Some(Control::Stop) | None => {}
+                }
+            } else {
+                self.run.buf = buf;
+            }
+            if let Some(w) = self.source.current_watermark() {
+                if w.0 > self.run.watermark {
+                    self.run.watermark = w.0;
+                    self.chain.watermark(w)?;
+                }
+            }
+            let now_idle = self.source.is_idle();
+            if now_idle != self.run.idle {
+                self.run.idle = now_idle;
+                self.chain.idle(now_idle)?;
+            }
+            match poll {
+                SourcePoll::Ready => {}
+                SourcePoll::Idle { wake_at_ns } => {
+                    self.chain.flush()?;
+                    let wake = crate::chain::earliest(wake_at_ns, self.chain.next_timer_ns());
+                    self.run.asleep = Some(wake);
+                    return Ok(Step::Idle(wake));
+                }
+                SourcePoll::Finished => {
+                    self.finish_input(rt)?;
+                    return Ok(Step::Busy);
                 }
             }
         }
-        self.chain.end()
+        Ok(Step::Busy)
+    }
+
+    /// `Phase::Draining`: notifications until the final checkpoint
+    /// completed.
+    fn step_draining(&mut self, rt: &mut TaskRt) -> Result<Step, TaskError> {
+        self.chain.drain_output()?;
+        let mut busy = false;
+        while let Ok(c) = self.control.try_recv() {
+            busy = true;
+            match c {
+                Control::Trigger(b) => {
+                    if b.options.is_final {
+                        self.run.final_id = Some(b.id);
+                    }
+                    self.trigger(rt, b)?;
+                }
+                Control::Done(id, ok) => {
+                    self.done(rt, id, ok)?;
+                    if ok && self.run.final_id.is_some_and(|f| id >= f) {
+                        self.end_output()?;
+                        return Ok(Step::Busy);
+                    }
+                }
+                Control::Stop => {}
+            }
+        }
+        Ok(if busy { Step::Busy } else { Step::Idle(None) })
+    }
+}
+
+impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
+    fn run(&mut self, rt: &mut TaskRt) -> Result<(), TaskError> {
+        loop {
+            match self.step(rt, u32::MAX)? {
+                Step::Done => return Ok(()),
+                Step::Busy => {}
+                Step::Idle(deadline) => self.wait(deadline)?,
+            }
+        }
+    }
+
+    fn step(&mut self, rt: &mut TaskRt, budget: u32) -> Result<Step, TaskError> {
+        match self.run.phase {
+            Phase::Opening => {
+                self.open(rt)?;
+                self.run.phase = Phase::Running;
+                Ok(Step::Busy)
+            }
+            Phase::Running => self.step_running(rt, budget),
+            Phase::Draining => self.step_draining(rt),
+            Phase::Ending => Ok(if self.chain.drain_output()? {
+                Step::Done
+            } else {
+                Step::Idle(None)
+            }),
+        }
+    }
+
+    fn watch<'a>(&'a self, sel: &mut Select<'a>) {
+        sel.recv(&self.control);
+        if self.run.phase == Phase::Running && !self.chain.output_blocked() {
+            if let Some(rx) = self.source.wake_on() {
+                sel.recv(rx.raw());
+            }
+        }
+        self.chain.watch_output(sel);
     }
 }
 
@@ -285,6 +414,26 @@ pub(crate) struct GateTask<T> {
     /// Unaligned mode: the snapshot of the pending checkpoint, submitted
     /// once its channel state is complete.
     pub(crate) held: Option<SnapshotJob>,
+    pub(crate) run: GateRun,
+}
+
+/// A gate task's loop variables (see [`Phase`]).
+pub(crate) struct GateRun {
+    phase: Phase,
+    signals: Vec<BarrierSignal>,
+    received: u64,
+    batches: u64,
+}
+
+impl Default for GateRun {
+    fn default() -> Self {
+        GateRun {
+            phase: Phase::Opening,
+            signals: Vec::with_capacity(4),
+            received: 0,
+            batches: 0,
+        }
+    }
 }
 
 /// What a gate task's records must be: channel state is persisted.
@@ -462,17 +611,31 @@ impl<T: GateData> GateTask<T> {
     }
 }
 
-impl<T: GateData> TaskBody for GateTask<T> {
-    fn run(&mut self, rt: &mut TaskRt) -> Result<(), TaskError> {
-        if let Some(states) = rt.restored.take() {
-            self.chain.restore(&states)?;
-            self.restore_channel_state(rt, &states)?;
-        }
-        self.chain.open()?;
-        let mut signals: Vec<BarrierSignal> = Vec::with_capacity(4);
-        let mut received: u64 = 0;
-        let mut batches: u64 = 0;
-        loop {
+impl<T: GateData> GateTask<T> {
+    /// Acts on the handler's signals gathered with the last event.
+    fn take_signals(&mut self, rt: &mut TaskRt) -> Result<(), TaskError> {
+        let mut signals = std::mem::take(&mut self.run.signals);
+        let res = signals.drain(..).try_for_each(|s| self.on_signal(rt, s));
+        self.run.signals = signals;
+        res
+    }
+
+    /// `Phase::Running`: up to `budget` elements through the gate.
+    fn step_running(&mut self, rt: &mut TaskRt, budget: u32) -> Result<Step, TaskError> {
+        for _ in 0..budget {
+            if self.chain.output_blocked() && !self.chain.drain_output()? {
+                // Cooperative mode: the rest of the last batch's output
+                // waits; only control and priority barriers meanwhile.
+                match self.gate.next_event(&mut self.run.signals) {
+                    GateEvent::Control(c) => {
+                        self.take_signals(rt)?;
+                        self.control(rt, c)?;
+                    }
+                    GateEvent::Idle => return Ok(Step::Idle(None)),
+                    _ => self.take_signals(rt)?,
+                }
+                continue;
+            }
             let timer = self.chain.next_timer_ns();
             if let Some(t) = timer {
                 let now = crate::clock::now_ns();
@@ -481,22 +644,20 @@ impl<T: GateData> TaskBody for GateTask<T> {
                     continue;
                 }
             }
-            let ev = self.gate.next(&mut signals, timer)?;
-            for s in signals.drain(..) {
-                self.on_signal(rt, s)?;
-            }
+            let ev = self.gate.next(&mut self.run.signals, timer)?;
+            self.take_signals(rt)?;
             match ev {
                 GateEvent::Element(_, StreamElement::Records(mut batch)) => {
-                    received += batch.len() as u64;
-                    batches += 1;
+                    self.run.received += batch.len() as u64;
+                    self.run.batches += 1;
                     // Sample the queue length now and then: summing the
                     // channels' lengths costs O(channels).
-                    if batches % 256 == 0 {
+                    if self.run.batches % 256 == 0 {
                         self.metrics.set_queued(self.gate.queued() as u64);
                     }
                     self.chain.push(&mut batch)?;
                     if let Some(f) = rt.failure {
-                        if matches!(f.at, FailurePoint::AfterRecords(k) if received >= k) {
+                        if matches!(f.at, FailurePoint::AfterRecords(k) if self.run.received >= k) {
                             return Err(injected(&f));
                         }
                     }
@@ -531,15 +692,56 @@ impl<T: GateData> TaskBody for GateTask<T> {
                 }
                 GateEvent::Control(c) => self.control(rt, c)?,
                 GateEvent::Dry => self.chain.flush()?,
-                GateEvent::End => break,
+                GateEvent::Idle => return Ok(Step::Idle(timer)),
+                GateEvent::End => {
+                    self.run.phase = Phase::Ending;
+                    self.chain.end()?;
+                    // Take the notifications that were sent before our
+                    // inputs ended (e.g. the completion of the final
+                    // checkpoint).
+                    while let Some(c) = self.gate.try_control() {
+                        self.control(rt, c)?;
+                    }
+                    return Ok(Step::Busy);
+                }
             }
         }
-        self.chain.end()?;
-        // Take the notifications that were sent before our inputs ended
-        // (e.g. the completion of the final checkpoint).
-        while let Some(c) = self.gate.try_control() {
-            self.control(rt, c)?;
-        }
+        Ok(Step::Busy)
+    }
+}
+
+impl<T: GateData> TaskBody for GateTask<T> {
+    fn run(&mut self, rt: &mut TaskRt) -> Result<(), TaskError> {
+        // On its own thread the gate waits inside `next`: a step returns
+        // only at the end.
+        while self.step(rt, u32::MAX)? != Step::Done {}
         Ok(())
+    }
+
+    fn step(&mut self, rt: &mut TaskRt, budget: u32) -> Result<Step, TaskError> {
+        match self.run.phase {
+            Phase::Opening => {
+                if let Some(states) = rt.restored.take() {
+                    self.chain.restore(&states)?;
+                    self.restore_channel_state(rt, &states)?;
+                }
+                self.chain.open()?;
+                self.run.phase = Phase::Running;
+                Ok(Step::Busy)
+            }
+            Phase::Running | Phase::Draining => self.step_running(rt, budget),
+            Phase::Ending => Ok(if self.chain.drain_output()? {
+                Step::Done
+            } else {
+                Step::Idle(None)
+            }),
+        }
+    }
+
+    fn watch<'a>(&'a self, sel: &mut Select<'a>) {
+        if self.run.phase != Phase::Ending {
+            self.gate.watch(sel, !self.chain.output_blocked());
+        }
+        self.chain.watch_output(sel);
     }
 }

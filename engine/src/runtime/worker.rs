@@ -1,0 +1,195 @@
+//! Where a task's loop runs: on its own OS thread (the default), or on a
+//! cooperative worker thread with other tasks ([`crate::JobConfig::workers`],
+//! timely's model: each worker runs every operator of its share of the
+//! dataflow).
+//!
+//! A worker steps its tasks in turn, in the plan's order (sources first,
+//! then each operator downstream of them), each for at most
+//! [`STEP_BUDGET`] elements, so a batch a source emits is processed by the
+//! downstream tasks of the same worker in the same round, with no wake-up
+//! and no queueing behind other threads. A task never waits inside a step:
+//! its input gate returns instead of parking (`GateEvent::Idle`), and its
+//! writers keep what a full channel cannot take (the rest of one batch's
+//! output, FLIP-227's per-batch overdraft) and take no input until it is
+//! sent. When no task moved, the worker backs off by the job's
+//! [`WaitStrategy`] and then parks on everything its tasks wait for
+//! ([`TaskBody::watch`]: input channels, priority lanes, control, room in
+//! a full output channel, a credit) and the job's cancel channel, until
+//! the earliest deadline a task named (a paced source's next record, a
+//! processing-time timer).
+//!
+//! Failure handling is the thread-per-task mode's: a task that fails or
+//! panics reports it and is dropped (its channels close); the others of
+//! its worker go on until the job cancels the attempt, which every worker
+//! sees on its next round or while parked.
+
+use super::plan::{Step, TaskBody, TaskRt};
+use crate::error::TaskError;
+use crate::input_gate::{WaitStrategy, SPIN_YIELD_EVERY};
+use crate::metrics::TaskMetrics;
+use crate::protocol::TaskEvent;
+use crossbeam_channel::{Receiver, Select, TryRecvError};
+use std::sync::Arc;
+
+/// Elements (or source polls) one task handles per step: 16. A round over
+/// a worker's tasks then costs a few dynamic calls and empty polls next to
+/// up to 16 batches of work (in W1, 16 batches of 1,024 records take
+/// about 0.3 ms), and a busy task keeps the others of its worker waiting
+/// for at most that long.
+pub(crate) const STEP_BUDGET: u32 = 16;
+
+/// Yields between spinning and parking, as the input gate's spin-park.
+const YIELDS_BEFORE_PARK: u32 = 2;
+
+/// One task as a worker runs it.
+pub(crate) struct WorkerTask {
+    pub(crate) task: usize,
+    pub(crate) body: Box<dyn TaskBody>,
+    pub(crate) rt: TaskRt,
+    pub(crate) metrics: Arc<TaskMetrics>,
+}
+
+/// Reports how a task ended to the job thread, after its last
+/// acknowledgements, then drops the task (its channels close after the
+/// report: a neighbour that sees them disconnect reports only after the
+/// real cause).
+pub(crate) fn end_task(
+    task: usize,
+    mut rt: TaskRt,
+    body: Box<dyn TaskBody>,
+    metrics: &TaskMetrics,
+    res: std::thread::Result<Result<(), TaskError>>,
+) {
+    metrics.end();
+    let ev = match res {
+        Ok(Ok(())) => {
+            // Its last acknowledgements go before its end.
+            if let Some(mut w) = rt.snapshots.take() {
+                w.drain();
+            }
+            TaskEvent::Finished { task }
+        }
+        Ok(Err(error)) => TaskEvent::Failed { task, error },
+        Err(p) => TaskEvent::Failed {
+            task,
+            error: TaskError::Panic(panic_message(&*p)),
+        },
+    };
+    let _ = rt.events.send(ev);
+    drop(body);
+}
+
+/// Runs `tasks` cooperatively on the calling thread until every one ended
+/// or the attempt is cancelled (`cancel` disconnects).
+pub(crate) fn run_worker(mut tasks: Vec<WorkerTask>, cancel: Receiver<()>, wait: WaitStrategy) {
+    for t in &tasks {
+        t.metrics.start();
+    }
+    let mut idle_rounds: u32 = 0;
+    while !tasks.is_empty() {
+        if matches!(cancel.try_recv(), Err(TryRecvError::Disconnected)) {
+            for t in tasks.drain(..) {
+                end_task(
+                    t.task,
+                    t.rt,
+                    t.body,
+                    &t.metrics,
+                    Ok(Err(TaskError::Cancelled)),
+                );
+            }
+            return;
+        }
+        let mut busy = false;
+        let mut deadline: Option<u64> = None;
+        let mut i = 0;
+        while i < tasks.len() {
+            let t = &mut tasks[i];
+            let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                t.body.step(&mut t.rt, STEP_BUDGET)
+            }));
+            let ended = match res {
+                Ok(Ok(Step::Busy)) => None,
+                Ok(Ok(Step::Idle(d))) => {
+                    deadline = crate::chain::earliest(deadline, d);
+                    i += 1;
+                    continue;
+                }
+                Ok(Ok(Step::Done)) => Some(Ok(Ok(()))),
+                Ok(Err(e)) => Some(Ok(Err(e))),
+                Err(p) => Some(Err(p)),
+            };
+            busy = true;
+            match ended {
+                Some(res) => {
+                    let t = tasks.remove(i);
+                    end_task(t.task, t.rt, t.body, &t.metrics, res);
+                }
+                None => i += 1,
+            }
+        }
+        if busy || tasks.is_empty() {
+            idle_rounds = 0;
+            continue;
+        }
+        if deadline.is_some_and(|d| crate::clock::now_ns() >= d) {
+            continue;
+        }
+        idle_rounds += 1;
+        match wait {
+            WaitStrategy::SpinPark { spins } if idle_rounds <= spins => {
+                std::hint::spin_loop();
+                continue;
+            }
+            WaitStrategy::SpinPark { spins } if idle_rounds <= spins + YIELDS_BEFORE_PARK => {
+                std::thread::yield_now();
+                continue;
+            }
+            WaitStrategy::Spin => {
+                if idle_rounds % SPIN_YIELD_EVERY == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            WaitStrategy::SpinPark { .. } | WaitStrategy::Park => {}
+        }
+        park(&tasks, &cancel, deadline);
+        idle_rounds = 0;
+    }
+}
+
+/// Blocks until something a task watches, or the cancel channel, is
+/// ready, or until `deadline_ns`; the time is counted as idle time of
+/// every task of the worker.
+fn park(tasks: &[WorkerTask], cancel: &Receiver<()>, deadline_ns: Option<u64>) {
+    let start = crate::clock::now_ns();
+    let mut sel = Select::new();
+    for t in tasks {
+        t.body.watch(&mut sel);
+    }
+    sel.recv(cancel);
+    match deadline_ns {
+        Some(d) => {
+            let _ = sel.ready_deadline(crate::clock::instant_of(d));
+        }
+        None => {
+            sel.ready();
+        }
+    }
+    let idle = crate::clock::now_ns() - start;
+    for t in tasks {
+        t.metrics.add_idle_ns(idle);
+    }
+}
+
+/// The message of a caught panic (`&str` or `String` payloads).
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}

@@ -1,0 +1,179 @@
+//! Tasks on cooperative worker threads (`JobConfig::workers`): the same
+//! results, checkpoints and failure handling as one thread per task, with
+//! more tasks than workers, backpressure between tasks of one worker, and
+//! workers that park.
+
+mod common;
+
+use common::*;
+use lockgate::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+type Finals = Arc<Mutex<HashMap<u64, u64>>>;
+
+/// source(2) → key_by → keyed_sum(3) → sink(1), on `workers` workers:
+/// every worker holds tasks of several operators, and keyed_sum[2] shares
+/// worker 0 with subtasks 0 when there are 2.
+fn job(
+    config: JobConfig,
+    source: impl Fn(usize, usize) -> Counter + Send + Sync + 'static,
+    keys: u64,
+) -> (JobBuilder, Finals) {
+    let job = JobBuilder::new("sums", config);
+    let finals: Finals = Arc::default();
+    let f2 = finals.clone();
+    job.source("numbers", 2, move |i| source(i.index, i.parallelism))
+        .key_by(move |x| x % keys)
+        .task("keyed_sum", 3)
+        .process("keyed_sum", move |_| KeyedSum::new(keys))
+        .rebalance()
+        .task("sink", 1)
+        .sink("sink", move |_| MaxSink(f2.clone()));
+    (job, finals)
+}
+
+/// Small batches and channels of 2 elements: tasks of one worker push
+/// back on each other all the time.
+fn config(workers: usize, mode: CheckpointMode) -> JobConfig {
+    let mut config = JobConfig::default();
+    config.workers = Some(workers);
+    config.batch_size = 32;
+    config.channel_capacity = 2;
+    if mode != CheckpointMode::None {
+        config.checkpoint.mode = mode;
+        config.checkpoint.interval = Some(Duration::from_millis(5));
+        config.restart = RestartStrategy {
+            max_attempts: 5,
+            delay: Duration::ZERO,
+        };
+    }
+    config
+}
+
+fn failures(job: &JobBuilder) -> FailurePlan {
+    let names = job.task_names();
+    let at = |t: &str| names.iter().position(|n| n == t).unwrap();
+    FailurePlan::none()
+        .with(at("keyed_sum[1]"), FailurePoint::AfterRecords(20_000))
+        .with(at("sink[0]"), FailurePoint::DuringSnapshot)
+        .with(at("keyed_sum[2]"), FailurePoint::AfterRecords(40_000))
+}
+
+#[test]
+fn a_finite_job_gives_the_exact_result_on_one_and_on_two_workers() {
+    let n = 200_000;
+    for workers in [1, 2] {
+        let (job, finals) = job(
+            config(workers, CheckpointMode::None),
+            move |i, p| Counter::part(i, p, n),
+            10,
+        );
+        let m = job.start().unwrap().wait().unwrap();
+        assert_eq!(
+            *finals.lock().unwrap(),
+            expected_sums(n, 10),
+            "{workers} workers"
+        );
+        let sink = m.tasks.iter().find(|t| t.name == "sink[0]").unwrap();
+        assert_eq!(sink.records_in, n, "{workers} workers");
+    }
+}
+
+#[test]
+fn exactly_once_restarts_on_workers_give_exact_state() {
+    for mode in [CheckpointMode::ExactlyOnce, CheckpointMode::Unaligned] {
+        let n = 300_000;
+        let (job, finals) = job(config(2, mode), move |i, p| Counter::part(i, p, n), 10);
+        let plan = failures(&job);
+        let m = job.with_failures(plan).start().unwrap().wait().unwrap();
+        assert_eq!(m.restarts, 3, "{mode:?}: {:?}", m.failures);
+        assert!(m.completed_checkpoints() >= 1, "{mode:?}");
+        assert_eq!(*finals.lock().unwrap(), expected_sums(n, 10), "{mode:?}");
+    }
+}
+
+#[test]
+fn at_least_once_restarts_on_workers_lose_nothing() {
+    let n = 300_000;
+    let (job, finals) = job(
+        config(2, CheckpointMode::AtLeastOnce),
+        move |i, p| Counter::part(i, p, n),
+        10,
+    );
+    let plan = failures(&job);
+    let m = job.with_failures(plan).start().unwrap().wait().unwrap();
+    assert_eq!(m.restarts, 3, "{:?}", m.failures);
+    // Sums only grow, and a replayed record adds again: at least the exact
+    // sums, never less.
+    let got = finals.lock().unwrap().clone();
+    for (k, want) in expected_sums(n, 10) {
+        assert!(got.get(&k).copied().unwrap_or(0) >= want, "key {k}");
+    }
+}
+
+#[test]
+fn paced_sources_on_parked_workers_keep_checkpointing_and_stop_cleanly() {
+    // 50 records every ms per source: the workers are idle most of the
+    // time, parked until the next record is due.
+    let (job, finals) = job(
+        config(2, CheckpointMode::ExactlyOnce),
+        |i, p| Counter::paced(i, p, u64::MAX, 50, 1_000_000),
+        10,
+    );
+    let h = job.start().unwrap();
+    assert!(wait_for(60, || h.metrics().completed_checkpoints() >= 5));
+    h.stop();
+    let m = h.wait().unwrap();
+    let sink = m.tasks.iter().find(|t| t.name == "sink[0]").unwrap();
+    assert!(sink.records_in > 0);
+    assert!(!finals.lock().unwrap().is_empty());
+}
+
+struct Boom;
+impl Operator<u64, (u64, u64)> for Boom {
+    fn process(
+        &mut self,
+        input: &mut Vec<u64>,
+        _ctx: &mut Context<'_, (u64, u64)>,
+    ) -> Result<(), BoxError> {
+        if input.iter().any(|x| *x >= 5_000) {
+            panic!("boom");
+        }
+        input.clear();
+        Ok(())
+    }
+}
+impl Checkpointed for Boom {}
+
+#[test]
+fn a_panic_on_a_worker_fails_the_job_naming_the_task() {
+    let job = JobBuilder::new("boom", config(2, CheckpointMode::None));
+    job.source("numbers", 2, |i| {
+        Counter::part(i.index, i.parallelism, u64::MAX)
+    })
+    .rebalance()
+    .task("boom", 2)
+    .process("boom", |_| Boom)
+    .rebalance()
+    .task("sink", 1)
+    .sink("sink", |_| MaxSink(Arc::default()));
+    match job.start().unwrap().wait() {
+        Err(JobError::TaskFailed { task, cause }) => {
+            assert!(task.to_string().starts_with("boom["), "{task}");
+            assert!(cause.to_string().contains("boom"), "{cause}");
+        }
+        other => panic!("expected a task failure, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_worker_count_of_zero_is_refused() {
+    let mut config = JobConfig::default();
+    config.workers = Some(0);
+    let err = config.validate().unwrap_err();
+    assert!(err.contains("workers"), "{err}");
+    config.workers = Some(MAX_WORKERS + 1);
+    assert!(config.validate().is_err());
+}

@@ -11,7 +11,8 @@
 //! thread of the process over `--seconds` (default 10) is reported as a
 //! percentage of one core, in total and per thread name.
 //!
-//! Usage: `idle [--seconds N] [--checkpoint]` (Linux only).
+//! Usage: `idle [--seconds N] [--checkpoint] [--workers N]` (Linux only;
+//! `--workers N`: the tasks on N cooperative worker threads).
 
 use lockgate::{CheckpointMode, JobBuilder, JobConfig};
 use std::collections::BTreeMap;
@@ -67,6 +68,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut seconds = 10u64;
     let mut checkpoint = false;
+    let mut workers = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -80,15 +82,25 @@ fn main() {
                 }
             }
             "--checkpoint" => checkpoint = true,
+            "--workers" => {
+                workers = match it.next().and_then(|s| s.parse().ok()) {
+                    Some(n) if n > 0 => Some(n),
+                    _ => {
+                        eprintln!("error: --workers needs a whole number above 0");
+                        std::process::exit(2);
+                    }
+                }
+            }
             other => {
                 eprintln!(
-                    "error: unknown argument '{other}' (usage: idle [--seconds N] [--checkpoint])"
+                    "error: unknown argument '{other}' (usage: idle [--seconds N] [--checkpoint] [--workers N])"
                 );
                 std::process::exit(2);
             }
         }
     }
     let mut config = JobConfig::default();
+    config.workers = workers;
     if checkpoint {
         config.checkpoint.mode = CheckpointMode::ExactlyOnce;
         config.checkpoint.interval = Some(Duration::from_millis(100));

@@ -11,7 +11,9 @@
 //!
 //! A send to a full channel blocks (backpressure) until the consumer makes
 //! room or the job is cancelled; the time spent blocked is counted in the
-//! task's metrics.
+//! task's metrics. On a cooperative worker ([`OutputConfig::cooperative`])
+//! a send never blocks: what does not fit waits in the writer, in order,
+//! and the task takes no input until [`ChannelWriter::drain`] sent it.
 //!
 //! **Unaligned mode** ([`crate::CheckpointMode::Unaligned`]): each channel
 //! has two more lanes ([`ProducerLanes`], [`ConsumerLanes`]). A *priority

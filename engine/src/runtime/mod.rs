@@ -1,5 +1,6 @@
-//! The task runtime: one OS thread per task, joined by bounded channels,
-//! driven by a job thread that also coordinates checkpoints and restarts.
+//! The task runtime: one OS thread per task (or cooperative worker threads
+//! that share them, `worker`), joined by bounded channels, driven by a job
+//! thread that also coordinates checkpoints and restarts.
 //!
 //! Layers, bottom to top (each uses only those above it in this list and
 //! the crate's leaf modules):

@@ -245,6 +245,12 @@ fn compare(runs: &[(String, RunReport)]) -> String {
             .collect(),
     );
     line(
+        "threads",
+        runs.iter()
+            .map(|(_, r)| crate::loadgen::report::threading(&r.config))
+            .collect(),
+    );
+    line(
         "cores / pinning",
         runs.iter()
             .map(|(_, r)| format!("{} / {}", r.cores, r.pinning))

@@ -1033,6 +1033,49 @@ fn a_second_ctrl_c_quits_at_once_and_removes_the_temporary_folder() {
 }
 
 #[test]
+fn a_run_killed_on_threads_restores_exactly_on_cooperative_workers() {
+    // Threading is not state: a checkpoint of a thread-per-task run
+    // restores on workers. 5 workers asked, parallelism 2: 2 run.
+    let _g = heavy();
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    let run_args = [
+        "--workload",
+        "w1",
+        "--records",
+        "10000000",
+        "--checkpoint-interval-ms",
+        "50",
+    ];
+    kill_after_checkpoints(&run_args, &chk, 1);
+    let json = dir.path().join("r.json");
+    let o = loadgen(&[
+        "--restore",
+        chk.to_str().unwrap(),
+        "--workers",
+        "5",
+        "--inject-failures",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_ok(&o);
+    let report = read_json(&json);
+    assert_eq!(
+        (&report["lost"], &report["duplicated"]),
+        (&serde_json::json!(0), &serde_json::json!(0)),
+        "{report}"
+    );
+    assert_eq!(report["config"]["workers"], 2, "{report}");
+    let (out, err) = text(&o);
+    assert!(out.contains("2 cooperative workers"), "{out}");
+    assert!(
+        err.contains("--workers 5 with parallelism 2") && err.contains("so 2 workers run"),
+        "{err}"
+    );
+}
+
+#[test]
 fn spinning_with_more_task_threads_than_cores_is_warned_about() {
     let _g = heavy();
     let o = loadgen(&[
@@ -1074,6 +1117,14 @@ fn bad_inputs_are_refused_with_exit_code_2() {
     let empty_s = empty.to_str().unwrap().to_string();
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--rate", "0"], "--rate"),
+        (
+            vec!["--workers", "0"],
+            "--workers must be between 1 and 1024",
+        ),
+        (
+            vec!["--workers", "1025"],
+            "--workers must be between 1 and 1024",
+        ),
         (vec!["--rate", "-5"], "invalid value '-5' for '--rate"),
         (
             vec!["--json", "/tmp/lg-same.json", "--hlog", "/tmp/lg-same.json"],

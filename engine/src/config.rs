@@ -477,8 +477,8 @@ impl JobConfig {
         if let Some(n) = self.workers {
             if n == 0 || n > MAX_WORKERS {
                 return Err(format!(
-                    "workers must be between 1 and {MAX_WORKERS} threads, got {n} (unset it \
-                     for one thread per task)"
+                    "workers must be between 1 and {MAX_WORKERS} threads, got {n} (None: one \
+                     thread per task)"
                 ));
             }
         }

@@ -150,9 +150,11 @@ pub(crate) struct Args {
     /// then block), spin (never block; only with a core per task).
     #[arg(long, value_enum, default_value = "spin-park")]
     pub wait_strategy: WaitArg,
-    /// Run the tasks on N cooperative worker threads (subtask i of every
-    /// operator on worker i % N, as timely's workers) instead of one
-    /// thread per task [default: one thread per task].
+    /// Run the tasks on N cooperative worker threads (1-1024; subtask i
+    /// of every operator on worker i % N, as timely's workers, so at most
+    /// the parallelism run) instead of one thread per task: lower latency
+    /// when no operator blocks; N = the cores is the usual choice; --pin
+    /// then pins the workers [default: one thread per task].
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
     /// Bytes the alignment blocker holds before the input gate stops
@@ -485,16 +487,36 @@ impl Args {
             WaitArg::SpinPark => WaitStrategy::default(),
             WaitArg::Spin => WaitStrategy::Spin,
         };
-        job.workers = self.workers;
         let mut warnings = Vec::new();
+        if let Some(w) = self.workers {
+            if w == 0 || w > lockgate::MAX_WORKERS {
+                return Err(format!(
+                    "--workers must be between 1 and {} threads, got {w} (leave it out for one thread per task)",
+                    lockgate::MAX_WORKERS
+                ));
+            }
+            // Worker i runs subtask i of every operator: no operator of the
+            // reference job has more subtasks than the parallelism.
+            if w > self.parallelism {
+                warnings.push(format!(
+                    "WARNING: --workers {w} with parallelism {}: worker i runs subtask i of every operator, so {} workers run",
+                    self.parallelism, self.parallelism
+                ));
+            }
+        }
+        job.workers = self.workers.map(|w| w.min(self.parallelism));
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         // Sources, keyed sums and the sink: one thread each, or the workers.
-        let threads = self
-            .workers
-            .unwrap_or_else(|| self.parallelism.saturating_mul(2).saturating_add(1));
+        let (threads, what) = match job.workers {
+            Some(w) => (w, "worker threads"),
+            None => (
+                self.parallelism.saturating_mul(2).saturating_add(1),
+                "task threads",
+            ),
+        };
         if matches!(self.wait_strategy, WaitArg::Spin) && threads > cores {
             warnings.push(format!(
-                "WARNING: --wait-strategy spin with {threads} task threads on {cores} cores: a spinning task keeps a core from the others, so latency and throughput suffer (spin-park, the default, spins a bounded while then parks)"
+                "WARNING: --wait-strategy spin with {threads} {what} on {cores} cores: a spinning thread keeps a core from the others, so latency and throughput suffer (spin-park, the default, spins a bounded while then parks)"
             ));
         }
         job.handler.blocker_capacity_bytes = self.blocker_capacity_bytes;
@@ -702,7 +724,7 @@ impl Args {
             "buffer_timeout_us": self.buffer_timeout_us,
             "pin": self.pin,
             "wait_strategy": self.wait_strategy.as_str(),
-            "workers": self.workers,
+            "workers": job.workers,
             "blocker_capacity_bytes": self.blocker_capacity_bytes,
             "checkpoint": mode.as_str(),
             "checkpoint_interval_ms": job.checkpoint.interval.map(|d| d.as_millis() as u64),

@@ -737,10 +737,7 @@ impl RunReport {
             get("channel_capacity"),
             get("buffer_timeout_us"),
             get("wait_strategy").as_str().unwrap_or("?"),
-            match get("workers").as_u64() {
-                Some(n) => format!("{n} cooperative workers"),
-                None => "a thread per task".to_string(),
-            },
+            threading(&self.config),
         );
         if let Some(dir) = get("restore").as_str() {
             let which = match (self.restored_checkpoint, self.restored_records) {
@@ -960,6 +957,16 @@ fn fmt_lat(l: &LatencyNs) -> String {
         us(l.p9999),
         us(l.max)
     )
+}
+
+/// How a run's tasks got threads, from its JSON `config`: "a thread per
+/// task" or "N cooperative workers".
+pub(crate) fn threading(config: &serde_json::Value) -> String {
+    match config.get("workers").and_then(|w| w.as_u64()) {
+        Some(1) => "1 cooperative worker".to_string(),
+        Some(n) => format!("{n} cooperative workers"),
+        None => "a thread per task".to_string(),
+    }
 }
 
 #[cfg(test)]

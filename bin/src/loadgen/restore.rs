@@ -23,6 +23,9 @@ pub(crate) const MAY_DIFFER: &[&str] = &[
     // A rescale (issue 14): the engine redistributes keyed state by key
     // group and the sources' splits; not given, it is the checkpoint's.
     "parallelism",
+    // Threading is not state: a checkpoint restores on any number of
+    // workers, or with a thread per task.
+    "workers",
     "inject_failures",
     "seed",
     "restore",

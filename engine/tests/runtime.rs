@@ -1637,3 +1637,22 @@ fn a_checkpoint_folder_is_one_running_job_s() {
     h.stop();
     h.wait().unwrap();
 }
+
+#[test]
+fn an_app_config_key_absent_or_null_is_no_difference_on_restore() {
+    // A setting added later and unset is recorded as null by the old run
+    // and left out by the new one (or the other way round): the restore
+    // goes on; a real difference is refused naming it.
+    let dir = tempfile::tempdir().unwrap();
+    let n = 100_000;
+    let run = |restore: bool, app: serde_json::Value| {
+        let (job, _) = sum_job(dir_config(dir.path(), restore), n, 10);
+        job.with_app_config(app).start().and_then(|h| h.wait())
+    };
+    run(false, serde_json::json!({"a": 1, "later": null})).unwrap();
+    run(true, serde_json::json!({"a": 1})).unwrap();
+    match run(true, serde_json::json!({"a": 2})) {
+        Err(e) => assert!(e.to_string().contains("a: 1 → 2"), "{e}"),
+        Ok(_) => panic!("a restore with another configuration must be refused"),
+    }
+}

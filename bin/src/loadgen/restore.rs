@@ -24,8 +24,11 @@ pub(crate) const MAY_DIFFER: &[&str] = &[
     // group and the sources' splits; not given, it is the checkpoint's.
     "parallelism",
     // Threading is not state: a checkpoint restores on any number of
-    // workers, or with a thread per task.
+    // workers or with a thread per task, pinned or not, with any wait
+    // strategy.
     "workers",
+    "pin",
+    "wait_strategy",
     "inject_failures",
     "seed",
     "restore",

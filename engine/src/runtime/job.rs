@@ -1407,11 +1407,15 @@ fn check_compatible(
             path.display()
         )));
     }
-    if stored.config != now.config {
+    // A key that is absent on one side and null on the other is no
+    // difference (a setting added later, unset), as `config_differences`
+    // shows them: refuse exactly when it names one.
+    let differences = config_differences(&stored.config, &now.config);
+    if !differences.is_empty() {
         return Err(JobError::Restore(format!(
             "{} was taken with another configuration: {}",
             path.display(),
-            config_differences(&stored.config, &now.config).join(", ")
+            differences.join(", ")
         )));
     }
     Ok(())

@@ -808,6 +808,26 @@ fn an_at_least_once_restore_after_a_kill_may_duplicate_but_not_lose() {
     assert_eq!(report["lost"], 0, "{report}");
 }
 
+/// Restores `dir/chk` with `args` and two injected failures into
+/// `dir/r.json`: `result: ok`, 0 lost, 0 duplicated. Returns the JSON
+/// report and the run's output.
+fn restored_exactly(dir: &Path, args: &[&str]) -> (Value, Output) {
+    let chk = dir.join("chk");
+    let json = dir.join("r.json");
+    let mut all = vec!["--restore", chk.to_str().unwrap()];
+    all.extend_from_slice(args);
+    all.extend(["--inject-failures", "2", "--json", json.to_str().unwrap()]);
+    let o = loadgen(&all);
+    assert_ok(&o);
+    let report = read_json(&json);
+    assert_eq!(
+        (&report["lost"], &report["duplicated"]),
+        (&serde_json::json!(0), &serde_json::json!(0)),
+        "{report}"
+    );
+    (report, o)
+}
+
 #[test]
 fn a_killed_run_restores_at_another_parallelism_exactly_across_failures() {
     // Issue 14: sources (128 splits) and keyed_sum (key groups) rescale
@@ -826,24 +846,7 @@ fn a_killed_run_restores_at_another_parallelism_exactly_across_failures() {
         "50",
     ];
     kill_after_checkpoints(&run_args, &chk, 1);
-    let json = dir.path().join("r.json");
-    let o = loadgen(&[
-        "--restore",
-        chk.to_str().unwrap(),
-        "--parallelism",
-        "3",
-        "--inject-failures",
-        "2",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert_ok(&o);
-    let report = read_json(&json);
-    assert_eq!(
-        (&report["lost"], &report["duplicated"]),
-        (&serde_json::json!(0), &serde_json::json!(0)),
-        "{report}"
-    );
+    let (report, o) = restored_exactly(dir.path(), &["--parallelism", "3"]);
     assert_eq!(report["config"]["parallelism"], 3, "{report}");
     assert_eq!(report["rescaled_from"], 2, "{report}");
     assert_eq!(
@@ -1048,24 +1051,7 @@ fn a_run_killed_on_threads_restores_exactly_on_cooperative_workers() {
         "50",
     ];
     kill_after_checkpoints(&run_args, &chk, 1);
-    let json = dir.path().join("r.json");
-    let o = loadgen(&[
-        "--restore",
-        chk.to_str().unwrap(),
-        "--workers",
-        "5",
-        "--inject-failures",
-        "2",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert_ok(&o);
-    let report = read_json(&json);
-    assert_eq!(
-        (&report["lost"], &report["duplicated"]),
-        (&serde_json::json!(0), &serde_json::json!(0)),
-        "{report}"
-    );
+    let (report, o) = restored_exactly(dir.path(), &["--workers", "5"]);
     assert_eq!(report["config"]["workers"], 2, "{report}");
     let (out, err) = text(&o);
     assert!(out.contains("2 cooperative workers"), "{out}");

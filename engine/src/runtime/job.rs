@@ -1424,13 +1424,17 @@ fn check_compatible(
 /// What differs between two application configs, as `key: stored → now`
 /// per differing key of an object (nested objects as `a.b`), or the two
 /// values whole: the words of a restore refused for another configuration,
-/// for applications that check before they start a job too.
+/// for applications that check before they start a job too. Empty when
+/// they are the same; a key absent on one side and null on the other is
+/// no difference.
 ///
 /// # Examples
 /// ```
 /// use serde_json::json;
 /// let d = lockgate::config_differences(&json!({"a": 1, "b": "x"}), &json!({"a": 2, "b": "x"}));
 /// assert_eq!(d, ["a: 1 → 2"]);
+/// assert!(lockgate::config_differences(&json!({"a": 1, "b": null}), &json!({"a": 1})).is_empty());
+/// assert!(lockgate::config_differences(&json!(null), &json!(null)).is_empty());
 /// ```
 pub fn config_differences(stored: &serde_json::Value, now: &serde_json::Value) -> Vec<String> {
     fn walk(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
@@ -1470,6 +1474,8 @@ pub fn config_differences(stored: &serde_json::Value, now: &serde_json::Value) -
         }
     }
     let mut out = Vec::new();
-    walk("", stored, now, &mut out);
+    if stored != now {
+        walk("", stored, now, &mut out);
+    }
     out
 }

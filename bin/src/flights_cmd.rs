@@ -114,6 +114,10 @@ pub(crate) struct Args {
     /// Seed of the failure plan.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Run the tasks on N cooperative worker threads (1-1024), as
+    /// `loadgen --workers` [default: one thread per task].
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
     #[command(flatten)]
     pub incremental: crate::incremental_args::IncrementalArgs,
 }
@@ -290,6 +294,16 @@ pub(crate) fn run(mut args: Args) -> ExitCode {
         },
     };
     let mut config = JobConfig::default();
+    if let Some(w) = args
+        .workers
+        .filter(|w| *w == 0 || *w > lockgate::MAX_WORKERS)
+    {
+        return usage_error(&format!(
+            "--workers must be between 1 and {} threads, got {w} (leave it out for one thread per task)",
+            lockgate::MAX_WORKERS
+        ));
+    }
+    config.workers = args.workers;
     config.checkpoint.mode = match args.checkpoint {
         CheckpointArg::None => CheckpointMode::None,
         CheckpointArg::ExactlyOnce => CheckpointMode::ExactlyOnce,

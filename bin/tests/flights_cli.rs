@@ -140,6 +140,9 @@ fn the_bundled_data_with_injected_failures_gives_the_golden_files() {
         &["exactly-once"][..],
         &["unaligned"],
         &["exactly-once", "--aligned-checkpoint-timeout-ms", "1"],
+        // On cooperative workers (the job has more tasks than workers).
+        &["exactly-once", "--workers", "2"],
+        &["unaligned", "--workers", "2"],
     ] {
         golden_with_failures(mode);
     }
@@ -332,7 +335,7 @@ fn the_bundled_data_rescaled_mid_run_gives_the_golden_files() {
 }
 
 #[test]
-fn a_checkpoint_interval_without_checkpoints_exits_2() {
+fn a_checkpoint_interval_without_checkpoints_or_zero_workers_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     let (f, w) = files(dir.path(), FLIGHTS, WEATHER);
     let o = run_on(
@@ -345,6 +348,13 @@ fn a_checkpoint_interval_without_checkpoints_exits_2() {
     let err = text(&o.stderr);
     assert!(
         err.contains("--checkpoint-interval-ms needs checkpoints"),
+        "{err}"
+    );
+    let o = run_on(&f, &w, &dir.path().join("out"), &["--workers", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stdout));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("--workers must be between 1 and 1024"),
         "{err}"
     );
 }

@@ -432,6 +432,9 @@ pub(crate) struct ChannelWriter<T, K = NoKey> {
     unsent: Vec<std::collections::VecDeque<Unsent<T>>>,
     /// The number of non-empty queues of `unsent`.
     blocked_channels: usize,
+    /// When `unsent` last became non-empty (ns): the time until it is
+    /// empty again is the task's backpressure time.
+    blocked_since_ns: u64,
 }
 
 impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
@@ -476,6 +479,7 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
             overdraft_push: false,
             unsent: (0..n).map(|_| std::collections::VecDeque::new()).collect(),
             blocked_channels: 0,
+            blocked_since_ns: 0,
         }
     }
 
@@ -515,6 +519,9 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
                 None => return Ok(false),
                 Some(rest) => {
                     item = rest;
+                    if self.blocked_channels == 0 {
+                        self.blocked_since_ns = crate::clock::now_ns();
+                    }
                     self.blocked_channels += 1;
                 }
             }
@@ -566,7 +573,6 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
         if self.blocked_channels == 0 {
             return Ok(true);
         }
-        let start = crate::clock::now_ns();
         for ch in 0..self.unsent.len() {
             while let Some(item) = self.unsent[ch].pop_front() {
                 if let Some(rest) = self.try_send_now(ch, item)? {
@@ -578,9 +584,13 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
                 }
             }
         }
+        if self.blocked_channels > 0 {
+            return Ok(false);
+        }
+        // Backpressure: how long output waited, as a blocking send's.
         self.metrics
-            .add_backpressure_ns(crate::clock::now_ns() - start);
-        Ok(self.blocked_channels == 0)
+            .add_backpressure_ns(crate::clock::now_ns().saturating_sub(self.blocked_since_ns));
+        Ok(true)
     }
 
     /// Cooperative mode: registers in `sel` what would let waiting output

@@ -78,6 +78,13 @@ fn a_finite_job_gives_the_exact_result_on_one_and_on_two_workers() {
         );
         let sink = m.tasks.iter().find(|t| t.name == "sink[0]").unwrap();
         assert_eq!(sink.records_in, n, "{workers} workers");
+        // Channels of 2 push back: the sources' output waited, and that
+        // time is counted as backpressure, as a blocked send's is.
+        let sources = m.tasks.iter().filter(|t| t.name.starts_with("numbers["));
+        assert!(
+            sources.map(|t| t.backpressure_ns).sum::<u64>() > 0,
+            "{workers} workers"
+        );
     }
 }
 

@@ -356,7 +356,10 @@ impl<T: RecordSize> BarrierHandler<T> for Aligner<T> {
     /// The fast path, inlined into the input gate: records of an
     /// unblocked channel pass at once (`num_blocked` is the blocked set's
     /// size, so with no alignment running one compare replaces the bit
-    /// test); everything else goes to the rules (`on_other_element`).
+    /// test, and [`ChannelSet::is_member`] skips the range check: an
+    /// input gate passes the index of one of its own channels, and a
+    /// channel outside the range is never blocked); everything else goes
+    /// to the rules (`on_other_element`).
     #[inline(always)]
     fn on_element(
         &mut self,
@@ -366,7 +369,7 @@ impl<T: RecordSize> BarrierHandler<T> for Aligner<T> {
         signals: &mut Vec<BarrierSignal>,
     ) -> Option<StreamElement<T>> {
         if matches!(element, StreamElement::Records(_))
-            && (self.num_blocked == 0 || !self.blocked.contains(channel))
+            && (self.num_blocked == 0 || !self.blocked.is_member(channel))
         {
             return Some(element);
         }

@@ -8,31 +8,33 @@ pub const INLINE_CHANNELS: usize = 128;
 
 /// A set of channel indices `0..capacity`, one bit per channel.
 ///
-/// Up to [`INLINE_CHANNELS`] channels the bits live inline; more channels use
-/// one heap-allocated word array, allocated once at construction. Every
-/// operation is O(1) except [`ChannelSet::clear`] and [`ChannelSet::len`],
-/// which are O(capacity / 64).
+/// Channels `0..64` live in one word of their own (`low`), so that
+/// [`ChannelSet::contains`] for them, the question the aligner asks of
+/// every record batch while an alignment runs, is a range check, one
+/// compare and one bit test, with no match on the representation. The
+/// channels above 64 keep their bits inline up to [`INLINE_CHANNELS`]
+/// and in one heap-allocated word array, allocated once at construction,
+/// beyond. Every operation is O(1) except [`ChannelSet::clear`],
+/// [`ChannelSet::len`], [`ChannelSet::is_empty`] and
+/// [`ChannelSet::iter`], which are O(capacity / 64).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChannelSet {
-    words: Words,
+    /// Channels `0..64`: bit `c` is channel `c`.
+    low: u64,
+    /// Channels `64..capacity`: bit `c % 64` of word `c / 64 - 1`.
+    high: Box<[u64]>,
     capacity: usize,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Words {
-    Inline([u64; 2]),
-    Heap(Box<[u64]>),
 }
 
 impl ChannelSet {
     /// An empty set for channels `0..capacity`.
     pub fn new(capacity: usize) -> Self {
-        let words = if capacity <= INLINE_CHANNELS {
-            Words::Inline([0; 2])
-        } else {
-            Words::Heap(vec![0; capacity.div_ceil(64)].into_boxed_slice())
-        };
-        ChannelSet { words, capacity }
+        let high = vec![0; capacity.div_ceil(64).saturating_sub(1)].into_boxed_slice();
+        ChannelSet {
+            low: 0,
+            high,
+            capacity,
+        }
     }
 
     /// How many channels the set can hold.
@@ -40,20 +42,18 @@ impl ChannelSet {
         self.capacity
     }
 
+    /// The word that holds `channel` (already checked: `< capacity`).
     #[inline]
-    fn words(&self) -> &[u64] {
-        match &self.words {
-            Words::Inline(w) => w,
-            Words::Heap(w) => w,
+    fn word_mut(&mut self, channel: usize) -> &mut u64 {
+        if channel < 64 {
+            return &mut self.low;
         }
+        &mut self.high[channel / 64 - 1]
     }
 
-    #[inline]
-    fn words_mut(&mut self) -> &mut [u64] {
-        match &mut self.words {
-            Words::Inline(w) => w,
-            Words::Heap(w) => w,
-        }
+    /// Every word, `low` first (channel `c` is bit `c % 64` of word `c / 64`).
+    fn words(&self) -> impl Iterator<Item = u64> + '_ {
+        std::iter::once(self.low).chain(self.high.iter().copied())
     }
 
     /// True when `channel` is in the set.
@@ -63,13 +63,37 @@ impl ChannelSet {
     #[inline]
     pub fn contains(&self, channel: usize) -> bool {
         assert!(channel < self.capacity, "channel {channel} out of range");
-        let word = match &self.words {
-            // channel < capacity <= 128, so channel / 64 is 0 or 1: the mask
-            // states it, and the index needs no bounds check.
-            Words::Inline(w) => w[(channel / 64) & 1],
-            Words::Heap(w) => w[channel / 64],
-        };
-        word & (1 << (channel % 64)) != 0
+        if channel < 64 {
+            return self.low & (1 << channel) != 0;
+        }
+        self.high[channel / 64 - 1] & (1 << (channel % 64)) != 0
+    }
+
+    /// True when `channel` is in the set; false for every channel outside
+    /// `0..capacity` (never in the set), with no panic. This is
+    /// [`ChannelSet::contains`] without its range check, for a caller on
+    /// the hot path whose channel index its input gate has already
+    /// checked (the aligner's question for every record batch while an
+    /// alignment runs, issue 12): for channels `0..64` one compare and
+    /// one bit test.
+    ///
+    /// ```
+    /// use lockgate::ChannelSet;
+    /// let mut blocked = ChannelSet::new(70);
+    /// blocked.insert(3);
+    /// blocked.insert(69);
+    /// assert!(blocked.is_member(3) && blocked.is_member(69));
+    /// assert!(!blocked.is_member(4));
+    /// assert!(!blocked.is_member(70), "outside the range: not a member");
+    /// ```
+    #[inline(always)]
+    pub fn is_member(&self, channel: usize) -> bool {
+        if channel < 64 {
+            return self.low & (1 << channel) != 0;
+        }
+        self.high
+            .get(channel / 64 - 1)
+            .is_some_and(|w| w & (1 << (channel % 64)) != 0)
     }
 
     /// Adds `channel`; returns true when it was not in the set before.
@@ -79,7 +103,7 @@ impl ChannelSet {
     #[inline]
     pub fn insert(&mut self, channel: usize) -> bool {
         assert!(channel < self.capacity, "channel {channel} out of range");
-        let word = &mut self.words_mut()[channel / 64];
+        let word = self.word_mut(channel);
         let bit = 1 << (channel % 64);
         let fresh = *word & bit == 0;
         *word |= bit;
@@ -93,7 +117,7 @@ impl ChannelSet {
     #[inline]
     pub fn remove(&mut self, channel: usize) -> bool {
         assert!(channel < self.capacity, "channel {channel} out of range");
-        let word = &mut self.words_mut()[channel / 64];
+        let word = self.word_mut(channel);
         let bit = 1 << (channel % 64);
         let present = *word & bit != 0;
         *word &= !bit;
@@ -103,25 +127,25 @@ impl ChannelSet {
     /// Empties the set.
     #[inline]
     pub fn clear(&mut self) {
-        self.words_mut().iter_mut().for_each(|w| *w = 0);
+        self.low = 0;
+        self.high.iter_mut().for_each(|w| *w = 0);
     }
 
     /// The number of channels in the set.
     pub fn len(&self) -> usize {
-        self.words().iter().map(|w| w.count_ones() as usize).sum()
+        self.words().map(|w| w.count_ones() as usize).sum()
     }
 
     /// True when no channel is in the set.
     pub fn is_empty(&self) -> bool {
-        self.words().iter().all(|w| *w == 0)
+        self.words().all(|w| w == 0)
     }
 
     /// The channels in the set, in increasing order.
     pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         self.words()
-            .iter()
             .enumerate()
-            .flat_map(|(i, &w)| {
+            .flat_map(|(i, w)| {
                 let mut w = w;
                 std::iter::from_fn(move || {
                     if w == 0 {
@@ -152,6 +176,21 @@ mod tests {
             }
             assert_eq!(s.len(), picks.len());
             assert_eq!(s.iter().collect::<Vec<_>>(), picks);
+            for c in 0..cap {
+                assert_eq!(
+                    s.contains(c),
+                    picks.contains(&c),
+                    "capacity {cap}, channel {c}"
+                );
+                assert_eq!(
+                    s.is_member(c),
+                    picks.contains(&c),
+                    "capacity {cap}, channel {c}"
+                );
+            }
+            for c in cap..cap + 130 {
+                assert!(!s.is_member(c), "capacity {cap}, channel {c} is outside");
+            }
             assert!(s.contains(cap - 1));
             assert!(s.remove(cap - 1));
             assert!(!s.remove(cap - 1));
@@ -166,5 +205,25 @@ mod tests {
     #[should_panic(expected = "out of range")]
     fn out_of_range_channel_panics() {
         ChannelSet::new(4).insert(4);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of range")]
+    fn an_out_of_range_question_panics_below_64_too() {
+        ChannelSet::new(4).contains(5);
+    }
+
+    #[test]
+    fn sets_of_one_capacity_compare_by_members() {
+        for cap in [3, 64, 100, 200] {
+            let (mut a, mut b) = (ChannelSet::new(cap), ChannelSet::new(cap));
+            a.insert(cap - 1);
+            assert_ne!(a, b);
+            b.insert(cap - 1);
+            assert_eq!(a, b);
+            a.remove(cap - 1);
+            a.insert(0);
+            assert_ne!(a, b);
+        }
     }
 }

@@ -1534,8 +1534,9 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
                     .entry(interval)
                     .or_insert_with(new_interval_histogram)
             });
-            for r in input.drain(..) {
-                observe(check, &r);
+            // By reference, then one clear: no 40-byte move a record.
+            for r in input.iter() {
+                observe(check, r);
                 if r.n >= first_rec {
                     let lat = now.saturating_sub(r.ts_ns);
                     latency.record_latency(lat);
@@ -1548,6 +1549,7 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
                     recorded = true;
                 }
             }
+            input.clear();
         } else {
             for r in input.drain(..) {
                 observe(check, &r);

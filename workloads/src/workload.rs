@@ -650,7 +650,11 @@ impl Iterator for Generator {
     /// `(n, key)`.
     type Item = (u64, u64);
 
-    #[inline]
+    /// Always inlined: a reference source calls it for every record, and
+    /// as a call it cost lockgate's W1 sources 7 instructions a record
+    /// more than the raw pipeline, where it was inlined (callgrind,
+    /// BENCHMARKS.md).
+    #[inline(always)]
     fn next(&mut self) -> Option<(u64, u64)> {
         if self.next_n >= self.end {
             return None;
@@ -1265,7 +1269,12 @@ impl SinkCheck {
     /// Takes one record the sink received. A record whose `n` or key is out
     /// of range counts in [`SinkCheck::received`] and
     /// [`SinkCheck::out_of_range`] only.
-    #[inline]
+    ///
+    /// Always inlined: the reference sink calls it for every record, and
+    /// as a call (register saves, the record copied into an argument) it
+    /// cost lockgate's W1 sink 10 instructions a record more than the raw
+    /// pipeline, where it was inlined (callgrind, BENCHMARKS.md).
+    #[inline(always)]
     pub fn observe(&mut self, record: &SumRecord) {
         self.received += 1;
         if record.n >= self.total_records || record.key >= self.keys {

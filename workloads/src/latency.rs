@@ -124,6 +124,12 @@ impl LatencyRecorder {
         }
     }
 
+    /// Empties the recorder, keeping its memory (O(histogram size): a
+    /// zeroing of its counts, no allocation).
+    pub fn reset(&mut self) {
+        self.hist.reset();
+    }
+
     /// Records `now_ns - intended_ns` (0 when `now_ns < intended_ns`;
     /// clamped to [`HIGHEST_NS`]). Both on the same monotonic clock.
     #[inline]

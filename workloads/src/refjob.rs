@@ -445,6 +445,14 @@ impl Recorded {
         }
     }
 
+    /// Empties it for reuse, keeping the memory of its two main
+    /// histograms (no allocation, no page fault on the fresh memory).
+    fn reset(&mut self) {
+        self.latency.reset();
+        self.uncorrected.reset();
+        self.intervals.clear();
+    }
+
     /// Adds `other` in (O(histogram size): ~26 K slots each, tens of µs).
     fn add(&mut self, other: &Recorded) -> Result<(), BoxError> {
         let e = |e: hdrhistogram::AdditionError| format!("the sink's latency intervals: {e:?}");
@@ -543,10 +551,13 @@ impl SinkSlot {
     /// `merged`'s lock, which the sink's thread does not take. Lock order
     /// slot → merged, as every reader's ([`SinkSlot::total`] runs with
     /// the slot held and takes `merged`).
-    fn merge_settled(slot: &Mutex<SinkSlot>) -> Result<(), BoxError> {
+    ///
+    /// Returns one of the merged intervals, emptied, for reuse as the next
+    /// spare (`None` when nothing was settled).
+    fn merge_settled(slot: &Mutex<SinkSlot>) -> Result<Option<Recorded>, BoxError> {
         let mut s = lock(slot);
         if s.settled.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let settled = std::mem::take(&mut s.settled);
         let merged = s.merged.clone();
@@ -555,7 +566,11 @@ impl SinkSlot {
         for r in &settled {
             m.add(r)?;
         }
-        Ok(())
+        drop(m);
+        Ok(settled.into_iter().next().map(|mut r| {
+            r.reset();
+            r
+        }))
     }
 
     /// Every latency recorded and not rolled back: the report's (a copy).
@@ -1571,10 +1586,7 @@ impl Checkpointed for RefSink {
     fn snapshot_state(&mut self, id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         let mut s = open_slot(&self.shared, self.slot, &mut self.roll_back)?;
         s.close_interval(id);
-        Ok(Some(postcard::to_allocvec(&SinkState {
-            id,
-            part: SinkPart::Full(s.check.clone()),
-        })?))
+        Ok(Some(encode_full_part(id, &s.check)?))
     }
 
     /// The check is state like any other, checkpointed incrementally: the
@@ -1600,12 +1612,17 @@ impl Checkpointed for RefSink {
         drop(slot);
         let index = self.slot;
         Ok(Some(StateSnapshot::incremental(move |req| {
-            // The next interval's recordings, allocated here, off the
-            // sink's thread.
-            let spare = Recorded::new();
-            lock(&shared.slots[index]).spare.get_or_insert(spare);
-            // And the completed checkpoints' intervals are merged here.
-            SinkSlot::merge_settled(&shared.slots[index])?;
+            // The completed checkpoints' intervals are merged here, off
+            // the sink's thread; one of them, emptied, becomes the next
+            // interval's recordings, else a new one is allocated here (a
+            // fresh one each checkpoint cost this thread 0.5 MB of page
+            // faults, `perf record`, BENCHMARKS.md). Neither holds the
+            // slot's lock.
+            let recycled = SinkSlot::merge_settled(&shared.slots[index])?;
+            if lock(&shared.slots[index]).spare.is_none() {
+                let spare = recycled.unwrap_or_else(Recorded::new);
+                lock(&shared.slots[index]).spare.get_or_insert(spare);
+            }
             // One snapshot at a time takes the lock (the task's snapshot
             // thread runs them in order); a panic in one leaves the
             // replica as good as the changes it had applied.
@@ -1674,6 +1691,37 @@ struct SinkState {
 enum SinkPart {
     Full(SinkCheck),
     Delta(SinkChanges),
+}
+
+/// [`SinkState`] with a borrowed check, for encoding a full part without
+/// a copy of the check (2.5 MB for W1's 20 M records). The same fields
+/// and variants in the same order, so the bytes are [`SinkState`]'s
+/// (postcard encodes neither names nor references; tested).
+#[derive(Serialize)]
+struct SinkStateRef<'a> {
+    id: CheckpointId,
+    part: SinkPartRef<'a>,
+}
+
+/// [`SinkPart`], borrowed.
+#[derive(Serialize)]
+enum SinkPartRef<'a> {
+    Full(&'a SinkCheck),
+    #[allow(dead_code)] // keeps the variant order of `SinkPart`
+    Delta(&'a SinkChanges),
+}
+
+/// The encoding of a full part of `check` for checkpoint `id`, into a
+/// buffer of the exact size (`encoded_size` is exact, so the buffer
+/// never grows: no reallocation and copy of megabytes).
+fn encode_full_part(id: CheckpointId, check: &SinkCheck) -> Result<Vec<u8>, BoxError> {
+    let state = SinkStateRef {
+        id,
+        part: SinkPartRef::Full(check),
+    };
+    // The id, the variant's tag (one byte), then the check.
+    let size = postcard::to_allocvec(&id)?.len() + 1 + check.encoded_size() as usize;
+    Ok(postcard::to_extend(&state, Vec::with_capacity(size))?)
 }
 
 /// A replica of `check` for the sink's snapshot thread, with `check`
@@ -1749,11 +1797,7 @@ impl SinkReplica {
                 });
             }
         }
-        let bytes = postcard::to_allocvec(&SinkState {
-            id: req.id,
-            part: SinkPart::Full(self.check.clone()),
-        })?;
-        Ok(EncodedState::full(bytes))
+        Ok(EncodedState::full(encode_full_part(req.id, &self.check)?))
     }
 }
 
@@ -1918,4 +1962,42 @@ pub fn run_reference_job(
     let (handle, results) =
         start_reference_job(cfg, job_config, failures, serde_json::Value::Null)?;
     wait_reference_job(handle, &results, false, planned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_part_encoded_by_reference_is_the_owned_encoding_and_decodes() {
+        let mut check = SinkCheck::new(100_000, 500).unwrap();
+        for n in (0..100_000).step_by(3) {
+            check.observe(&crate::workload::SumRecord {
+                key: n % 500,
+                sum: n * 7,
+                n,
+                ts_ns: 0,
+            });
+        }
+        let id = CheckpointId(300);
+        let by_ref = encode_full_part(id, &check).unwrap();
+        let owned = postcard::to_allocvec(&SinkState {
+            id,
+            part: SinkPart::Full(check.clone()),
+        })
+        .unwrap();
+        assert_eq!(by_ref, owned);
+        assert_eq!(
+            by_ref.capacity(),
+            by_ref.len(),
+            "the buffer was sized exactly"
+        );
+        let back: SinkState = postcard::from_bytes(&by_ref).unwrap();
+        assert_eq!(back.id, id);
+        let SinkPart::Full(decoded) = back.part else {
+            panic!("a full part")
+        };
+        assert_eq!(decoded, check);
+        assert_eq!(decoded.distinct(), check.distinct());
+    }
 }

@@ -1037,6 +1037,10 @@ struct Marks(Option<Box<ChangeMarks>>);
 struct ChangeMarks {
     words: Vec<u64>,
     word_marks: Vec<u64>,
+    /// The word marked last (`u64::MAX`: none since the last take): the
+    /// records of a batch run through a few words in order (a 1,000-record
+    /// batch of W1 covers about 31), so one compare skips most bit tests.
+    last_word: u64,
     keys: Vec<u64>,
     key_marks: Vec<u64>,
 }
@@ -1071,7 +1075,15 @@ pub struct SinkChanges {
 mod words_as_bytes {
     use serde::{Deserialize, Deserializer, Serializer};
 
+    /// Little-endian words as one byte string. On a little-endian
+    /// machine that is the words' own memory, passed without a copy (the
+    /// full part of W1's sink state is a 2.5 MB bitset: the copy cost the
+    /// snapshot thread a fresh 2.5 MB buffer and its page faults at every
+    /// full checkpoint, `perf record`, BENCHMARKS.md).
     pub(super) fn serialize<S: Serializer>(words: &[u64], s: S) -> Result<S::Ok, S::Error> {
+        if cfg!(target_endian = "little") {
+            return s.serialize_bytes(bytemuck::cast_slice(words));
+        }
         let mut bytes = Vec::with_capacity(words.len() * 8);
         for w in words {
             bytes.extend_from_slice(&w.to_le_bytes());
@@ -1170,12 +1182,14 @@ impl SinkCheck {
     }
 
     /// From now on, record which words and keys change, for
-    /// [`SinkCheck::take_changes`] (costs two bit tests per record, and
-    /// 1 bit per word and per key of memory).
+    /// [`SinkCheck::take_changes`] (costs a compare and a bit test per
+    /// record, a second bit test when a record's word is not the last
+    /// one's, and 1 bit per word and per key of memory).
     pub fn track_changes(&mut self) {
         self.marks = Marks(Some(Box::new(ChangeMarks {
             words: Vec::new(),
             word_marks: vec![0; self.seen.len().div_ceil(64)],
+            last_word: u64::MAX,
             keys: Vec::new(),
             key_marks: vec![0; self.last_sum.len().div_ceil(64)],
         })));
@@ -1189,6 +1203,7 @@ impl SinkCheck {
                 for &w in &m.words {
                     m.word_marks[(w / 64) as usize] &= !(1u64 << (w % 64));
                 }
+                m.last_word = u64::MAX;
                 for &k in &m.keys {
                     m.key_marks[(k / 64) as usize] &= !(1u64 << (k % 64));
                 }
@@ -1290,8 +1305,11 @@ impl SinkCheck {
         self.last_sum[record.key as usize] = record.sum;
         if let Some(m) = self.marks.0.as_deref_mut() {
             let w = record.n / 64;
-            if !bit_test_and_set(&mut m.word_marks, w) {
-                m.words.push(w);
+            if w != m.last_word {
+                m.last_word = w;
+                if !bit_test_and_set(&mut m.word_marks, w) {
+                    m.words.push(w);
+                }
             }
             if !bit_test_and_set(&mut m.key_marks, record.key) {
                 m.keys.push(record.key);
@@ -1937,6 +1955,21 @@ mod tests {
         replica.apply_changes(&c2).unwrap();
         assert_eq!(replica, check);
         assert_eq!(replica.duplicates(), 1);
+        // The word of the last record before a take is marked again after
+        // it; words that alternate are listed once each.
+        check.observe(&rec(9_998, 998, 2));
+        let c3 = check.take_changes();
+        assert_eq!(c3.words, [(9_998 / 64, check.seen[9_998 / 64])]);
+        for n in [1_000, 1_064, 1_001, 1_065, 1_002] {
+            check.observe(&rec(n, 3, n));
+        }
+        let c4 = check.take_changes();
+        let words: Vec<u64> = c4.words.iter().map(|&(w, _)| w).collect();
+        assert_eq!(words, [1_000 / 64, 1_064 / 64]);
+        for c in [&c3, &c4] {
+            replica.apply_changes(c).unwrap();
+        }
+        assert_eq!(replica, check);
         assert_eq!(
             check.encoded_size(),
             postcard::to_allocvec(&check).unwrap().len() as u64

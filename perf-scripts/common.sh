@@ -30,6 +30,25 @@ ensure_lockgate() {
     [[ -x "$LOCKGATE_BIN" ]] || die "no binary at $LOCKGATE_BIN after the build"
 }
 
+# bench_bin NAME: the path of the benches binary NAME
+# (target/release/NAME), built with `cargo build --release -p
+# lockgate-benches --bin NAME` when missing.
+bench_bin() {
+    local bin="$ROOT/target/release/$1"
+    if [[ ! -x "$bin" ]]; then
+        echo "building $bin (cargo build --release -p lockgate-benches --bin $1)..." >&2
+        (cd "$ROOT" && cargo build --release -p lockgate-benches --bin "$1" >&2)
+    fi
+    [[ -x "$bin" ]] || die "no binary at $bin after the build"
+    echo "$bin"
+}
+
+# callgrind_total: reads valgrind's output on stdin and prints the
+# instructions callgrind collected ("Collected : N").
+callgrind_total() {
+    sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+}
+
 # A JSON reader: jq when present, else python3. json_get FILE EXPR prints
 # the value at EXPR, a jq-style path of object keys such as
 # `.latency_ns.p99` (no arrays), or "null" when it is absent.

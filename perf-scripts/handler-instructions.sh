@@ -32,10 +32,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ "$passes" =~ ^[1-9][0-9]*$ ]] || die "-p: '$passes' is not a whole number above 0"
 need_tool valgrind "apt-get install valgrind"
-bin="$ROOT/target/release/handler_instructions"
-if [[ ! -x "$bin" ]]; then
-    (cd "$ROOT" && cargo build --release -p lockgate-benches --bin handler_instructions >&2)
-fi
+bin="$(bench_bin handler_instructions)"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -43,7 +40,7 @@ trap 'rm -rf "$tmp"' EXIT
 # instructions HANDLER PASSES CHANNELS [--one-blocked]
 instructions() {
     valgrind --tool=callgrind --callgrind-out-file="$tmp/cg" "$bin" "$@" 2>&1 >/dev/null |
-        sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+        callgrind_total
 }
 
 elements=$((passes * 10000))

@@ -38,10 +38,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ "$records" =~ ^[1-9][0-9]*$ ]] || die "-r: '$records' is not a whole number above 0"
 need_tool valgrind "apt-get install valgrind"
-bin="$ROOT/target/release/w1"
-if [[ ! -x "$bin" ]]; then
-    (cd "$ROOT" && cargo build --release -p lockgate-benches --bin w1 >&2)
-fi
+bin="$(bench_bin w1)"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -54,7 +51,7 @@ instructions() {
     out="$(valgrind --tool=callgrind --fair-sched=yes --callgrind-out-file="$tmp/cg" \
         "$bin" --pipeline "$pipeline" --records "$n" "$@" 2>&1)"
     grep -q '"exact":true' <<<"$out" || die "$pipeline with $n records was not exact: $out"
-    sed -n 's/.*Collected : \([0-9]*\).*/\1/p' <<<"$out"
+    callgrind_total <<<"$out"
 }
 
 big=$((records * 3))

@@ -44,6 +44,7 @@ instructions() {
 }
 
 elements=$((passes * 10000))
+echo "instructions per element (callgrind), $passes passes of 10,000 record batches:"
 printf '%-8s %-12s %8s %8s %8s %14s %18s\n' channels input none tracker aligner aligner/tracker "(minus the loop)"
 for channels in 2 8 130; do
     for input in records one_blocked; do

@@ -14,10 +14,12 @@ and once with 3 x RECORDS, and prints the instructions of each run and
 the instructions per record, (I(3R) - I(R)) / 2R, so that the fixed
 costs of a run (building the job, allocating histograms, computing the
 expected result) cancel, as perf-scripts/handler-instructions.sh does;
-then lockgate / raw, per record and for the whole RECORDS run. Extra
-arguments after -- go to both pipelines' w1 (e.g. `--checkpoint
-exactly-once` goes to lockgate only: raw takes no checkpoints, so pass
-no checkpoint flags here unless you mean that comparison).
+then lockgate / raw, per record and for the whole RECORDS run. RECORDS
+is at most 1000000000 (callgrind runs ~50x slower than native). Extra
+arguments after -- go to the lockgate pipeline only (w1's options, e.g.
+`--checkpoint exactly-once --interval-ms 2000`: raw takes no
+checkpoints, so the ratio is then that of lockgate with checkpoints
+against raw without).
 Instruction counts repeat run to run, whatever the machine's load.
 
 Needs valgrind (Debian: apt-get install valgrind). Takes about a minute
@@ -37,6 +39,7 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 [[ "$records" =~ ^[1-9][0-9]*$ ]] || die "-r: '$records' is not a whole number above 0"
+((${#records} <= 10 && records <= 1000000000)) || die "-r: '$records' is above 1000000000"
 need_tool valgrind "apt-get install valgrind"
 bin="$(bench_bin w1)"
 
@@ -47,10 +50,13 @@ trap 'rm -rf "$tmp"' EXIT
 instructions() {
     local pipeline="$1" n="$2"
     shift 2
-    local out
+    local out rc=0
     out="$(valgrind --tool=callgrind --fair-sched=yes --callgrind-out-file="$tmp/cg" \
-        "$bin" --pipeline "$pipeline" --records "$n" "$@" 2>&1)"
-    grep -q '"exact":true' <<<"$out" || die "$pipeline with $n records was not exact: $out"
+        "$bin" --pipeline "$pipeline" --records "$n" "$@" 2>&1)" || rc=$?
+    if ((rc != 0)); then
+        die "w1 --pipeline $pipeline --records $n $* failed (exit $rc): $(grep -v '^==' <<<"$out" | head -3)"
+    fi
+    grep -q '"exact":true' <<<"$out" || die "$pipeline with $n records was not exact: $(grep -v '^==' <<<"$out")"
     callgrind_total <<<"$out"
 }
 
@@ -62,7 +68,8 @@ for p in raw lockgate; do
     small[$p]="$(instructions "$p" "$records" "${extra[@]}")"
     large[$p]="$(instructions "$p" "$big" "${extra[@]}")"
 done
-printf '%-10s %16s %16s %18s\n' pipeline "I($records)" "I($big)" "per record"
+echo "W1 instructions (callgrind) with $records and $big records, and per record:"
+printf '%-10s %16s %16s %18s\n' pipeline "I($records)" "I($big)" "instr./record"
 for p in raw lockgate; do
     per="$(python3 -c "print(f'{(${large[$p]} - ${small[$p]}) / (2 * $records):.1f}')")"
     printf '%-10s %16s %16s %18s\n' "$p" "${small[$p]}" "${large[$p]}" "$per"

@@ -56,7 +56,12 @@ fn main() -> ExitCode {
                 Ok(n) if n > 0 => workers = Some(n),
                 _ => return bad(),
             },
-            _ => {
+            (other, v) => {
+                if v.is_none() && other.starts_with("--") {
+                    eprintln!("error: {other} needs a value (or is not an option of w1)");
+                } else {
+                    eprintln!("error: unexpected argument '{other}'");
+                }
                 eprintln!("usage: w1 --pipeline raw|lockgate [--records N] [--checkpoint none|exactly-once|at-least-once] [--interval-ms N] [--batch-size N] [--channel-capacity N] [--workers N]");
                 return ExitCode::from(2);
             }

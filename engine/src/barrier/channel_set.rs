@@ -1,20 +1,24 @@
 //! [`ChannelSet`]: a compact bitset of channel indices, the blocked set of
 //! the aligner and the seen set of a pending checkpoint in the tracker.
 
-/// Channel counts up to this many keep their bits inline (two `u64` words,
-/// 16 bytes), with no heap allocation: an input gate rarely has more than 128
-/// channels (a keyed exchange of parallelism 128 into one task).
-pub const INLINE_CHANNELS: usize = 128;
+/// Channel counts up to this many keep all their bits inline (one `u64`
+/// word), with no heap allocation. A set of more channels allocates the
+/// words of channels `64..` once, at construction (8 bytes per 64
+/// channels), and a test of one of those channels costs a bounds check
+/// more (issue 12's handler figures, BENCHMARKS.md: 130 channels 1.19×
+/// the tracker, 2 and 8 channels 1.13×). 64 is one machine word: the
+/// common gates (parallelism up to 64) pay one compare and one bit test.
+pub const INLINE_CHANNELS: usize = 64;
 
 /// A set of channel indices `0..capacity`, one bit per channel.
 ///
 /// Channels `0..64` live in one word of their own (`low`), so that
 /// [`ChannelSet::contains`] for them, the question the aligner asks of
 /// every record batch while an alignment runs, is a range check, one
-/// compare and one bit test, with no match on the representation. The
-/// channels above 64 keep their bits inline up to [`INLINE_CHANNELS`]
-/// and in one heap-allocated word array, allocated once at construction,
-/// beyond. Every operation is O(1) except [`ChannelSet::clear`],
+/// compare and one bit test, with no match on the representation
+/// ([`INLINE_CHANNELS`]). The channels from 64 up keep their bits in one
+/// heap-allocated word array, allocated once at construction. Every
+/// operation is O(1) except [`ChannelSet::clear`],
 /// [`ChannelSet::len`], [`ChannelSet::is_empty`] and
 /// [`ChannelSet::iter`], which are O(capacity / 64).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -165,7 +169,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn inline_and_heap_sets_agree() {
+    fn sets_with_and_without_heap_words_agree() {
         for cap in [1, 2, 63, 64, 65, 128, 129, 130, 1000] {
             let mut s = ChannelSet::new(cap);
             assert!(s.is_empty());

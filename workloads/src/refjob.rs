@@ -1719,9 +1719,14 @@ fn encode_full_part(id: CheckpointId, check: &SinkCheck) -> Result<Vec<u8>, BoxE
         id,
         part: SinkPartRef::Full(check),
     };
-    // The id, the variant's tag (one byte), then the check.
-    let size = postcard::to_allocvec(&id)?.len() + 1 + check.encoded_size() as usize;
+    let size = full_part_bytes(id, check)?;
     Ok(postcard::to_extend(&state, Vec::with_capacity(size))?)
+}
+
+/// The exact size in bytes of a full part's encoding: the id, the
+/// variant's tag (one byte), then the check (O(1): no encoding).
+fn full_part_bytes(id: CheckpointId, check: &SinkCheck) -> Result<usize, BoxError> {
+    Ok(postcard::to_allocvec(&id)?.len() + 1 + check.encoded_size() as usize)
 }
 
 /// A replica of `check` for the sink's snapshot thread, with `check`
@@ -1766,9 +1771,7 @@ impl SinkReplica {
         };
         self.first.get_or_insert(req.id);
         self.log.insert(req.id, idx);
-        // A full part: the id, the enum's tag, then the check.
-        let id_bytes = postcard::to_allocvec(&req.id)?.len() as u64;
-        let full_bytes = id_bytes + 1 + self.check.encoded_size();
+        let full_bytes = full_part_bytes(req.id, &self.check)? as u64;
         if let Some(base) = req.base.filter(|b| self.first.is_some_and(|f| f <= *b)) {
             self.log = self.log.split_off(&base.next());
             let mut words: Vec<u64> = self

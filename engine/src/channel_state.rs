@@ -15,7 +15,6 @@ use crate::element::{CheckpointId, StreamElement, Watermark};
 use crate::operator::StateSnapshot;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use std::cell::Cell;
 
 /// The reserved operator name of a task's channel state in its part.
 pub(crate) const CHANNEL_STATE_OPERATOR: &str = "#channel-state";
@@ -39,27 +38,11 @@ struct Persisted<T> {
     channels: Vec<Vec<Item<T>>>,
 }
 
-thread_local! {
-    /// A snapshot thread's buffer for its next channel-state encoding: the
-    /// last one, given back once its part was written ([`recycle`]). Under
-    /// sustained backpressure every unaligned checkpoint encodes megabytes;
-    /// a fresh buffer each time faults every page in again (the binary
-    /// returns freed pages to the OS after large jobs).
-    static SPARE: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
-}
-
-/// Gives an encoded channel state's buffer back to this thread, for the
-/// next encoding (dropped when larger than
-/// [`crate::protocol::KEEP_BUFFER_BYTES`]).
-pub(crate) fn recycle(bytes: Vec<u8>) {
-    if bytes.capacity() <= crate::protocol::KEEP_BUFFER_BYTES {
-        SPARE.set(bytes);
-    }
-}
-
 /// The snapshot of `state` for checkpoint `id`: encoded on the snapshot
-/// thread (the asynchronous part), into this thread's spare buffer when
-/// it has one, grown to the exact size otherwise.
+/// thread (the asynchronous part), into a buffer of the exact size, kept
+/// from an earlier part of this thread when it has one
+/// ([`crate::buffers::snapshot_buffer`]: under sustained backpressure
+/// every unaligned checkpoint encodes megabytes).
 pub(crate) fn snapshot<T: Serialize + Send + 'static>(
     id: CheckpointId,
     state: ChannelState<T>,
@@ -85,10 +68,10 @@ pub(crate) fn snapshot<T: Serialize + Send + 'static>(
             channels,
         };
         let size = postcard::experimental::serialized_size(&persisted)?;
-        let mut buf = SPARE.take();
-        buf.clear();
-        buf.reserve_exact(size);
-        Ok(postcard::to_extend(&persisted, buf)?)
+        Ok(postcard::to_extend(
+            &persisted,
+            crate::buffers::snapshot_buffer(size),
+        )?)
     })
 }
 

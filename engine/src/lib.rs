@@ -19,7 +19,7 @@
 //! Layers, bottom to top; a module imports only from layers below it
 //! (checked in CI by `.ci/module-cycles.py`, pictured in ARCHITECTURE.md):
 //! 1. leaf vocabulary: `element`, `clock`, `task_id`, `error`, `key_groups`, `state`,
-//!    `metrics`, `checkpoint/storage/api`;
+//!    `metrics`, `buffers`, `checkpoint/storage/api`;
 //! 2. sans-I/O state machines and the task protocol: `barrier`,
 //!    `watermark`, `protocol`;
 //! 3. the record path: `operator`, `failure`, `channel`, `input_gate`,
@@ -29,6 +29,7 @@
 //! 6. `graph`: the builder API over the runtime.
 
 mod barrier;
+mod buffers;
 mod chain;
 mod channel;
 mod channel_state;
@@ -58,6 +59,7 @@ pub use barrier::{
     CheckpointMode, HandlerConfig, Tracker, Unaligned, DEFAULT_BLOCKER_CAPACITY_BYTES,
     INLINE_CHANNELS, MAX_PENDING_CHECKPOINTS,
 };
+pub use buffers::snapshot_buffer;
 pub use checkpoint::{
     unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStats, CheckpointStatus,
     CheckpointStorage, FolderLock, JobFingerprint, LatestValid, LoadedCheckpoint, LocalDirStorage,

@@ -123,10 +123,3 @@ pub(crate) enum TaskEvent {
     /// The task failed.
     Failed { task: usize, error: TaskError },
 }
-
-/// The largest encoding buffer a snapshot thread keeps for its next job
-/// (its part buffer, and its channel state's: `channel_state::recycle`):
-/// 8 MiB, above an unaligned checkpoint's part under W4 (about 3 MB: two
-/// full channels of records), well below a large keyed state's full part,
-/// which would otherwise stay resident per task between checkpoints.
-pub(crate) const KEEP_BUFFER_BYTES: usize = 8 << 20;

@@ -1713,14 +1713,20 @@ enum SinkPartRef<'a> {
 
 /// The encoding of a full part of `check` for checkpoint `id`, into a
 /// buffer of the exact size (`encoded_size` is exact, so the buffer
-/// never grows: no reallocation and copy of megabytes).
+/// never grows: no reallocation and copy of megabytes), kept from an
+/// earlier part when the snapshot thread has one
+/// ([`lockgate::snapshot_buffer`]: a fresh one faulted in 5 MB of pages at
+/// every full part of a 40 M-record W1, BENCHMARKS.md).
 fn encode_full_part(id: CheckpointId, check: &SinkCheck) -> Result<Vec<u8>, BoxError> {
     let state = SinkStateRef {
         id,
         part: SinkPartRef::Full(check),
     };
     let size = full_part_bytes(id, check)?;
-    Ok(postcard::to_extend(&state, Vec::with_capacity(size))?)
+    Ok(postcard::to_extend(
+        &state,
+        lockgate::snapshot_buffer(size),
+    )?)
 }
 
 /// The exact size in bytes of a full part's encoding: the id, the
@@ -1788,10 +1794,12 @@ impl SinkReplica {
             words.dedup();
             keys.sort_unstable();
             keys.dedup();
-            let bytes = postcard::to_allocvec(&SinkState {
+            let delta = SinkState {
                 id: req.id,
                 part: SinkPart::Delta(self.check.changes_of(&words, &keys)),
-            })?;
+            };
+            let size = postcard::experimental::serialized_size(&delta)?;
+            let bytes = postcard::to_extend(&delta, lockgate::snapshot_buffer(size))?;
             if (bytes.len() as u64) < full_bytes {
                 return Ok(EncodedState {
                     bytes,

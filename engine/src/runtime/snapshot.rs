@@ -351,17 +351,14 @@ fn finish(
             }
         };
         let written = storage.write_part(job.id, &setup.key, &bytes);
-        if bytes.capacity() <= crate::protocol::KEEP_BUFFER_BYTES {
+        if bytes.capacity() <= crate::buffers::KEEP_BUFFER_BYTES {
             *scratch = bytes;
         }
         // The part is in storage: the coordinator keeps only its handle
-        // (a restart reads it back), so the encodings are freed here, on
-        // the thread that allocated them, and the channel state's buffer
-        // serves the next one.
+        // (a restart reads it back), so the encodings stay here, on the
+        // thread that allocated them, for the next ones to encode into.
         for s in std::mem::take(&mut states) {
-            if s.operator == crate::channel_state::CHANNEL_STATE_OPERATOR {
-                crate::channel_state::recycle(s.bytes);
-            }
+            crate::buffers::recycle(s.bytes);
         }
         match written {
             Ok(mut h) => {

@@ -1,0 +1,172 @@
+//! Encoding buffers a snapshot thread keeps from one checkpoint to the
+//! next (a leaf module: it depends on nothing of the crate).
+//!
+//! Every asynchronous snapshot encodes into a `Vec<u8>`. A fresh buffer
+//! of megabytes costs a page fault and a page of zeroing per 4 KiB (or a
+//! 2 MiB huge page) at every checkpoint: under W1 with exactly-once
+//! checkpoints the reference sink's full part (its sequence bitset, 5 MB
+//! for 40 M records) faulted in fresh memory each time, 2.7 % of all of
+//! the run's `perf` samples, on the snapshot thread (BENCHMARKS.md). So
+//! once a part is written, the snapshot thread gives its operators'
+//! buffers back here, and the next encodings take them again.
+
+use std::cell::RefCell;
+
+/// The largest buffer a snapshot thread keeps for its next job, bytes
+/// (each of its spare encodings, its part buffer, its channel state's):
+/// 8 MiB, above an unaligned checkpoint's part under W4 (about 3 MB: two
+/// full channels of records) and the W1 sink's full part at 40 M records
+/// (5 MB), well below a large keyed state's full part (14 MB at 1 M keys),
+/// which would otherwise stay resident per task between checkpoints.
+pub(crate) const KEEP_BUFFER_BYTES: usize = 8 << 20;
+
+/// Spare buffers kept per thread at most: one per operator of a task's
+/// chain that encodes megabytes is the common case (a chain has one or
+/// two stateful operators), and together they stay under
+/// [`KEEP_BUFFER_BYTES`].
+const SPARE_BUFFERS: usize = 4;
+
+thread_local! {
+    /// This thread's spare encoding buffers, empty, given back by
+    /// [`recycle`].
+    static SPARES: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An empty buffer of at least `capacity` bytes for an asynchronous
+/// snapshot's encoding. On a snapshot thread it is, when one was kept, a
+/// buffer of an earlier part of this thread (the smallest that holds
+/// `capacity`, else the largest, grown), so that an encoding of megabytes
+/// does not fault fresh pages in at every checkpoint; elsewhere, or when
+/// none was kept, a new one. Give the exact size when it is known (as
+/// `postcard::experimental::serialized_size` tells): a buffer that must
+/// grow while encoding copies itself each time.
+///
+/// Costs a scan of at most 4 kept buffers; allocates only when none holds
+/// `capacity`.
+///
+/// # Examples
+/// ```
+/// use lockgate::{CheckpointId, EncodedState, SnapshotRequest, StateSnapshot};
+///
+/// let sums: Vec<u64> = vec![1, 2, 3];
+/// let snap = StateSnapshot::deferred(move || {
+///     let size = postcard::experimental::serialized_size(&sums)?;
+///     Ok(postcard::to_extend(&sums, lockgate::snapshot_buffer(size))?)
+/// });
+/// let req = SnapshotRequest::full(CheckpointId(1));
+/// let state: EncodedState = snap.run(&req).unwrap();
+/// assert_eq!(postcard::from_bytes::<Vec<u64>>(&state.bytes).unwrap(), [1, 2, 3]);
+/// ```
+pub fn snapshot_buffer(capacity: usize) -> Vec<u8> {
+    let kept = SPARES.with_borrow_mut(|spares| {
+        let fits = spares
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.capacity() >= capacity)
+            .min_by_key(|(_, b)| b.capacity())
+            .or_else(|| spares.iter().enumerate().max_by_key(|(_, b)| b.capacity()))
+            .map(|(i, _)| i);
+        fits.map(|i| spares.swap_remove(i))
+    });
+    match kept {
+        Some(mut b) => {
+            b.clear();
+            b.reserve_exact(capacity);
+            b
+        }
+        None => Vec::with_capacity(capacity),
+    }
+}
+
+/// Gives `bytes`, an encoding that was written, back to this thread for
+/// a later [`snapshot_buffer`]. Dropped instead when larger than
+/// [`KEEP_BUFFER_BYTES`], when it has no capacity, or when the kept ones
+/// would pass [`KEEP_BUFFER_BYTES`] together (then the smaller buffers
+/// go first).
+pub(crate) fn recycle(bytes: Vec<u8>) {
+    let cap = bytes.capacity();
+    if cap == 0 || cap > KEEP_BUFFER_BYTES {
+        return;
+    }
+    SPARES.with_borrow_mut(|spares| {
+        spares.push(bytes);
+        // Largest first: what must go is the smallest.
+        spares.sort_unstable_by_key(|b| std::cmp::Reverse(b.capacity()));
+        let mut total = 0usize;
+        let keep = spares
+            .iter()
+            .take(SPARE_BUFFERS)
+            .take_while(|b| {
+                total += b.capacity();
+                total <= KEEP_BUFFER_BYTES
+            })
+            .count();
+        spares.truncate(keep);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept() -> Vec<usize> {
+        SPARES.with_borrow(|s| s.iter().map(|b| b.capacity()).collect())
+    }
+
+    #[test]
+    fn a_recycled_buffer_is_handed_out_again_empty() {
+        let mut b = Vec::with_capacity(1 << 20);
+        b.extend_from_slice(&[7u8; 1000]);
+        let ptr = b.as_ptr();
+        recycle(b);
+        let again = snapshot_buffer(4096);
+        assert_eq!(again.as_ptr(), ptr, "the kept buffer, not a new one");
+        assert!(again.is_empty());
+        assert!(again.capacity() >= 1 << 20);
+        assert!(kept().is_empty());
+    }
+
+    #[test]
+    fn the_smallest_buffer_that_fits_is_taken_else_the_largest_grown() {
+        recycle(Vec::with_capacity(1000));
+        recycle(Vec::with_capacity(100_000));
+        recycle(Vec::with_capacity(10_000));
+        let b = snapshot_buffer(5_000);
+        assert!(
+            b.capacity() >= 5_000 && b.capacity() < 100_000,
+            "{}",
+            b.capacity()
+        );
+        let big = snapshot_buffer(200_000);
+        assert!(big.capacity() >= 200_000);
+        assert_eq!(kept().len(), 1, "one taken for each call: {:?}", kept());
+        assert!(kept()[0] < 10_000);
+        SPARES.with_borrow_mut(|s| s.clear());
+    }
+
+    #[test]
+    fn kept_buffers_stay_within_the_count_and_byte_limits() {
+        for _ in 0..10 {
+            recycle(Vec::with_capacity(100));
+        }
+        assert_eq!(kept().len(), SPARE_BUFFERS);
+        recycle(Vec::with_capacity(KEEP_BUFFER_BYTES + 1));
+        assert_eq!(kept().len(), SPARE_BUFFERS, "too large: dropped");
+        recycle(Vec::with_capacity(KEEP_BUFFER_BYTES - 150));
+        assert_eq!(kept()[0], KEEP_BUFFER_BYTES - 150, "the largest first");
+        assert!(
+            kept().iter().sum::<usize>() <= KEEP_BUFFER_BYTES,
+            "{:?}",
+            kept()
+        );
+        recycle(Vec::new());
+        assert!(kept().iter().all(|&c| c > 0));
+        SPARES.with_borrow_mut(|s| s.clear());
+    }
+
+    #[test]
+    fn a_thread_without_spares_gets_a_new_buffer() {
+        let b = std::thread::spawn(|| snapshot_buffer(64)).join().unwrap();
+        assert!(b.is_empty() && b.capacity() >= 64);
+    }
+}

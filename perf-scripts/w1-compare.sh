@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs W1 (docs/workloads.md) on the raw crossbeam baseline and on lockgate
-# (no checkpoints, exactly-once and at-least-once every 100 ms), alternately,
+# (no checkpoints, exactly-once and at-least-once every 100 ms, into a
+# temporary folder on disk as loadgen's default: `w1 --storage disk`), alternately,
 # N times, one process per run (so each peak RSS is its own), and prints the
 # median records/s with its spread, the ratios, and the peak memory.
 #

@@ -2,7 +2,13 @@
 //! that its peak memory is its own; prints one JSON line.
 //!
 //! `w1 --pipeline raw|lockgate [--records N] [--checkpoint none|exactly-once|at-least-once]
-//!     [--interval-ms N] [--batch-size N] [--channel-capacity N] [--workers N]`
+//!     [--interval-ms N] [--batch-size N] [--channel-capacity N] [--workers N]
+//!     [--storage disk|memory]`
+//!
+//! `--storage`: where checkpoints go. `disk` (the default, as `lockgate
+//! loadgen`'s): a temporary folder, every part written and `fsync`ed,
+//! incremental parts after the first; `memory`: kept by the job, every
+//! snapshot full (what this binary did before 2026-12-03).
 //!
 //! `--workers N`: lockgate's tasks on N cooperative worker threads
 //! (`JobConfig::workers`) instead of one thread per task.
@@ -18,6 +24,8 @@ use std::time::Duration;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+const USAGE: &str = "usage: w1 --pipeline raw|lockgate [--records N] [--checkpoint none|exactly-once|at-least-once] [--interval-ms N] [--batch-size N] [--channel-capacity N] [--workers N] [--storage disk|memory]";
+
 fn main() -> ExitCode {
     let mut pipeline = String::from("lockgate");
     let mut records: u64 = 20_000_000;
@@ -26,6 +34,7 @@ fn main() -> ExitCode {
     let mut batch: usize = 1024;
     let mut capacity: usize = 64;
     let mut workers: Option<usize> = None;
+    let mut on_disk = true;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let v = args.next();
@@ -56,13 +65,22 @@ fn main() -> ExitCode {
                 Ok(n) if n > 0 => workers = Some(n),
                 _ => return bad(),
             },
+            ("--help" | "-h", _) => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            ("--storage", Some(v)) => match v.as_str() {
+                "disk" => on_disk = true,
+                "memory" => on_disk = false,
+                _ => return bad(),
+            },
             (other, v) => {
                 if v.is_none() && other.starts_with("--") {
                     eprintln!("error: {other} needs a value (or is not an option of w1)");
                 } else {
                     eprintln!("error: unexpected argument '{other}'");
                 }
-                eprintln!("usage: w1 --pipeline raw|lockgate [--records N] [--checkpoint none|exactly-once|at-least-once] [--interval-ms N] [--batch-size N] [--channel-capacity N] [--workers N]");
+                eprintln!("{USAGE}");
                 return ExitCode::from(2);
             }
         }
@@ -86,8 +104,25 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            // Removed with its files when the run ends.
+            let mut _folder = None;
             if config.checkpoint.mode != CheckpointMode::None {
                 config.checkpoint.interval = Some(Duration::from_millis(interval_ms));
+                if on_disk {
+                    match tempfile::Builder::new()
+                        .prefix("lockgate-w1-checkpoints-")
+                        .tempdir()
+                    {
+                        Ok(t) => {
+                            config.checkpoint.dir = Some(t.path().to_path_buf());
+                            _folder = Some(t);
+                        }
+                        Err(e) => {
+                            eprintln!("error: cannot create a temporary checkpoint folder: {e}");
+                            return ExitCode::from(1);
+                        }
+                    }
+                }
             }
             let report =
                 match run_reference_job(&RefJobConfig::w1(records), config, FailurePlan::none()) {
@@ -110,9 +145,10 @@ fn main() -> ExitCode {
         }
     };
     println!(
-        "{{\"workload\":\"W1\",\"pipeline\":\"{pipeline}\",\"checkpoint\":\"{}\",\"records\":{records},\"seconds\":{secs:.4},\"records_per_s\":{rps:.0},\"exact\":{exact},\"checkpoints_completed\":{completed},\"batch_size\":{batch},\"workers\":{},\"peak_rss_bytes\":{}}}",
+        "{{\"workload\":\"W1\",\"pipeline\":\"{pipeline}\",\"checkpoint\":\"{}\",\"records\":{records},\"seconds\":{secs:.4},\"records_per_s\":{rps:.0},\"exact\":{exact},\"checkpoints_completed\":{completed},\"batch_size\":{batch},\"workers\":{},\"storage\":\"{}\",\"peak_rss_bytes\":{}}}",
         if pipeline == "raw" { "none" } else { mode.as_str() },
         workers.map_or("null".to_string(), |n| n.to_string()),
+        if on_disk { "disk" } else { "memory" },
         lockgate::peak_rss_bytes()
     );
     if exact {

@@ -98,18 +98,24 @@ fn default_sigpipe() {
 fn default_sigpipe() {}
 
 /// Run by every snapshot thread after each snapshot job
-/// ([`lockgate::set_after_snapshot_hook`]): after a job that encoded at
-/// least [`COLLECT_AFTER_BYTES`], returns what its mimalloc heap keeps
-/// free to the OS. A snapshot thread allocates and frees megabytes per
-/// such checkpoint (an unaligned checkpoint's channel state), and mimalloc
-/// holds freed pages until their thread allocates again, which a snapshot
-/// thread does only at the next checkpoint. Measured under W4 with
-/// unaligned checkpoints every 100 ms: peak RSS 146-152 MiB without this,
-/// 100-106 MiB with it; `mi_collect(false)` does not lower it; mimalloc's
-/// purge delay at 0 for every thread instead gave 105 MiB but cost W1
-/// about a quarter of its throughput.
-fn collect_snapshot_heap(encoded_bytes: u64) {
-    if encoded_bytes < COLLECT_AFTER_BYTES {
+/// ([`lockgate::set_after_snapshot_hook`]): after a job that freed at
+/// least [`COLLECT_AFTER_BYTES`] of encoding buffers (those the snapshot
+/// thread does not keep for its next jobs: over 8 MiB) and of an
+/// unaligned checkpoint's in-flight records, returns what its
+/// mimalloc heap keeps free to the OS; mimalloc would hold those pages
+/// until the thread allocates again, at the next checkpoint. A job whose
+/// buffers were all kept frees nothing worth a collection, which purges
+/// free pages and costs every thread page faults afterwards: collecting
+/// after every job that encoded 1 MiB (as until 2026-12-03) cost W1 with
+/// exactly-once checkpoints 8-12 % of its CPU samples in page zeroing.
+/// Under W4 with unaligned checkpoints every 100 ms (megabytes of channel
+/// state each time), peak RSS was 146-152 MiB without a collection and
+/// 100-106 MiB with one after every job; with the buffers kept, see
+/// BENCHMARKS.md. `mi_collect(false)` does not lower it; mimalloc's purge
+/// delay at 0 for every thread instead gave 105 MiB but cost W1 about a
+/// quarter of its throughput.
+fn collect_snapshot_heap(freed_bytes: u64) {
+    if freed_bytes < COLLECT_AFTER_BYTES {
         return;
     }
     // SAFETY: mi_collect takes no pointer; it frees the calling thread's
@@ -117,8 +123,8 @@ fn collect_snapshot_heap(encoded_bytes: u64) {
     unsafe { libmimalloc_sys::mi_collect(true) }
 }
 
-/// 1 MiB: below it a job's buffers are a few of mimalloc's 64 KiB pages,
-/// which its heap reuses at the next checkpoint; a collection costs
+/// 1 MiB: below it the freed buffers are a few of mimalloc's 64 KiB
+/// pages, which its heap reuses at the next checkpoint; a collection costs
 /// syscalls and page faults afterwards for no gain.
 const COLLECT_AFTER_BYTES: u64 = 1 << 20;
 

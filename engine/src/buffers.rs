@@ -80,13 +80,16 @@ pub fn snapshot_buffer(capacity: usize) -> Vec<u8> {
 
 /// Gives `bytes`, an encoding that was written, back to this thread for
 /// a later [`snapshot_buffer`]. Dropped instead when larger than
-/// [`KEEP_BUFFER_BYTES`], when it has no capacity, or when the kept ones
-/// would pass [`KEEP_BUFFER_BYTES`] together (then the smaller buffers
-/// go first).
-pub(crate) fn recycle(bytes: Vec<u8>) {
+/// [`KEEP_BUFFER_BYTES`], or when the kept ones would pass
+/// [`KEEP_BUFFER_BYTES`] together (then the smaller buffers go first).
+/// Returns the bytes of capacity freed (dropped, not kept).
+pub(crate) fn recycle(bytes: Vec<u8>) -> u64 {
     let cap = bytes.capacity();
-    if cap == 0 || cap > KEEP_BUFFER_BYTES {
-        return;
+    if cap == 0 {
+        return 0;
+    }
+    if cap > KEEP_BUFFER_BYTES {
+        return cap as u64;
     }
     SPARES.with_borrow_mut(|spares| {
         spares.push(bytes);
@@ -101,8 +104,8 @@ pub(crate) fn recycle(bytes: Vec<u8>) {
                 total <= KEEP_BUFFER_BYTES
             })
             .count();
-        spares.truncate(keep);
-    });
+        spares.drain(keep..).map(|b| b.capacity() as u64).sum()
+    })
 }
 
 #[cfg(test)]
@@ -150,16 +153,19 @@ mod tests {
             recycle(Vec::with_capacity(100));
         }
         assert_eq!(kept().len(), SPARE_BUFFERS);
-        recycle(Vec::with_capacity(KEEP_BUFFER_BYTES + 1));
+        let freed = recycle(Vec::with_capacity(KEEP_BUFFER_BYTES + 1));
+        assert_eq!(freed, KEEP_BUFFER_BYTES as u64 + 1);
         assert_eq!(kept().len(), SPARE_BUFFERS, "too large: dropped");
-        recycle(Vec::with_capacity(KEEP_BUFFER_BYTES - 150));
+        assert_eq!(recycle(Vec::with_capacity(100)), 100, "a fifth: one goes");
+        let freed = recycle(Vec::with_capacity(KEEP_BUFFER_BYTES - 150));
         assert_eq!(kept()[0], KEEP_BUFFER_BYTES - 150, "the largest first");
+        assert_eq!(freed, 300, "three of 100 bytes make room: {:?}", kept());
         assert!(
             kept().iter().sum::<usize>() <= KEEP_BUFFER_BYTES,
             "{:?}",
             kept()
         );
-        recycle(Vec::new());
+        assert_eq!(recycle(Vec::new()), 0);
         assert!(kept().iter().all(|&c| c > 0));
         SPARES.with_borrow_mut(|s| s.clear());
     }

@@ -213,22 +213,26 @@ static AFTER_SNAPSHOT: std::sync::OnceLock<fn(u64)> = std::sync::OnceLock::new()
 
 /// Sets a function that every snapshot thread calls after each snapshot
 /// job it finished (acknowledged or not), on that thread, off every task's
-/// record path, with the size of what the job encoded in bytes (the full
-/// size of its operators' state plus its channel state; 0 when it failed
-/// or was declined). Meant for an allocator's per-thread caches: a snapshot
-/// thread allocates and frees the large buffers of its encodings (an
-/// unaligned checkpoint's channel state is megabytes each time), which a
-/// caching allocator keeps until that thread calls into it again. The
-/// `lockgate` binary returns mimalloc's free memory to the OS here
-/// (`mi_collect`) after jobs of at least 1 MiB: measured under W4 with
-/// unaligned checkpoints every 100 ms, peak RSS 146-152 MiB without it,
-/// 100-106 MiB with it, see BENCHMARKS.md. Returns
-/// false (and changes nothing) when a hook was set already: it is set
-/// once per process, before jobs start.
+/// record path, with the bytes of encoding buffers the job freed: those
+/// it did not keep for its next jobs ([`snapshot_buffer`](crate::snapshot_buffer)
+/// keeps up to 8 MiB of them per thread), so an encoding of more than
+/// 8 MiB (a large keyed state's full part), plus an unaligned
+/// checkpoint's in-flight records, freed here once encoded (counted as
+/// their encoded size); 0 when every buffer was kept, or went to the job
+/// (without storage), and no channel state was persisted. Meant for an allocator's caches:
+/// a caching allocator keeps what a snapshot thread frees until that
+/// thread calls into it again, at the next checkpoint. The `lockgate`
+/// binary returns mimalloc's free memory to the OS here (`mi_collect`)
+/// after jobs that freed at least 1 MiB. Until 2026-12-03 the hook got
+/// the job's encoded size and the binary collected after every job of
+/// 1 MiB or more, buffers kept or not: W1 with exactly-once checkpoints
+/// then spent 8-12 % of its CPU samples zeroing pages again, on every
+/// thread (BENCHMARKS.md). Returns false (and changes nothing) when a
+/// hook was set already: it is set once per process, before jobs start.
 ///
 /// # Examples
 /// ```
-/// fn trim(_encoded_bytes: u64) { /* e.g. the allocator's collect */ }
+/// fn trim(_freed_bytes: u64) { /* e.g. the allocator's collect */ }
 /// assert!(lockgate::set_after_snapshot_hook(trim));
 /// assert!(!lockgate::set_after_snapshot_hook(trim), "once per process");
 /// ```
@@ -251,16 +255,13 @@ fn run(setup: WorkerSetup, msgs: Receiver<WorkerMsg>) {
             }
         };
         let id = job.id;
-        let ev = finish(&setup, &mut chain, &mut scratch, job);
+        let mut freed = 0;
+        let ev = finish(&setup, &mut chain, &mut scratch, &mut freed, job);
         let failed = matches!(ev, TaskEvent::Failed { .. });
-        let encoded = match &ev {
-            TaskEvent::Ack { stats, .. } => stats.state_bytes.saturating_add(stats.persisted_bytes),
-            _ => 0,
-        };
         // The job thread may be gone at teardown; then nothing matters.
         let _ = setup.events.send(ev);
         if let Some(hook) = AFTER_SNAPSHOT.get() {
-            hook(encoded);
+            hook(freed);
         }
         if failed {
             // The job restarts or ends: this attempt's later snapshots
@@ -277,6 +278,7 @@ fn finish(
     setup: &WorkerSetup,
     chain: &mut Chain,
     scratch: &mut Vec<u8>,
+    freed: &mut u64,
     job: SnapshotJob,
 ) -> TaskEvent {
     let start = crate::clock::now_ns();
@@ -331,6 +333,9 @@ fn finish(
             return fail(injected(&f));
         }
     }
+    // The channel state's in-flight records, moved here from the task,
+    // were dropped once encoded: about as many bytes as their encoding.
+    *freed += persisted;
     let base = base.filter(|_| delta);
     let mut stats = job.stats;
     stats.state_bytes = full_size;
@@ -353,12 +358,14 @@ fn finish(
         let written = storage.write_part(job.id, &setup.key, &bytes);
         if bytes.capacity() <= crate::buffers::KEEP_BUFFER_BYTES {
             *scratch = bytes;
+        } else {
+            *freed += bytes.capacity() as u64;
         }
         // The part is in storage: the coordinator keeps only its handle
         // (a restart reads it back), so the encodings stay here, on the
         // thread that allocated them, for the next ones to encode into.
         for s in std::mem::take(&mut states) {
-            crate::buffers::recycle(s.bytes);
+            *freed += crate::buffers::recycle(s.bytes);
         }
         match written {
             Ok(mut h) => {

@@ -34,9 +34,9 @@ command -v python3 >/dev/null || { echo "python3 is needed (Debian: apt-get inst
 here="$(cd "$(dirname "$0")/.." && pwd)"
 base="$(cd "$base" && pwd)"
 for dir in "$base" "$here"; do
-  if [[ ! -x "$dir/target/release/w1" || ! -x "$dir/target/release/lockgate" ]]; then
-    echo "building $dir (cargo build --release -p lockgate-cli -p lockgate-benches --bins)..." >&2
-    (cd "$dir" && cargo build --release -q -p lockgate-cli -p lockgate-benches --bins >&2)
+  if [[ ! -x "$dir/target/release/lockgate" ]]; then
+    echo "building $dir (cargo build --release -p lockgate-cli)..." >&2
+    (cd "$dir" && cargo build --release -q -p lockgate-cli >&2)
   fi
 done
 out=$(mktemp -d)
@@ -44,10 +44,16 @@ trap 'rm -rf "$out"' EXIT
 run() { # side dir
   local side=$1 dir=$2
   for mode in none exactly-once; do
-    "$dir/target/release/w1" --pipeline lockgate --records "$records" --checkpoint "$mode" --interval-ms 100 \
-      | sed "s/^/$side w1 $mode /" >>"$out/w1"
     local every=()
     [[ $mode == none ]] || every=(--checkpoint-interval-ms 100)
+    # W1 through loadgen, whose flags and default checkpoint folder (on
+    # disk) are the same in every version; the `w1` bench binary kept
+    # checkpoints in memory before 4bd3176, so two builds' `w1` would not
+    # compare the same checkpoints.
+    "$dir/target/release/lockgate" loadgen --workload w1 --records "$records" \
+      --checkpoint "$mode" "${every[@]}" --quiet --json "$out/w1.json" >/dev/null
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], "w1", sys.argv[3], json.dumps({"records_per_s": r["records_per_s"]}))' \
+      "$out/w1.json" "$side" "$mode" >>"$out/w1"
     "$dir/target/release/lockgate" loadgen --workload w2 --duration "$duration" --warmup 1 \
       --checkpoint "$mode" "${every[@]}" --quiet --json "$out/r.json" >/dev/null
     python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); l=r["latency_ns"]; print(sys.argv[2], "w2", sys.argv[3], l["p50"], l["p99"])' \

@@ -4,9 +4,10 @@
 //! Every asynchronous snapshot encodes into a `Vec<u8>`. A fresh buffer
 //! of megabytes costs a page fault and a page of zeroing per 4 KiB (or a
 //! 2 MiB huge page) at every checkpoint: under W1 with exactly-once
-//! checkpoints the reference sink's full part (its sequence bitset, 5 MB
-//! for 40 M records) faulted in fresh memory each time, 2.7 % of all of
-//! the run's `perf` samples, on the snapshot thread (BENCHMARKS.md). So
+//! checkpoints kept in memory (every part full) the reference sink's full
+//! part (its sequence bitset, 5 MB for 40 M records) faulted in fresh
+//! memory each time, 2.7 % of all of the run's `perf` samples, on the
+//! snapshot thread (BENCHMARKS.md). So
 //! once a part is written, the snapshot thread gives its operators'
 //! buffers back here, and the next encodings take them again.
 

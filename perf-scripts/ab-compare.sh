@@ -29,7 +29,11 @@ while getopts "a:n:r:d:h" opt; do
     *) usage; exit 2 ;;
   esac
 done
-[[ -n "$base" && -d "$base" ]] || { usage >&2; exit 2; }
+[[ -n "$base" ]] || { usage >&2; exit 2; }
+[[ -d "$base" ]] || { echo "error: -a $base is not a folder (a checkout of the baseline, e.g. git worktree add /tmp/base <rev>)" >&2; exit 2; }
+for v in "rounds:$rounds" "records:$records" "duration:$duration"; do
+  [[ ${v#*:} =~ ^[1-9][0-9]*$ ]] || { echo "error: ${v%%:*} must be a positive whole number, got '${v#*:}'" >&2; usage >&2; exit 2; }
+done
 command -v python3 >/dev/null || { echo "python3 is needed (Debian: apt-get install python3)" >&2; exit 3; }
 here="$(cd "$(dirname "$0")/.." && pwd)"
 base="$(cd "$base" && pwd)"

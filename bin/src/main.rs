@@ -100,7 +100,8 @@ fn default_sigpipe() {}
 /// Run by every snapshot thread after each snapshot job
 /// ([`lockgate::set_after_snapshot_hook`]): after a job that freed at
 /// least [`COLLECT_AFTER_BYTES`] of encoding buffers (those the snapshot
-/// thread does not keep for its next jobs: over 8 MiB) and of an
+/// thread does not keep for its next jobs: one over 8 MiB, or past the
+/// 8 MiB its spares keep together) and of an
 /// unaligned checkpoint's in-flight records, returns what its
 /// mimalloc heap keeps free to the OS; mimalloc would hold those pages
 /// until the thread allocates again, at the next checkpoint. A job whose

@@ -3,22 +3,27 @@
 //!
 //! Every asynchronous snapshot encodes into a `Vec<u8>`. A fresh buffer
 //! of megabytes costs a page fault and a page of zeroing per 4 KiB (or a
-//! 2 MiB huge page) at every checkpoint: under W1 with exactly-once
-//! checkpoints kept in memory (every part full) the reference sink's full
-//! part (its sequence bitset, 5 MB for 40 M records) faulted in fresh
-//! memory each time, 2.7 % of all of the run's `perf` samples, on the
-//! snapshot thread (BENCHMARKS.md). So
-//! once a part is written, the snapshot thread gives its operators'
-//! buffers back here, and the next encodings take them again.
+//! 2 MiB huge page) at every checkpoint: under `lockgate loadgen
+//! --workload w1 --records 40000000 --checkpoint exactly-once` (parts on
+//! disk) the reference sink's snapshot thread spent about 2.5 % of all of
+//! the run's `perf` samples faulting in fresh pages for its encodings (the
+//! full part, its sequence bitset of 5 MB, and each delta, grown by
+//! doubling; BENCHMARKS.md). So once a part is written to storage, the
+//! snapshot thread gives its operators' buffers back here, and the next
+//! encodings take them again. Without storage the encodings go to the job
+//! (it keeps the parts in memory) and nothing is kept.
 
 use std::cell::RefCell;
 
-/// The largest buffer a snapshot thread keeps for its next job, bytes
-/// (each of its spare encodings, its part buffer, its channel state's):
-/// 8 MiB, above an unaligned checkpoint's part under W4 (about 3 MB: two
-/// full channels of records) and the W1 sink's full part at 40 M records
-/// (5 MB), well below a large keyed state's full part (14 MB at 1 M keys),
-/// which would otherwise stay resident per task between checkpoints.
+/// The largest buffer a snapshot thread keeps for its next job, bytes,
+/// and the most its spare encodings keep together: 8 MiB, above an
+/// unaligned checkpoint's part under W4 (about 3 MB: two full channels of
+/// records) and the W1 sink's full part at 40 M records (5 MB), well below
+/// a large keyed state's full part (14 MB at 1 M keys), which would
+/// otherwise stay resident per task between checkpoints. The thread's
+/// part buffer (the task's whole part, encoded from the operators') is
+/// kept apart under the same limit, so a snapshot thread keeps at most
+/// 16 MiB.
 pub(crate) const KEEP_BUFFER_BYTES: usize = 8 << 20;
 
 /// Spare buffers kept per thread at most: one per operator of a task's
@@ -34,13 +39,12 @@ thread_local! {
 }
 
 /// An empty buffer of at least `capacity` bytes for an asynchronous
-/// snapshot's encoding. On a snapshot thread it is, when one was kept, a
-/// buffer of an earlier part of this thread (the smallest that holds
-/// `capacity`, else the largest, grown), so that an encoding of megabytes
-/// does not fault fresh pages in at every checkpoint; elsewhere, or when
-/// none was kept, a new one. Give the exact size when it is known (as
-/// `postcard::experimental::serialized_size` tells): a buffer that must
-/// grow while encoding copies itself each time.
+/// snapshot's encoding. On a snapshot thread that kept buffers of earlier
+/// parts (it does when the job writes to checkpoint storage), it is the
+/// smallest of them that holds `capacity`; otherwise, or when none holds
+/// it, a new one (the kept ones stay for later calls). Give the exact size
+/// when it is known (as `postcard::experimental::serialized_size` tells):
+/// a buffer that must grow while encoding copies itself each time.
 ///
 /// Costs a scan of at most 4 kept buffers; allocates only when none holds
 /// `capacity`.
@@ -65,16 +69,16 @@ pub fn snapshot_buffer(capacity: usize) -> Vec<u8> {
             .enumerate()
             .filter(|(_, b)| b.capacity() >= capacity)
             .min_by_key(|(_, b)| b.capacity())
-            .or_else(|| spares.iter().enumerate().max_by_key(|(_, b)| b.capacity()))
             .map(|(i, _)| i);
         fits.map(|i| spares.swap_remove(i))
     });
     match kept {
         Some(mut b) => {
             b.clear();
-            b.reserve_exact(capacity);
             b
         }
+        // Not a kept one grown: growing reallocates and copies the old
+        // contents (the allocator does not know they are dead).
         None => Vec::with_capacity(capacity),
     }
 }
@@ -131,20 +135,17 @@ mod tests {
     }
 
     #[test]
-    fn the_smallest_buffer_that_fits_is_taken_else_the_largest_grown() {
+    fn the_smallest_buffer_that_fits_is_taken_else_a_new_one() {
         recycle(Vec::with_capacity(1000));
         recycle(Vec::with_capacity(100_000));
         recycle(Vec::with_capacity(10_000));
         let b = snapshot_buffer(5_000);
-        assert!(
-            b.capacity() >= 5_000 && b.capacity() < 100_000,
-            "{}",
-            b.capacity()
-        );
+        assert_eq!(b.capacity(), 10_000, "the smallest that fits");
         let big = snapshot_buffer(200_000);
         assert!(big.capacity() >= 200_000);
-        assert_eq!(kept().len(), 1, "one taken for each call: {:?}", kept());
-        assert!(kept()[0] < 10_000);
+        let mut left = kept();
+        left.sort_unstable();
+        assert_eq!(left, [1000, 100_000], "none fitted: the kept ones stay");
         SPARES.with_borrow_mut(|s| s.clear());
     }
 

@@ -85,70 +85,100 @@ fn main() -> ExitCode {
             }
         }
     }
-    let (rps, secs, exact, completed) = match pipeline.as_str() {
-        "raw" => {
-            let r = lockgate_benches::raw::run_w1(records, 10_000, 2, batch, capacity);
-            (r.records_per_s, r.seconds, r.exact, 0)
-        }
-        "lockgate" => {
-            let mut config = JobConfig::default();
-            config.batch_size = batch;
-            config.channel_capacity = capacity;
-            config.workers = workers;
-            config.checkpoint.mode = match mode.as_str() {
-                "none" => CheckpointMode::None,
-                "exactly-once" => CheckpointMode::ExactlyOnce,
-                "at-least-once" => CheckpointMode::AtLeastOnce,
-                other => {
-                    eprintln!("error: unknown checkpoint mode {other}");
-                    return ExitCode::from(2);
-                }
-            };
-            // Removed with its files when the run ends.
-            let mut _folder = None;
-            if config.checkpoint.mode != CheckpointMode::None {
-                config.checkpoint.interval = Some(Duration::from_millis(interval_ms));
-                if on_disk {
-                    match tempfile::Builder::new()
-                        .prefix("lockgate-w1-checkpoints-")
-                        .tempdir()
-                    {
-                        Ok(t) => {
-                            config.checkpoint.dir = Some(t.path().to_path_buf());
-                            _folder = Some(t);
-                        }
-                        Err(e) => {
-                            eprintln!("error: cannot create a temporary checkpoint folder: {e}");
-                            return ExitCode::from(1);
-                        }
-                    }
-                }
-            }
-            let report =
-                match run_reference_job(&RefJobConfig::w1(records), config, FailurePlan::none()) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        return ExitCode::from(1);
-                    }
-                };
-            (
-                report.records_per_s(),
-                report.recorded_seconds,
-                report.ok(),
-                report.metrics.completed_checkpoints(),
-            )
-        }
+    // Everything is checked before a run, for both pipelines alike: a bad
+    // setting is an error of exit status 2, never a panic of the raw
+    // pipeline nor a setting the JSON line reports but the run ignored.
+    let bad_input = |msg: String| {
+        eprintln!("error: {msg}");
+        ExitCode::from(2)
+    };
+    if pipeline != "raw" && pipeline != "lockgate" {
+        return bad_input(format!("unknown pipeline {pipeline} (raw or lockgate)"));
+    }
+    let checkpoint_mode = match mode.as_str() {
+        "none" => CheckpointMode::None,
+        "exactly-once" => CheckpointMode::ExactlyOnce,
+        "at-least-once" => CheckpointMode::AtLeastOnce,
         other => {
-            eprintln!("error: unknown pipeline {other} (raw or lockgate)");
-            return ExitCode::from(2);
+            return bad_input(format!(
+                "unknown checkpoint mode {other} (none, exactly-once or at-least-once)"
+            ))
         }
     };
+    if pipeline == "raw" && (checkpoint_mode != CheckpointMode::None || workers.is_some()) {
+        return bad_input(
+            "--checkpoint and --workers are lockgate's settings; the raw pipeline has neither"
+                .into(),
+        );
+    }
+    if records == 0 {
+        return bad_input("--records must be at least 1".into());
+    }
+    if let Err(e) = lockgate_workloads::workload::SinkCheck::new(records, 10_000) {
+        return bad_input(format!("--records {records}: {e}"));
+    }
+    let mut config = JobConfig::default();
+    config.batch_size = batch;
+    config.channel_capacity = capacity;
+    config.workers = workers;
+    config.checkpoint.mode = checkpoint_mode;
+    if checkpoint_mode != CheckpointMode::None {
+        config.checkpoint.interval = Some(Duration::from_millis(interval_ms));
+    }
+    // The raw pipeline takes the same batch size and channel capacity, so
+    // the same limits hold for it.
+    if let Err(e) = config.validate() {
+        return bad_input(format!(
+            "{e} (--batch-size, --channel-capacity, --workers, --interval-ms)"
+        ));
+    }
+    let checkpoints = checkpoint_mode != CheckpointMode::None;
+    let (rps, secs, exact, completed) = if pipeline == "raw" {
+        let r = lockgate_benches::raw::run_w1(records, 10_000, 2, batch, capacity);
+        (r.records_per_s, r.seconds, r.exact, 0)
+    } else {
+        // Removed with its files when the run ends (not when the process
+        // is killed).
+        let mut _folder = None;
+        if checkpoints && on_disk {
+            match tempfile::Builder::new()
+                .prefix("lockgate-w1-checkpoints-")
+                .tempdir()
+            {
+                Ok(t) => {
+                    config.checkpoint.dir = Some(t.path().to_path_buf());
+                    _folder = Some(t);
+                }
+                Err(e) => {
+                    eprintln!("error: cannot create a temporary checkpoint folder: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+        }
+        let report =
+            match run_reference_job(&RefJobConfig::w1(records), config, FailurePlan::none()) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+        (
+            report.records_per_s(),
+            report.recorded_seconds,
+            report.ok(),
+            report.metrics.completed_checkpoints(),
+        )
+    };
     println!(
-        "{{\"workload\":\"W1\",\"pipeline\":\"{pipeline}\",\"checkpoint\":\"{}\",\"records\":{records},\"seconds\":{secs:.4},\"records_per_s\":{rps:.0},\"exact\":{exact},\"checkpoints_completed\":{completed},\"batch_size\":{batch},\"workers\":{},\"storage\":\"{}\",\"peak_rss_bytes\":{}}}",
-        if pipeline == "raw" { "none" } else { mode.as_str() },
+        "{{\"workload\":\"W1\",\"pipeline\":\"{pipeline}\",\"checkpoint\":\"{}\",\"records\":{records},\"seconds\":{secs:.4},\"records_per_s\":{rps:.0},\"exact\":{exact},\"checkpoints_completed\":{completed},\"batch_size\":{batch},\"workers\":{},\"storage\":{},\"peak_rss_bytes\":{}}}",
+        mode,
         workers.map_or("null".to_string(), |n| n.to_string()),
-        if on_disk { "disk" } else { "memory" },
+        match (checkpoints, on_disk) {
+            (false, _) => "null",
+            (true, true) => "\"disk\"",
+            (true, false) => "\"memory\"",
+        },
         lockgate::peak_rss_bytes()
     );
     if exact {

@@ -213,23 +213,21 @@ static AFTER_SNAPSHOT: std::sync::OnceLock<fn(u64)> = std::sync::OnceLock::new()
 
 /// Sets a function that every snapshot thread calls after each snapshot
 /// job it finished (acknowledged or not), on that thread, off every task's
-/// record path, with the bytes of encoding buffers the job freed: those
-/// it did not keep for its next jobs
-/// ([`snapshot_buffer`](crate::snapshot_buffer) keeps up to 8 MiB of them
-/// per thread), so an encoding of more than 8 MiB (a large keyed state's
-/// full part), plus an unaligned checkpoint's in-flight records, freed
-/// here once encoded (counted as their encoded size); 0 when every buffer
-/// was kept, or went to the job (without storage), and no channel state
-/// was persisted. Meant for an allocator's caches: a caching allocator
-/// keeps what a snapshot thread frees until that thread calls into it
-/// again, at the next checkpoint. The `lockgate` binary returns
-/// mimalloc's free memory to the OS here (`mi_collect`) after jobs that
-/// freed at least 1 MiB. Until 2026-12-03 the hook got the job's encoded
-/// size, and the binary collected after every job that encoded 1 MiB or
-/// more, buffers kept or not: a 20 M-record W1 with exactly-once
-/// checkpoints took 8,397 page faults, against 471 now and 380 without
-/// checkpoints (BENCHMARKS.md). Returns false (and changes nothing) when a
-/// hook was set already: it is set once per process, before jobs start.
+/// record path (a snapshot thread runs at `SCHED_IDLE` on Linux, so under
+/// load the call may come late), with the bytes of encoding buffers the
+/// job freed: those it did not keep for its next jobs (see
+/// [`snapshot_buffer`](crate::snapshot_buffer): a buffer over 8 MiB, or
+/// one past the 8 MiB its spares keep together), plus an unaligned
+/// checkpoint's in-flight records, freed here once encoded (counted as
+/// their encoded size); 0 when every buffer was kept, or went to the job
+/// (without storage), and no channel state was persisted. Meant for an
+/// allocator's caches: a caching allocator keeps what a snapshot thread
+/// frees until that thread calls into it again, at the next checkpoint.
+/// The `lockgate` binary returns mimalloc's free memory to the OS here
+/// (`mi_collect`) after jobs that freed at least 1 MiB (BENCHMARKS.md has
+/// what collecting after every large job cost). Returns false (and
+/// changes nothing) when a hook was set already: set it once per process,
+/// before jobs start (a hook set later applies to later snapshot jobs).
 ///
 /// # Examples
 /// ```

@@ -15,6 +15,15 @@
 //! a send never blocks: what does not fit waits in the writer, in order,
 //! and the task takes no input until [`ChannelWriter::drain`] sent it.
 //!
+//! **Batch recycling**: each channel has a *return lane* the other way, on
+//! which the consumer sends back the emptied vector of every records batch
+//! its chain has taken in ([`BatchReturn`]); the writer takes its next
+//! batch buffer from there and allocates only when the lane is empty. So a
+//! running job circulates a fixed set of batch buffers instead of
+//! allocating one per batch in the producer and freeing it in the consumer
+//! (a cross-thread free, and fresh pages whenever alignment holds batches
+//! back; the hot-path issue's "batches recycled instead of allocated").
+//!
 //! **Unaligned mode** ([`crate::CheckpointMode::Unaligned`]): each channel
 //! has two more lanes ([`ProducerLanes`], [`ConsumerLanes`]). A *priority
 //! lane* carries checkpoint barriers only, read by the input gate before
@@ -113,6 +122,8 @@ pub(crate) struct OutputConfig {
 pub(crate) struct ChannelSender<T> {
     pub(crate) tx: Sender<StreamElement<T>>,
     pub(crate) consumer: Arc<str>,
+    /// The return lane's end: emptied batch buffers from the consumer.
+    pub(crate) spares: Receiver<Vec<T>>,
     /// The priority lane and credits (unaligned mode only).
     pub(crate) lanes: Option<ProducerLanes>,
 }
@@ -132,6 +143,51 @@ pub(crate) const PRIORITY_LANE_CAPACITY: usize = 4;
 /// sends do not wait for the consumer to process records. Past it a send
 /// blocks as in the aligned modes.
 pub(crate) const EVENT_SLACK: usize = 8;
+
+/// A consumer's end of a channel's return lane (see the module docs):
+/// [`BatchReturn::give_back`] sends an emptied batch buffer to the
+/// channel's producer.
+pub(crate) struct BatchReturn<T> {
+    tx: Sender<Vec<T>>,
+}
+
+impl<T> BatchReturn<T> {
+    /// Empties `batch` and hands it to the producer for a later batch;
+    /// drops it instead when it has no allocation, or when the lane is full
+    /// or its producer gone. Never blocks.
+    #[inline]
+    pub(crate) fn give_back(&self, mut batch: Vec<T>) {
+        if batch.capacity() == 0 {
+            return;
+        }
+        batch.clear();
+        let _ = self.tx.try_send(batch);
+    }
+}
+
+/// Room in a return lane, in batch buffers, per element of channel
+/// capacity: 2. A channel holds at most `capacity` batches, and a blocked
+/// channel's blocker ([`crate::HandlerConfig::blocker_capacity_bytes`],
+/// 1 MiB by default: about 43 batches of 1,024 24-byte records) about as
+/// many again: when an alignment ends and both are handed on, their
+/// buffers find room here instead of being freed. Idle buffers per
+/// channel: at most `2 × capacity` batches' worth.
+const RETURN_LANE_FACTOR: usize = 2;
+
+/// A batch buffer of room for `batch_size` records: an emptied one from
+/// the return lane when it is there and of a fitting size (at least
+/// `batch_size`, at most four times it: a larger one, e.g. from a
+/// flat_map's output, would hold memory idle), else a new one.
+#[inline]
+fn next_buffer<T>(spares: &Receiver<Vec<T>>, batch_size: usize) -> Vec<T> {
+    while let Ok(v) = spares.try_recv() {
+        if v.capacity() >= batch_size && v.capacity() <= batch_size.saturating_mul(4) {
+            debug_assert!(v.is_empty(), "a returned batch buffer is empty");
+            return v;
+        }
+    }
+    Vec::with_capacity(batch_size)
+}
 
 /// A producer's ends of a channel's unaligned-mode lanes.
 pub(crate) struct ProducerLanes {
@@ -191,8 +247,9 @@ pub(crate) fn takes_credit<T>(el: &StreamElement<T>) -> bool {
 }
 
 /// One channel of `capacity` elements: the producer's and the consumer's
-/// ends, with the unaligned-mode lanes when `unaligned` (the data lane then
-/// has [`EVENT_SLACK`] more room and `capacity` credits are issued).
+/// ends with the return lane's consumer end ([`BatchReturn`]), and the
+/// unaligned-mode lanes when `unaligned` (the data lane then has
+/// [`EVENT_SLACK`] more room and `capacity` credits are issued).
 pub(crate) fn channel<T>(
     capacity: usize,
     unaligned: bool,
@@ -200,16 +257,20 @@ pub(crate) fn channel<T>(
 ) -> (
     ChannelSender<T>,
     Receiver<StreamElement<T>>,
+    BatchReturn<T>,
     Option<ConsumerLanes>,
 ) {
+    let (rtx, rrx) = crossbeam_channel::bounded(capacity.saturating_mul(RETURN_LANE_FACTOR));
+    let returns = BatchReturn { tx: rtx };
     if !unaligned {
         let (tx, rx) = crossbeam_channel::bounded(capacity);
         let sender = ChannelSender {
             tx,
             consumer,
+            spares: rrx,
             lanes: None,
         };
-        return (sender, rx, None);
+        return (sender, rx, returns, None);
     }
     let (tx, rx) = crossbeam_channel::bounded(capacity + OVERDRAFT_LIMIT + EVENT_SLACK);
     let (ptx, prx) = crossbeam_channel::bounded(PRIORITY_LANE_CAPACITY);
@@ -222,6 +283,7 @@ pub(crate) fn channel<T>(
     let sender = ChannelSender {
         tx,
         consumer,
+        spares: rrx,
         lanes: Some(ProducerLanes {
             priority: ptx,
             credits: crx,
@@ -232,7 +294,7 @@ pub(crate) fn channel<T>(
         priority: prx,
         credits: ctx,
     };
-    (sender, rx, Some(lanes))
+    (sender, rx, returns, Some(lanes))
 }
 
 /// Takes the credit of a send (see [`Credit`]), blocking (backpressure)
@@ -617,10 +679,8 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
         if self.buffers[ch].is_empty() {
             return Ok(());
         }
-        let batch = std::mem::replace(
-            &mut self.buffers[ch],
-            Vec::with_capacity(self.config.batch_size),
-        );
+        let next = next_buffer(&self.channels[ch].spares, self.config.batch_size);
+        let batch = std::mem::replace(&mut self.buffers[ch], next);
         self.metrics.add_out(batch.len() as u64);
         let credit = if self.overdraft_push {
             Credit::Overdraft
@@ -799,5 +859,138 @@ impl<T: Clone + Send, K: KeyOf<T> + Clone> ChannelWriter<T, K> {
 
     pub(crate) fn end_of_partition(&mut self) -> Result<(), TaskError> {
         self.broadcast_event(StreamElement::EndOfPartition)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A forward writer over `channel`, with the job's cancel sender (a
+    /// writer whose cancel sender is gone counts as cancelled).
+    fn writer(channel: ChannelSender<u64>, batch_size: usize) -> (ChannelWriter<u64>, Sender<()>) {
+        let (cancel_tx, cancel) = crossbeam_channel::bounded(0);
+        let config = OutputConfig {
+            batch_size,
+            buffer_timeout_ns: u64::MAX,
+            max_parallelism: 128,
+            cooperative: false,
+        };
+        let metrics = Arc::new(TaskMetrics::new("test"));
+        let w = ChannelWriter::new(vec![channel], Route::Forward, 0, config, cancel, metrics);
+        (w, cancel_tx)
+    }
+
+    fn records_of(el: StreamElement<u64>) -> Vec<u64> {
+        match el {
+            StreamElement::Records(b) => b,
+            other => panic!("expected a records batch, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_given_back_batch_buffer_carries_a_later_batch() {
+        let (tx, rx, back, _) = channel::<u64>(4, false, "c".into());
+        let (mut w, _cancel) = writer(tx, 8);
+        // A run of two batches: the writer copies it into its buffers.
+        w.push(&mut (0..16).collect()).unwrap();
+        let first = records_of(rx.try_recv().unwrap());
+        let second = records_of(rx.try_recv().unwrap());
+        assert_eq!(first, (0..8).collect::<Vec<_>>());
+        assert_eq!(second, (8..16).collect::<Vec<_>>());
+        // A capacity no new buffer has (they get 8) marks it: the
+        // allocator could hand a freed buffer's address out again.
+        let mut first = first;
+        first.reserve_exact(16);
+        assert_eq!(first.capacity(), 24);
+        let first_ptr = first.as_ptr();
+        back.give_back(first);
+        // The writer took the buffer for the third batch when it sent the
+        // second, so the given-back one carries the fourth.
+        w.push(&mut (16..32).collect()).unwrap();
+        let third = records_of(rx.try_recv().unwrap());
+        let fourth = records_of(rx.try_recv().unwrap());
+        assert_eq!(third, (16..24).collect::<Vec<_>>());
+        assert_eq!(fourth, (24..32).collect::<Vec<_>>());
+        assert_ne!(third.as_ptr(), first_ptr);
+        assert_eq!(
+            fourth.as_ptr(),
+            first_ptr,
+            "the given-back buffer was reused"
+        );
+    }
+
+    #[test]
+    fn a_batch_buffer_of_the_wrong_size_is_not_reused() {
+        let (tx, _rx, back, _) = channel::<u64>(4, false, "c".into());
+        back.give_back(Vec::with_capacity(3));
+        back.give_back(Vec::with_capacity(8 * 4 + 1));
+        let fitting = Vec::with_capacity(8 * 4);
+        let fitting_ptr = fitting.as_ptr();
+        back.give_back(fitting);
+        let got = next_buffer(&tx.spares, 8);
+        assert_eq!(got.as_ptr(), fitting_ptr, "the two misfits were skipped");
+        assert_eq!(got.capacity(), 8 * 4);
+        assert!(got.is_empty());
+        assert_eq!(next_buffer(&tx.spares, 8).capacity(), 8, "a new one");
+    }
+
+    #[test]
+    fn giving_back_empties_the_batch_never_blocks_and_drops_what_does_not_fit() {
+        let (tx, _rx, back, _) = channel::<String>(2, false, "c".into());
+        // Capacity 2: room for 4 buffers, the 5th and later are dropped.
+        for i in 0..10 {
+            back.give_back(vec![format!("record {i}"); 3]);
+        }
+        back.give_back(Vec::new());
+        let mut kept = 0;
+        while let Ok(v) = tx.spares.try_recv() {
+            assert!(v.is_empty(), "given-back buffers are emptied");
+            assert!(v.capacity() >= 3);
+            kept += 1;
+        }
+        assert_eq!(kept, 2 * RETURN_LANE_FACTOR);
+        drop(tx);
+        back.give_back(vec!["after the producer ended".to_string()]);
+    }
+
+    #[test]
+    fn batches_keep_their_records_when_buffers_circulate_between_threads() {
+        // Many batches through a small channel with recycling, producer
+        // and consumer on their own threads, runs that straddle batches
+        // (so the writer fills given-back buffers): every record arrives
+        // once, in order.
+        const BATCHES: u64 = 20_000;
+        const BATCH: u64 = 16;
+        const RUN: u64 = 24;
+        let (tx, rx, back, _) = channel::<u64>(2, false, "c".into());
+        let producer = std::thread::spawn(move || {
+            let (mut w, _cancel) = writer(tx, BATCH as usize);
+            let mut next = 0;
+            while next < BATCHES * BATCH {
+                let end = (next + RUN).min(BATCHES * BATCH);
+                let mut run: Vec<u64> = (next..end).collect();
+                next = end;
+                w.push(&mut run).unwrap();
+            }
+            w.flush().unwrap();
+            w.end_of_partition().unwrap();
+        });
+        let mut expected = 0u64;
+        loop {
+            match rx.recv().unwrap() {
+                StreamElement::Records(batch) => {
+                    for r in &batch {
+                        assert_eq!(*r, expected);
+                        expected += 1;
+                    }
+                    back.give_back(batch);
+                }
+                StreamElement::EndOfPartition => break,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        producer.join().unwrap();
+        assert_eq!(expected, BATCHES * BATCH);
     }
 }

@@ -949,6 +949,7 @@ impl<T: Data> Exchange<T> {
         }
         let chain: ChainFn<T> = Arc::new(move |ctx, tail| {
             let mut receivers = Vec::new();
+            let mut returns = Vec::new();
             let mut lanes = Vec::new();
             let mut names = Vec::new();
             for &e in &edge_ids {
@@ -956,6 +957,7 @@ impl<T: Data> Exchange<T> {
                 let rs = ends.receivers[ctx.subtask]
                     .take()
                     .expect("each consumer subtask takes its receivers once");
+                returns.extend(ends.returns[ctx.subtask].take().into_iter().flatten());
                 lanes.extend(ends.lanes[ctx.subtask].take().into_iter().flatten());
                 names.extend(ends.producer_names.iter().cloned());
                 receivers.extend(rs);
@@ -974,7 +976,8 @@ impl<T: Data> Exchange<T> {
                 ctx.control.clone(),
                 ctx.cancel.clone(),
                 ctx.metrics.clone(),
-            );
+            )
+            .with_returns(returns);
             let mut tail = tail;
             let gate = if ctx.config.workers.is_some() {
                 gate.cooperative()

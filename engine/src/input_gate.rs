@@ -35,7 +35,7 @@
 //! so reading ahead never lets a producer send more.
 
 use crate::barrier::{AnyHandler, BarrierHandler, BarrierSignal, ChannelSet};
-use crate::channel::{takes_credit, ConsumerLanes};
+use crate::channel::{takes_credit, BatchReturn, ConsumerLanes};
 use crate::channel_state::ChannelState;
 use crate::element::{CheckpointId, RecordSize, StreamElement};
 use crate::error::TaskError;
@@ -126,6 +126,9 @@ pub(crate) enum GateEvent<T> {
 /// The input side of a task (see the module docs).
 pub(crate) struct InputGate<T> {
     receivers: Vec<Receiver<StreamElement<T>>>,
+    /// Per channel, the way back for emptied batch buffers
+    /// ([`InputGate::recycle`]); empty when the gate was built without.
+    returns: Vec<BatchReturn<T>>,
     pub(crate) handler: AnyHandler<T>,
     ended: ChannelSet,
     num_ended: usize,
@@ -173,6 +176,7 @@ impl<T: RecordSize> InputGate<T> {
         let n = receivers.len();
         InputGate {
             receivers,
+            returns: Vec::new(),
             handler,
             ended: ChannelSet::new(n),
             num_ended: 0,
@@ -194,6 +198,32 @@ impl<T: RecordSize> InputGate<T> {
     pub(crate) fn cooperative(mut self) -> Self {
         self.cooperative = true;
         self
+    }
+
+    /// The channels' return lanes, one per channel in channel order (see
+    /// [`InputGate::recycle`]).
+    ///
+    /// # Panics
+    /// When the count is wrong.
+    pub(crate) fn with_returns(mut self, returns: Vec<BatchReturn<T>>) -> Self {
+        assert_eq!(
+            returns.len(),
+            self.receivers.len(),
+            "one return lane per channel"
+        );
+        self.returns = returns;
+        self
+    }
+
+    /// Gives the vector of a records batch from channel `ch`, once its
+    /// records are taken, back to the channel's producer for a later batch
+    /// ([`BatchReturn::give_back`]: emptied, never blocks); drops it when
+    /// the gate has no return lanes.
+    #[inline]
+    pub(crate) fn recycle(&self, ch: usize, batch: Vec<T>) {
+        if let Some(back) = self.returns.get(ch) {
+            back.give_back(batch);
+        }
     }
 
     /// Unaligned mode: the channels' priority lanes and credits, one per

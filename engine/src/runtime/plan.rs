@@ -4,7 +4,7 @@
 //! [`crate::graph`] builds a plan; nothing here points back to it.
 
 use super::snapshot::{SnapshotJob, SnapshotWorker};
-use crate::channel::{ChannelSender, ConsumerLanes};
+use crate::channel::{BatchReturn, ChannelSender, ConsumerLanes};
 use crate::config::{JobConfig, PinPolicy};
 use crate::element::StreamElement;
 use crate::error::TaskError;
@@ -28,6 +28,9 @@ pub(crate) type WireFn =
 pub(crate) struct EdgeEnds<T> {
     pub(crate) senders: Vec<Option<Vec<ChannelSender<T>>>>,
     pub(crate) receivers: Vec<Option<Vec<Receiver<StreamElement<T>>>>>,
+    /// `[consumer][producer]`: each channel's return lane for emptied
+    /// batch buffers.
+    pub(crate) returns: Vec<Option<Vec<BatchReturn<T>>>>,
     /// `[consumer][producer]`: the unaligned-mode lanes (unaligned mode
     /// only, else empty lists).
     pub(crate) lanes: Vec<Option<Vec<ConsumerLanes>>>,
@@ -152,16 +155,23 @@ pub(crate) fn wire_edge<T: Send + 'static>(
     let mut senders: Vec<Vec<ChannelSender<T>>> = (0..from_par).map(|_| Vec::new()).collect();
     let mut receivers: Vec<Vec<Receiver<StreamElement<T>>>> =
         (0..to_par).map(|_| Vec::new()).collect();
+    let mut returns: Vec<Vec<BatchReturn<T>>> = (0..to_par).map(|_| Vec::new()).collect();
     let mut lanes: Vec<Vec<ConsumerLanes>> = (0..to_par).map(|_| Vec::new()).collect();
     for s in senders.iter_mut() {
-        for (c, (r, l)) in receivers.iter_mut().zip(lanes.iter_mut()).enumerate() {
+        let consumers = receivers
+            .iter_mut()
+            .zip(returns.iter_mut())
+            .zip(lanes.iter_mut());
+        for (c, ((r, b), l)) in consumers.enumerate() {
             let consumer = format!("consumer {c} of edge {edge}").into();
-            let (tx, rx, consumer_lanes) = crate::channel::channel(capacity, unaligned, consumer);
+            let (tx, rx, back, consumer_lanes) =
+                crate::channel::channel(capacity, unaligned, consumer);
             if let Some(lanes) = &tx.lanes {
                 wiring.priority_lanes.push(lanes.priority.clone());
             }
             s.push(tx);
             r.push(rx);
+            b.push(back);
             l.extend(consumer_lanes);
         }
     }
@@ -170,6 +180,7 @@ pub(crate) fn wire_edge<T: Send + 'static>(
         Box::new(EdgeEnds {
             senders: senders.into_iter().map(Some).collect(),
             receivers: receivers.into_iter().map(Some).collect(),
+            returns: returns.into_iter().map(Some).collect(),
             lanes: lanes.into_iter().map(Some).collect(),
             producer_names,
         }),

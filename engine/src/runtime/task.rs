@@ -647,7 +647,7 @@ impl<T: GateData> GateTask<T> {
             let ev = self.gate.next(&mut self.run.signals, timer)?;
             self.take_signals(rt)?;
             match ev {
-                GateEvent::Element(_, StreamElement::Records(mut batch)) => {
+                GateEvent::Element(ch, StreamElement::Records(mut batch)) => {
                     self.run.received += batch.len() as u64;
                     self.run.batches += 1;
                     // Sample the queue length now and then: summing the
@@ -656,6 +656,7 @@ impl<T: GateData> GateTask<T> {
                         self.metrics.set_queued(self.gate.queued() as u64);
                     }
                     self.chain.push(&mut batch)?;
+                    self.gate.recycle(ch, batch);
                     if let Some(f) = rt.failure {
                         if matches!(f.at, FailurePoint::AfterRecords(k) if self.run.received >= k) {
                             return Err(injected(&f));

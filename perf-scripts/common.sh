@@ -4,6 +4,9 @@
 # LOCKGATE_BIN: the binary the scripts run (default: target/release/lockgate
 # of this checkout, built with `cargo build --release -p lockgate-cli` when
 # missing).
+# LOCKGATE_PREBUILT=1: run no cargo at all, for a machine that got the
+# release binaries copied into target/ and has no toolchain (a missing
+# binary is then an error; perf-scripts/suite.sh explains the layout).
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOCKGATE_BIN="${LOCKGATE_BIN:-$ROOT/target/release/lockgate}"
@@ -23,7 +26,7 @@ need_tool() {
 
 # The release binary, built when missing.
 ensure_lockgate() {
-    if [[ ! -x "$LOCKGATE_BIN" ]]; then
+    if [[ ! -x "$LOCKGATE_BIN" && -z "${LOCKGATE_PREBUILT:-}" ]]; then
         echo "building $LOCKGATE_BIN (cargo build --release -p lockgate-cli)..." >&2
         (cd "$ROOT" && cargo build --release -p lockgate-cli >&2)
     fi
@@ -35,7 +38,7 @@ ensure_lockgate() {
 # lockgate-benches --bin NAME` when missing.
 bench_bin() {
     local bin="$ROOT/target/release/$1"
-    if [[ ! -x "$bin" ]]; then
+    if [[ ! -x "$bin" && -z "${LOCKGATE_PREBUILT:-}" ]]; then
         echo "building $bin (cargo build --release -p lockgate-benches --bin $1)..." >&2
         (cd "$ROOT" && cargo build --release -p lockgate-benches --bin "$1" >&2)
     fi

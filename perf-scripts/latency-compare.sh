@@ -32,7 +32,7 @@ timely's crate in its own target dir (from the repository root: `cd
 benches/timely && CARGO_TARGET_DIR=../../target/timely cargo build
 --release --locked`, a few minutes the first time; cargo runs on it every
 time, quick when nothing changed). A system that cannot be built is left
-out with a note.
+out with a note. LOCKGATE_PREBUILT=1 runs no cargo (common.sh).
 USAGE
 }
 
@@ -69,7 +69,7 @@ command -v jq >/dev/null 2>&1 || need_tool python3 "apt-get install python3 (or 
 ensure_lockgate
 RAW_BIN="$ROOT/target/release/raw_paced"
 TIMELY_BIN="$ROOT/target/timely/release/lockgate-timely"
-if [[ ! -x "$RAW_BIN" ]]; then
+if [[ ! -x "$RAW_BIN" && -z "${LOCKGATE_PREBUILT:-}" ]]; then
     echo "building raw_paced..." >&2
     (cd "$ROOT" && cargo build --release -p lockgate-benches --bin raw_paced >&2) || true
 fi
@@ -77,8 +77,10 @@ fi
 # compare against an older configuration of the peer (until 2026-12-01 the
 # port closed its input epoch every 1 ms, which alone made timely's W2 p50
 # ~565 µs instead of ~10 µs).
-echo "building lockgate-timely if needed (timely-dataflow, a few minutes the first time)..." >&2
-(cd "$ROOT/benches/timely" && CARGO_TARGET_DIR="$ROOT/target/timely" cargo build --release --locked >&2) || true
+if [[ -z "${LOCKGATE_PREBUILT:-}" ]]; then
+    echo "building lockgate-timely if needed (timely-dataflow, a few minutes the first time)..." >&2
+    (cd "$ROOT/benches/timely" && CARGO_TARGET_DIR="$ROOT/target/timely" cargo build --release --locked >&2) || true
+fi
 systems=(lockgate-none lockgate-eo100 pool-none pool-eo100)
 if [[ -x "$RAW_BIN" ]]; then systems+=(raw); else echo "note: no $RAW_BIN; raw left out" >&2; fi
 if [[ -x "$TIMELY_BIN" ]]; then systems+=(timely); else echo "note: no $TIMELY_BIN; timely left out" >&2; fi

@@ -18,8 +18,8 @@
 //!
 //! Layers, bottom to top; a module imports only from layers below it
 //! (checked in CI by `.ci/module-cycles.py`, pictured in ARCHITECTURE.md):
-//! 1. leaf vocabulary: `element`, `clock`, `task_id`, `error`, `key_groups`, `state`,
-//!    `metrics`, `buffers`, `checkpoint/storage/api`;
+//! 1. leaf vocabulary: `element`, `clock`, `background`, `task_id`, `error`, `key_groups`,
+//!    `state`, `metrics`, `buffers`, `checkpoint/storage/api`;
 //! 2. sans-I/O state machines and the task protocol: `barrier`,
 //!    `watermark`, `protocol`;
 //! 3. the record path: `operator`, `failure`, `channel`, `input_gate`,
@@ -28,6 +28,7 @@
 //! 5. `runtime`: the physical plan, the task loops, the job thread;
 //! 6. `graph`: the builder API over the runtime.
 
+mod background;
 mod barrier;
 mod buffers;
 mod chain;
@@ -54,6 +55,7 @@ mod task_id;
 mod two_phase;
 mod watermark;
 
+pub use background::{yield_point, YIELD_EVERY_NS};
 pub use barrier::{
     AbortReason, Aligner, AlignmentStats, AnyHandler, BarrierHandler, BarrierSignal, ChannelSet,
     CheckpointMode, HandlerConfig, Tracker, Unaligned, DEFAULT_BLOCKER_CAPACITY_BYTES,

@@ -564,6 +564,8 @@ impl SinkSlot {
         let mut m = lock(&merged);
         drop(s);
         for r in &settled {
+            // Each add is some 100 µs on a snapshot thread.
+            lockgate::yield_point();
             m.add(r)?;
         }
         drop(m);
@@ -1619,6 +1621,7 @@ impl Checkpointed for RefSink {
             // faults, `perf record`, BENCHMARKS.md). Neither holds the
             // slot's lock.
             let recycled = SinkSlot::merge_settled(&shared.slots[index])?;
+            lockgate::yield_point();
             if lock(&shared.slots[index]).spare.is_none() {
                 let spare = recycled.unwrap_or_else(Recorded::new);
                 lock(&shared.slots[index]).spare.get_or_insert(spare);
@@ -1771,10 +1774,14 @@ impl SinkReplica {
         let idx = match &changes {
             Some(c) => {
                 self.check.apply_changes(c)?;
+                lockgate::yield_point();
                 SinkCheck::indices(c)
             }
             None => Default::default(),
         };
+        // Between the pieces of this work, a snapshot thread gives its
+        // core back to a task that waits for it (`lockgate::yield_point`).
+        lockgate::yield_point();
         self.first.get_or_insert(req.id);
         self.log.insert(req.id, idx);
         let full_bytes = full_part_bytes(req.id, &self.check)? as u64;
@@ -1790,14 +1797,18 @@ impl SinkReplica {
                 .values()
                 .flat_map(|(_, k)| k.iter().copied())
                 .collect();
+            lockgate::yield_point();
             words.sort_unstable();
             words.dedup();
+            lockgate::yield_point();
             keys.sort_unstable();
             keys.dedup();
+            lockgate::yield_point();
             let delta = SinkState {
                 id: req.id,
                 part: SinkPart::Delta(self.check.changes_of(&words, &keys)),
             };
+            lockgate::yield_point();
             let size = postcard::experimental::serialized_size(&delta)?;
             let bytes = postcard::to_extend(&delta, lockgate::snapshot_buffer(size))?;
             if (bytes.len() as u64) < full_bytes {
@@ -1808,6 +1819,7 @@ impl SinkReplica {
                 });
             }
         }
+        lockgate::yield_point();
         Ok(EncodedState::full(encode_full_part(req.id, &self.check)?))
     }
 }

@@ -854,7 +854,12 @@ impl Publisher {
                 // The checkpoint folder's lock (if any) is released when
                 // the last request is done.
                 let _lock = lock;
+                // Its metadata writes, renames and deletions must not hold
+                // a core that a task waits for ([`crate::yield_point`]).
+                crate::background::mark_background_thread();
                 for req in rx {
+                    let _busy = crate::background::busy();
+                    crate::background::yield_point();
                     match req {
                         CoordinatorOutput::Control { .. } => {}
                         CoordinatorOutput::Publish {

@@ -82,6 +82,7 @@ impl SnapshotWorker {
             .name(name)
             .spawn(move || {
                 lower_priority();
+                crate::background::mark_background_thread();
                 run(setup, rx)
             })
             .map_err(|e| {
@@ -255,13 +256,16 @@ fn run(setup: WorkerSetup, msgs: Receiver<WorkerMsg>) {
         };
         let id = job.id;
         let mut freed = 0;
+        let busy = crate::background::busy();
         let ev = finish(&setup, &mut chain, &mut scratch, &mut freed, job);
         let failed = matches!(ev, TaskEvent::Failed { .. });
         // The job thread may be gone at teardown; then nothing matters.
         let _ = setup.events.send(ev);
         if let Some(hook) = AFTER_SNAPSHOT.get() {
+            crate::background::yield_point();
             hook(freed);
         }
+        drop(busy);
         if failed {
             // The job restarts or ends: this attempt's later snapshots
             // are moot.
@@ -303,6 +307,7 @@ fn finish(
     // `persisted_bytes`, not in the state's or the written bytes.
     let mut persisted = 0u64;
     for p in job.parts {
+        crate::background::yield_point();
         match p.snapshot.run(&req) {
             Ok(enc) => {
                 delta |= enc.delta;
@@ -342,6 +347,7 @@ fn finish(
     stats.incremental = delta;
     let mut part = None;
     if let Some(storage) = &setup.storage {
+        crate::background::yield_point();
         let mut buf = std::mem::take(scratch);
         buf.clear();
         let bytes = match postcard::to_extend(&states, buf) {

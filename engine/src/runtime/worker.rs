@@ -141,7 +141,7 @@ pub(crate) fn run_worker(mut tasks: Vec<WorkerTask>, cancel: Receiver<()>, wait:
                 continue;
             }
             WaitStrategy::SpinPark { spins } if idle_rounds <= spins + YIELDS_BEFORE_PARK => {
-                std::thread::yield_now();
+                crate::background::yield_or_nap();
                 continue;
             }
             WaitStrategy::Spin => {

@@ -528,6 +528,7 @@ pub trait CheckpointStorage: Send + Sync {
         let mut bases: BTreeMap<CheckpointId, BTreeMap<TaskStateKey, Option<CheckpointId>>> =
             BTreeMap::new();
         for id in self.list()? {
+            crate::background::yield_point();
             if let (Ok(meta), Ok(b)) = (self.load_metadata(id), self.part_bases(id)) {
                 if meta.kind == SnapshotKind::Checkpoint {
                     checkpoints.push(id);
@@ -567,6 +568,7 @@ pub trait CheckpointStorage: Send + Sync {
             .filter(|id| !needed.contains(id))
             .collect();
         for &id in &removed {
+            crate::background::yield_point();
             self.remove(id)?;
         }
         Ok(removed)

@@ -18,8 +18,16 @@ pub(super) const HEADER_LEN: usize = 4 + 2 + 8 + 4;
 
 /// Creates `path` (which must not exist), writes the framed `payload`,
 /// fsyncs it, and returns the payload's CRC32C.
+/// Bytes written by one `write` call of [`write_framed`]: 256 KiB, some
+/// tens of µs of copying into the page cache.
+const WRITE_PIECE_BYTES: usize = 256 * 1024;
+
 pub(super) fn write_framed(path: &Path, payload: &[u8]) -> Result<u32> {
-    let crc = crc32c::crc32c(payload);
+    let mut crc = 0;
+    for piece in payload.chunks(WRITE_PIECE_BYTES) {
+        crc = crc32c::crc32c_append(crc, piece);
+        crate::background::yield_point();
+    }
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -36,8 +44,17 @@ pub(super) fn write_framed(path: &Path, payload: &[u8]) -> Result<u32> {
     // snapshot thread's profile; BENCHMARKS.md). A torn write is caught
     // on reading by the length and the CRC.
     file.write_all(&header)
-        .and_then(|()| file.write_all(payload))
         .map_err(|e| StorageError::io("writing", path, e))?;
+    // The payload in pieces with a yield point between them: copying
+    // megabytes into the page cache is milliseconds of a snapshot
+    // thread's CPU, which must not hold a core that long
+    // ([`crate::yield_point`]).
+    for piece in payload.chunks(WRITE_PIECE_BYTES) {
+        crate::background::yield_point();
+        file.write_all(piece)
+            .map_err(|e| StorageError::io("writing", path, e))?;
+    }
+    crate::background::yield_point();
     file.sync_all()
         .map_err(|e| StorageError::io("syncing", path, e))?;
     Ok(crc)

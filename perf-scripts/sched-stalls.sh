@@ -6,6 +6,11 @@
 # snapshot threads lg-snap-<task>, the publisher lg-publish, the job thread
 # (checkpoint coordinator) lg-job. Use it to see whether records wait for a
 # CPU during checkpoints (task threads' delays) or for something else.
+# A second table takes every gap longer than the threshold in which a
+# task thread (lg-worker-* with --workers, else lg<stage>-*) was off its
+# core, and sums per other thread how long that thread ran during such
+# gaps: who held the cores while records waited (e.g. snapshot threads
+# holding a core until the scheduler's tick after a task's yield).
 #
 # usage: perf-scripts/sched-stalls.sh [-t DELAY_MS (default 0.3)] [-- LOADGEN_ARGS...]
 #   LOADGEN_ARGS default: --duration 3 --warmup 1 (W2, exactly-once).
@@ -49,3 +54,40 @@ awk -v t="$threshold" '
     printf "%-18s %10s %9s %14s %12s\n", "thread", "cpu ms", "switches", "delays > " t " ms", "max delay ms"
     for (k in run) printf "%-18s %10.1f %9d %14d %12.3f\n", k, run[k], n[k], late[k], max[k]
   }' "$tmp/timehist.txt" | sort
+
+echo
+echo "task threads' gaps off their cores longer than $threshold ms, and who ran meanwhile"
+python3 - "$tmp/timehist.txt" "$threshold" <<'PY'
+import bisect, collections, re, sys
+limit = float(sys.argv[2]) / 1000
+runs = []  # (start s, end s, name)
+for line in open(sys.argv[1]):
+    p = line.split()
+    try:
+        end, run = float(p[0]), float(p[-1]) / 1000
+    except (ValueError, IndexError):
+        continue
+    if len(p) >= 6:
+        runs.append((end - run, end, re.sub(r"\[.*", "", p[2])))
+runs.sort()
+def is_task(n):
+    return n.startswith("lg-worker") or (n.startswith("lg") and not n.startswith(("lg-snap", "lg-publish", "lg-job")))
+last, gaps = {}, []
+for s, e, n in runs:
+    if is_task(n):
+        if n in last and s - last[n] > limit:
+            gaps.append((last[n], s))
+        last[n] = e
+starts = [r[0] for r in runs]
+during = collections.Counter()
+for gs, ge in gaps:
+    lo = bisect.bisect_left(starts, gs - 0.05)
+    for s, e, n in runs[lo:bisect.bisect_right(starts, ge)]:
+        overlap = min(e, ge) - max(s, gs)
+        if overlap > 0 and not is_task(n):
+            during[n] += overlap
+print(f"{len(gaps)} gaps, {sum(ge - gs for gs, ge in gaps) * 1000:.1f} ms in all")
+print(f"{'thread':<20}{'ran during them, ms':>22}")
+for n, t in during.most_common(12):
+    print(f"{n:<20}{t * 1000:>22.1f}")
+PY

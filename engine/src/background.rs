@@ -20,6 +20,13 @@
 //! [`YIELD_EVERY_NS`] since its last yield, the call gives the core to any
 //! runnable thread, which is where a task thread waits after its own
 //! yield. On any other thread the call costs one thread-local read.
+//!
+//! How a snapshot thread and the tasks share the cores then depends on
+//! where the tasks run (measured on 2 cores, BENCHMARKS.md): on
+//! cooperative workers it runs at `SCHED_IDLE` and idle workers nap while
+//! it works ([`yield_or_nap`]), so it takes their idle time; with a thread
+//! per task it keeps the tasks' priority, and its yield points bound each
+//! of its turns (at `SCHED_IDLE` it starved behind the tasks' spinning).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};

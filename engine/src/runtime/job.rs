@@ -534,6 +534,7 @@ impl Driver {
                             full_every: self.config.checkpoint.full_every,
                             max_chain_ratio: self.config.checkpoint.max_chain_ratio,
                         },
+                        idle_priority: self.config.workers.is_some(),
                     })
                     .map_err(|e| JobError::Internal(format!("starting task {name}: {e}")))?,
                 )

@@ -65,6 +65,11 @@ pub(crate) struct WorkerSetup {
     /// Armed only for [`FailurePoint::DuringAsyncSnapshot`].
     pub(crate) failure: Option<InjectedFailure>,
     pub(crate) policy: ChainPolicy,
+    /// Run at `SCHED_IDLE` ([`lower_priority`]: on cooperative workers,
+    /// which leave idle time while it works,
+    /// [`crate::background::yield_or_nap`]); else at the tasks' priority,
+    /// its turns bounded by its yield points.
+    pub(crate) idle_priority: bool,
 }
 
 impl SnapshotWorker {
@@ -81,7 +86,9 @@ impl SnapshotWorker {
         let thread = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
-                lower_priority();
+                if setup.idle_priority {
+                    lower_priority();
+                }
                 crate::background::mark_background_thread();
                 run(setup, rx)
             })
@@ -131,6 +138,15 @@ impl SnapshotWorker {
 /// gives it the smallest weight, 3 against 1024 for a nice-0 thread
 /// (kernel/sched/core.c, `WEIGHT_IDLEPRIO`), so checkpoints still complete,
 /// later. Linux only; elsewhere a no-op.
+///
+/// Only on cooperative workers ([`WorkerSetup::idle_priority`]), which nap
+/// while a snapshot thread works and so leave it idle time. Tasks on
+/// threads of their own spin and yield while they wait and stay
+/// runnable, so on 2 cores a `SCHED_IDLE` snapshot thread that yields at
+/// its yield points got its turns seconds of CPU apart: W2's checkpoints
+/// took 46 ms end to end (p50) instead of 4 ms at normal priority, and
+/// with 1,000,000 keys 283 ms (BENCHMARKS.md, "Background threads
+/// yield"). At normal priority its yield points bound each of its turns.
 #[cfg(target_os = "linux")]
 fn lower_priority() {
     let param = libc::sched_param { sched_priority: 0 };
@@ -214,8 +230,9 @@ static AFTER_SNAPSHOT: std::sync::OnceLock<fn(u64)> = std::sync::OnceLock::new()
 
 /// Sets a function that every snapshot thread calls after each snapshot
 /// job it finished (acknowledged or not), on that thread, off every task's
-/// record path (a snapshot thread runs at `SCHED_IDLE` on Linux, so under
-/// load the call may come late), with the bytes of encoding buffers the
+/// record path (a snapshot thread yields its core to waiting tasks, and
+/// on cooperative workers runs at `SCHED_IDLE` on Linux, so under load the
+/// call may come late), with the bytes of encoding buffers the
 /// job freed: those it did not keep for its next jobs (see
 /// [`snapshot_buffer`](crate::snapshot_buffer): a buffer over 8 MiB, or
 /// one past the 8 MiB its spares keep together), plus an unaligned

@@ -462,6 +462,10 @@ fn w3_at_least_once_runs_and_quiet_prints_one_line() {
     // At-least-once blocks no channel: no alignment, only the spread of
     // each subtask's barriers (as Flink's BarrierTracker).
     let j = read_json(&json);
+    assert_eq!(
+        j["config"]["tick_us"], 10,
+        "a thread per task's default tick"
+    );
     assert_eq!(j["checkpoints"]["alignment_ns"]["max"], 0);
     let subtasks: Vec<&Value> = j["checkpoints"]["list"]
         .as_array()
@@ -1053,12 +1057,41 @@ fn a_run_killed_on_threads_restores_exactly_on_cooperative_workers() {
     kill_after_checkpoints(&run_args, &chk, 1);
     let (report, o) = restored_exactly(dir.path(), &["--workers", "5"]);
     assert_eq!(report["config"]["workers"], 2, "{report}");
+    // The recorded source tick, not the workers' default.
+    assert_eq!(report["config"]["tick_us"], 10, "{report}");
     let (out, err) = text(&o);
     assert!(out.contains("2 cooperative workers"), "{out}");
     assert!(
         err.contains("--workers 5 with parallelism 2") && err.contains("so 2 workers run"),
         "{err}"
     );
+}
+
+/// On cooperative workers the paced sources' tick defaults to
+/// `WORKERS_TICK_US` (2 µs); `--tick-us` still sets it.
+#[test]
+fn the_source_tick_defaults_to_2_us_on_workers() {
+    let _g = heavy();
+    let dir = tempfile::tempdir().unwrap();
+    for (extra, tick) in [(&[][..], 2), (&["--tick-us", "7"][..], 7)] {
+        let json = dir.path().join(format!("tick{tick}.json"));
+        let mut args = SHORT_W2.to_vec();
+        args.extend([
+            "--workers",
+            "2",
+            "--checkpoint",
+            "none",
+            "--quiet",
+            "--json",
+        ]);
+        args.push(json.to_str().unwrap());
+        args.extend(extra);
+        let o = loadgen(&args);
+        assert_ok(&o);
+        let j = read_json(&json);
+        assert_eq!(j["config"]["tick_us"], tick, "{}", j["config"]);
+        assert_eq!(j["config"]["workers"], 2);
+    }
 }
 
 #[test]

@@ -116,6 +116,20 @@ pub const INTERVAL_NS: u64 = 100_000_000;
 pub const DEFAULT_TICK_US: u64 = 10;
 /// [`DEFAULT_TICK_US`] as a duration.
 pub const DEFAULT_TICK: Duration = Duration::from_micros(DEFAULT_TICK_US);
+/// The source tick in µs when the tasks run on cooperative workers
+/// (`lockgate loadgen --workers N` without `--tick-us`): 2.
+///
+/// [`DEFAULT_TICK_US`] is there to spare a task thread the wake-ups of
+/// sleeps shorter than a wake-up; a worker that waits a few µs for the
+/// next record spins instead, so the tick only delays records: a record
+/// waited half a tick on average before it left. Measured on the 2-core
+/// VM (BENCHMARKS.md, "A shorter source tick on workers"), W2 on 2
+/// workers without checkpoints, p50 7.1-8.0 µs with a 10 µs tick and
+/// 1.3-1.5 µs with 1, 2 or 5 µs, at the same CPU time (the workers keep
+/// both cores busy at 200,000 records/s either way; at 20,000 records/s
+/// the tick does not bind). The timely peer (`benches/timely`) sends
+/// every record when it is due, with no tick at all.
+pub const WORKERS_TICK_US: u64 = 2;
 /// The most payload bytes per record: 1 MiB (a bound against typos that
 /// would exhaust memory).
 pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;

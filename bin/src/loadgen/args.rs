@@ -231,9 +231,10 @@ pub(crate) struct Args {
     pub quiet: bool,
     /// W2/W3: the shortest sleep of a paced source between two polls, µs;
     /// each wake-up emits every record due (longer: fewer wake-ups, more
-    /// latency).
-    #[arg(long, default_value_t = lockgate_workloads::refjob::DEFAULT_TICK_US)]
-    pub tick_us: u64,
+    /// latency) [default: 10 with a thread per task, 2 with --workers,
+    /// whose idle workers spin rather than sleep for a few µs].
+    #[arg(long)]
+    pub tick_us: Option<u64>,
 }
 
 /// Where checkpoints go for this run.
@@ -445,10 +446,15 @@ impl Args {
             ));
         }
         refjob.parallelism = self.parallelism;
-        if self.tick_us == 0 {
+        let tick_us = self.tick_us.unwrap_or(if self.workers.is_some() {
+            lockgate_workloads::refjob::WORKERS_TICK_US
+        } else {
+            lockgate_workloads::refjob::DEFAULT_TICK_US
+        });
+        if tick_us == 0 {
             return Err("--tick-us must be at least 1".into());
         }
-        refjob.tick = Duration::from_micros(self.tick_us);
+        refjob.tick = Duration::from_micros(tick_us);
         refjob.validate().map_err(|e| e.to_string())?;
 
         let mut job = JobConfig::default();
@@ -750,7 +756,7 @@ impl Args {
                 ProgressArg::Never => "never",
             },
             "quiet": self.quiet,
-            "tick_us": self.tick_us,
+            "tick_us": tick_us,
         });
         Ok(Plan {
             refjob,

@@ -7,9 +7,15 @@
 # LOCKGATE_PREBUILT=1: run no cargo at all, for a machine that got the
 # release binaries copied into target/ and has no toolchain (a missing
 # binary is then an error; perf-scripts/suite.sh explains the layout).
+# Unset, empty or 0: build what is missing.
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOCKGATE_BIN="${LOCKGATE_BIN:-$ROOT/target/release/lockgate}"
+
+# prebuilt: whether LOCKGATE_PREBUILT asks for no cargo (set, not 0).
+prebuilt() {
+    [[ -n "${LOCKGATE_PREBUILT:-}" && "${LOCKGATE_PREBUILT}" != 0 ]]
+}
 
 die() {
     echo "error: $*" >&2
@@ -26,7 +32,11 @@ need_tool() {
 
 # The release binary, built when missing.
 ensure_lockgate() {
-    if [[ ! -x "$LOCKGATE_BIN" && -z "${LOCKGATE_PREBUILT:-}" ]]; then
+    if prebuilt; then
+        [[ -x "$LOCKGATE_BIN" ]] || die "no binary at $LOCKGATE_BIN (LOCKGATE_PREBUILT is set: nothing is built)"
+        return
+    fi
+    if [[ ! -x "$LOCKGATE_BIN" ]]; then
         echo "building $LOCKGATE_BIN (cargo build --release -p lockgate-cli)..." >&2
         (cd "$ROOT" && cargo build --release -p lockgate-cli >&2)
     fi
@@ -38,7 +48,12 @@ ensure_lockgate() {
 # lockgate-benches --bin NAME` when missing.
 bench_bin() {
     local bin="$ROOT/target/release/$1"
-    if [[ ! -x "$bin" && -z "${LOCKGATE_PREBUILT:-}" ]]; then
+    if prebuilt; then
+        [[ -x "$bin" ]] || die "no binary at $bin (LOCKGATE_PREBUILT is set: nothing is built)"
+        echo "$bin"
+        return
+    fi
+    if [[ ! -x "$bin" ]]; then
         echo "building $bin (cargo build --release -p lockgate-benches --bin $1)..." >&2
         (cd "$ROOT" && cargo build --release -p lockgate-benches --bin "$1" >&2)
     fi

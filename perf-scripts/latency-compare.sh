@@ -32,7 +32,8 @@ timely's crate in its own target dir (from the repository root: `cd
 benches/timely && CARGO_TARGET_DIR=../../target/timely cargo build
 --release --locked`, a few minutes the first time; cargo runs on it every
 time, quick when nothing changed). A system that cannot be built is left
-out with a note. LOCKGATE_PREBUILT=1 runs no cargo (common.sh).
+out with a note. LOCKGATE_PREBUILT=1 runs no cargo, and a missing binary
+is then an error (common.sh).
 USAGE
 }
 
@@ -69,7 +70,12 @@ command -v jq >/dev/null 2>&1 || need_tool python3 "apt-get install python3 (or 
 ensure_lockgate
 RAW_BIN="$ROOT/target/release/raw_paced"
 TIMELY_BIN="$ROOT/target/timely/release/lockgate-timely"
-if [[ ! -x "$RAW_BIN" && -z "${LOCKGATE_PREBUILT:-}" ]]; then
+if prebuilt; then
+    for b in "$RAW_BIN" "$TIMELY_BIN"; do
+        [[ -x "$b" ]] || die "no binary at $b (LOCKGATE_PREBUILT is set: nothing is built)"
+    done
+fi
+if [[ ! -x "$RAW_BIN" ]] && ! prebuilt; then
     echo "building raw_paced..." >&2
     (cd "$ROOT" && cargo build --release -p lockgate-benches --bin raw_paced >&2) || true
 fi
@@ -77,7 +83,7 @@ fi
 # compare against an older configuration of the peer (until 2026-12-01 the
 # port closed its input epoch every 1 ms, which alone made timely's W2 p50
 # ~565 µs instead of ~10 µs).
-if [[ -z "${LOCKGATE_PREBUILT:-}" ]]; then
+if ! prebuilt; then
     echo "building lockgate-timely if needed (timely-dataflow, a few minutes the first time)..." >&2
     (cd "$ROOT/benches/timely" && CARGO_TARGET_DIR="$ROOT/target/timely" cargo build --release --locked >&2) || true
 fi

@@ -6,11 +6,13 @@
 # snapshot threads lg-snap-<task>, the publisher lg-publish, the job thread
 # (checkpoint coordinator) lg-job. Use it to see whether records wait for a
 # CPU during checkpoints (task threads' delays) or for something else.
-# A second table takes every gap longer than the threshold in which a
-# task thread (lg-worker-* with --workers, else lg<stage>-*) was off its
-# core, and sums per other thread how long that thread ran during such
-# gaps: who held the cores while records waited (e.g. snapshot threads
-# holding a core until the scheduler's tick after a task's yield).
+# A second table takes the time in which at least one task thread
+# (lg-worker-* with --workers, else lg<stage>-*) was off its core in a gap
+# longer than the threshold (overlapping gaps merged, so each moment
+# counts once), and sums per other thread how long it ran in that time:
+# who held the cores while records waited (e.g. snapshot threads holding
+# a core until the scheduler's tick after a task's yield); idle cores
+# (<idle>) and perf itself are shown apart.
 #
 # usage: perf-scripts/sched-stalls.sh [-t DELAY_MS (default 0.3)] [-- LOADGEN_ARGS...]
 #   LOADGEN_ARGS default: --duration 3 --warmup 1 (W2, exactly-once).
@@ -29,6 +31,7 @@ while getopts "t:h" opt; do
   esac
 done
 shift $((OPTIND - 1))
+[[ $threshold =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "error: -t: '$threshold' is not a number of ms" >&2; exit 2; }
 [[ ${1:-} == "--" ]] && shift
 args=("$@")
 [[ ${#args[@]} -gt 0 ]] || args=(--duration 3 --warmup 1)
@@ -56,7 +59,7 @@ awk -v t="$threshold" '
   }' "$tmp/timehist.txt" | sort
 
 echo
-echo "task threads' gaps off their cores longer than $threshold ms, and who ran meanwhile"
+echo "time task threads were off their cores in gaps over $threshold ms, and who ran then"
 python3 - "$tmp/timehist.txt" "$threshold" <<'PY'
 import bisect, collections, re, sys
 limit = float(sys.argv[2]) / 1000
@@ -78,16 +81,26 @@ for s, e, n in runs:
         if n in last and s - last[n] > limit:
             gaps.append((last[n], s))
         last[n] = e
+# Overlapping gaps of several task threads merged: each moment once.
+merged = []
+for gs, ge in sorted(gaps):
+    if merged and gs <= merged[-1][1]:
+        merged[-1][1] = max(merged[-1][1], ge)
+    else:
+        merged.append([gs, ge])
 starts = [r[0] for r in runs]
 during = collections.Counter()
-for gs, ge in gaps:
+for gs, ge in merged:
     lo = bisect.bisect_left(starts, gs - 0.05)
     for s, e, n in runs[lo:bisect.bisect_right(starts, ge)]:
         overlap = min(e, ge) - max(s, gs)
         if overlap > 0 and not is_task(n):
             during[n] += overlap
-print(f"{len(gaps)} gaps, {sum(ge - gs for gs, ge in gaps) * 1000:.1f} ms in all")
-print(f"{'thread':<20}{'ran during them, ms':>22}")
-for n, t in during.most_common(12):
-    print(f"{n:<20}{t * 1000:>22.1f}")
+print(f"{len(gaps)} gaps of task threads, {sum(ge - gs for gs, ge in merged) * 1000:.1f} ms of time in them")
+print(f"{'thread':<20}{'ran in that time, ms':>22}")
+for n, t in during.most_common(14):
+    if n not in ("<idle>", "perf"):
+        print(f"{n:<20}{t * 1000:>22.1f}")
+print(f"{'(cores idle)':<20}{during['<idle>'] * 1000:>22.1f}")
+print(f"{'(perf itself)':<20}{during['perf'] * 1000:>22.1f}")
 PY

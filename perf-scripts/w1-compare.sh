@@ -29,8 +29,9 @@ while getopts "n:r:w:h" opt; do
 done
 command -v python3 >/dev/null || { echo "python3 is needed (Debian: apt-get install python3)" >&2; exit 3; }
 cd "$(dirname "$0")/.."
-# LOCKGATE_PREBUILT=1 (perf-scripts/common.sh): no cargo, the binary is there.
-[[ -n "${LOCKGATE_PREBUILT:-}" ]] || cargo build --release -q -p lockgate-benches --bin w1
+source perf-scripts/common.sh
+# LOCKGATE_PREBUILT=1 (common.sh): no cargo, the binary must be there.
+prebuilt || cargo build --release -q -p lockgate-benches --bin w1
 bin=target/release/w1
 [[ -x "$bin" ]] || { echo "no binary at $bin" >&2; exit 3; }
 out=$(mktemp)

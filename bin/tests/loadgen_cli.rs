@@ -1057,8 +1057,8 @@ fn a_run_killed_on_threads_restores_exactly_on_cooperative_workers() {
     kill_after_checkpoints(&run_args, &chk, 1);
     let (report, o) = restored_exactly(dir.path(), &["--workers", "5"]);
     assert_eq!(report["config"]["workers"], 2, "{report}");
-    // The recorded source tick, not the workers' default.
-    assert_eq!(report["config"]["tick_us"], 10, "{report}");
+    // W1 paces no source: no tick recorded.
+    assert!(report["config"]["tick_us"].is_null(), "{report}");
     let (out, err) = text(&o);
     assert!(out.contains("2 cooperative workers"), "{out}");
     assert!(
@@ -1165,6 +1165,15 @@ fn bad_inputs_are_refused_with_exit_code_2() {
         (vec!["--workload", "w1", "--rate", "1000"], "--rate"),
         (vec!["--workload", "w1", "--duration", "1"], "--duration"),
         (vec!["--workload", "w1", "--warmup", "1"], "--warmup"),
+        (
+            vec!["--workload", "w1", "--tick-us", "5"],
+            "--tick-us applies to the paced workloads (w2, w3) only; w1",
+        ),
+        (
+            vec!["--workload", "w4", "--tick-us", "5"],
+            "--tick-us applies to the paced workloads (w2, w3) only; w4",
+        ),
+        (vec!["--tick-us", "0"], "--tick-us must be at least 1"),
         (vec!["--records", "10"], "--records"),
         (vec!["--workload", "w1", "--records", "0"], "--records"),
         (

@@ -446,6 +446,11 @@ impl Args {
             ));
         }
         refjob.parallelism = self.parallelism;
+        if self.tick_us.is_some() && !paced {
+            return Err(format!(
+                "--tick-us applies to the paced workloads (w2, w3) only; {wname} sends as fast as it can"
+            ));
+        }
         let tick_us = self.tick_us.unwrap_or(if self.workers.is_some() {
             lockgate_workloads::refjob::WORKERS_TICK_US
         } else {
@@ -756,7 +761,7 @@ impl Args {
                 ProgressArg::Never => "never",
             },
             "quiet": self.quiet,
-            "tick_us": tick_us,
+            "tick_us": paced.then_some(tick_us),
         });
         Ok(Plan {
             refjob,

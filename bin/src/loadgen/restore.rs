@@ -195,8 +195,17 @@ pub(crate) fn resolve(args: Args, argv: &[OsString]) -> Result<Args, String> {
     if !typed.is_empty() {
         return Err(refuse(typed));
     }
+    // Builds up to 2020620 recorded a tick for W1 and W4 too, which do
+    // not pace their sources (and refuse `--tick-us` now): not applied.
+    let unpaced = matches!(
+        recorded.get("workload").and_then(Value::as_str),
+        Some("w1" | "w4")
+    );
     // Every recorded flag not given takes the recorded value.
     for (flag, value) in &recorded {
+        if flag == "tick_us" && unpaced {
+            continue;
+        }
         if !MAY_DIFFER.contains(&flag.as_str()) && !given(flag) && !value.is_null() {
             line.push(format!("--{}", flag.replace('_', "-")).into());
             line.push(shown(value).into());

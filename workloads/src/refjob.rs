@@ -1788,7 +1788,6 @@ impl SinkReplica {
         let idx = match &changes {
             Some(c) => {
                 self.check.apply_changes(c)?;
-                lockgate::yield_point();
                 SinkCheck::indices(c)
             }
             None => Default::default(),

@@ -16,12 +16,12 @@ pub const FORMAT_VERSION: u16 = 1;
 /// Header size in bytes: magic (4) + version (2) + payload length (8) + CRC32C (4).
 pub(super) const HEADER_LEN: usize = 4 + 2 + 8 + 4;
 
-/// Creates `path` (which must not exist), writes the framed `payload`,
-/// fsyncs it, and returns the payload's CRC32C.
-/// Bytes written by one `write` call of [`write_framed`]: 256 KiB, some
-/// tens of µs of copying into the page cache.
+/// Bytes checksummed and written by one step of [`write_framed`]: 256
+/// KiB, some tens of µs of work between two yield points.
 const WRITE_PIECE_BYTES: usize = 256 * 1024;
 
+/// Creates `path` (which must not exist), writes the framed `payload`,
+/// fsyncs it, and returns the payload's CRC32C.
 pub(super) fn write_framed(path: &Path, payload: &[u8]) -> Result<u32> {
     let mut crc = 0;
     for piece in payload.chunks(WRITE_PIECE_BYTES) {

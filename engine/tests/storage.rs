@@ -434,6 +434,36 @@ fn check_retention(store: &dyn CheckpointStorage) {
     assert_eq!(store.list().unwrap(), ids(&[2]));
 }
 
+/// `remove_many` deletes every id named, and at an id that is not
+/// there stops with `NotFound`: those before it are gone, those after
+/// it stay.
+fn check_remove_many(store: &dyn CheckpointStorage) {
+    for id in 1..=6 {
+        write(store, id, SnapshotKind::Checkpoint);
+    }
+    store.remove_many(&ids(&[1, 2, 4])).unwrap();
+    assert_eq!(store.list().unwrap(), ids(&[3, 5, 6]));
+    store.remove_many(&[]).unwrap();
+    assert!(matches!(
+        store.remove_many(&ids(&[3, 4, 5])),
+        Err(StorageError::NotFound {
+            id: CheckpointId(4),
+            ..
+        })
+    ));
+    assert_eq!(store.list().unwrap(), ids(&[5, 6]));
+    // What is left still loads.
+    assert_eq!(store.load(CheckpointId(5)).unwrap().states.len(), 3);
+}
+
+#[test]
+fn remove_many_deletes_all_named_and_stops_at_a_missing_one() {
+    let (_d, store) = open();
+    check_remove_many(&store);
+    assert_eq!(store.clean_temporaries().unwrap(), 0);
+    check_remove_many(&MemoryStorage::new());
+}
+
 #[test]
 fn retain_keeps_newest_checkpoints_and_all_savepoints() {
     let (_d, store) = open();

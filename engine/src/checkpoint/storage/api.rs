@@ -567,11 +567,27 @@ pub trait CheckpointStorage: Send + Sync {
             .into_iter()
             .filter(|id| !needed.contains(id))
             .collect();
-        for &id in &removed {
+        self.remove_many(&removed)?;
+        Ok(removed)
+    }
+
+    /// Deletes published checkpoints `ids`, as [`remove`](Self::remove)
+    /// does one by one (the default). [`LocalDirStorage`](crate::LocalDirStorage)
+    /// renames every folder out of the way first and makes the renames
+    /// durable with one `fsync` of the root, then deletes them: on a file
+    /// system where each `fsync` is a device write and flush (~0.2-0.3 ms
+    /// here), a chain of N checkpoints retired at once cost N of them,
+    /// in series with the next checkpoint's writes.
+    ///
+    /// # Errors
+    /// As [`remove`](Self::remove), at the first id that fails (those
+    /// before it stay deleted).
+    fn remove_many(&self, ids: &[CheckpointId]) -> Result<()> {
+        for &id in ids {
             crate::background::yield_point();
             self.remove(id)?;
         }
-        Ok(removed)
+        Ok(())
     }
 
     /// Deletes published checkpoint `id` (whatever its kind). For
@@ -712,6 +728,9 @@ impl<S: CheckpointStorage + ?Sized> CheckpointStorage for std::sync::Arc<S> {
     }
     fn remove(&self, id: CheckpointId) -> Result<()> {
         (**self).remove(id)
+    }
+    fn remove_many(&self, ids: &[CheckpointId]) -> Result<()> {
+        (**self).remove_many(ids)
     }
     fn set_aside(&self, id: CheckpointId) -> Result<Option<String>> {
         (**self).set_aside(id)

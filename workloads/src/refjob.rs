@@ -523,6 +523,11 @@ struct SinkSlot {
     /// interval, so that the sink's synchronous snapshot part allocates
     /// and zeroes nothing (two full histograms: ~420 KiB).
     spare: Option<Recorded>,
+    /// A [`SinkChanges`] the snapshot thread is done with, emptied, for
+    /// the sink's next synchronous snapshot part to fill
+    /// ([`SinkCheck::take_changes_into`]): its lists keep their capacity,
+    /// so that part allocates nothing.
+    spare_changes: Option<SinkChanges>,
     deliveries: u64,
     first_recorded_ns: u64,
     last_delivery_ns: u64,
@@ -829,6 +834,7 @@ impl RefJobResults {
             attempts: 0,
             attempt_starts: Vec::new(),
             spare: None,
+            spare_changes: None,
         })];
         Ok(RefJobResults {
             shared: Arc::new(Shared {
@@ -1617,7 +1623,11 @@ impl Checkpointed for RefSink {
         let mut slot = open_slot(&shared, self.slot, &mut self.roll_back)?;
         slot.close_interval(id);
         let (replica, changes) = match &self.replica {
-            Some(r) => (r.clone(), Some(slot.check.take_changes())),
+            Some(r) => {
+                let mut changes = slot.spare_changes.take().unwrap_or_default();
+                slot.check.take_changes_into(&mut changes);
+                (r.clone(), Some(changes))
+            }
             // Not seeded at the start (checkpoints were off then): seed now.
             None => {
                 let r = seeded_replica(&mut slot.check);
@@ -1643,10 +1653,15 @@ impl Checkpointed for RefSink {
             // One snapshot at a time takes the lock (the task's snapshot
             // thread runs them in order); a panic in one leaves the
             // replica as good as the changes it had applied.
-            replica
+            let (encoded, done) = replica
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .snapshot(req, changes)
+                .snapshot(req, changes)?;
+            if let Some(mut done) = done {
+                done.clear();
+                lock(&shared.slots[index]).spare_changes.get_or_insert(done);
+            }
+            Ok(encoded)
         })))
     }
 
@@ -1710,8 +1725,9 @@ enum SinkPart {
     Delta(SinkChanges),
 }
 
-/// [`SinkState`] with a borrowed check, for encoding a full part without
-/// a copy of the check (2.5 MB for W1's 20 M records). The same fields
+/// [`SinkState`] with a borrowed part, for encoding a full part without
+/// a copy of the check (2.5 MB for W1's 20 M records), or a snapshot's
+/// changes without a copy of them. The same fields
 /// and variants in the same order, so the bytes are [`SinkState`]'s
 /// (postcard encodes neither names nor references; tested).
 #[derive(Serialize)]
@@ -1724,7 +1740,6 @@ struct SinkStateRef<'a> {
 #[derive(Serialize)]
 enum SinkPartRef<'a> {
     Full(&'a SinkCheck),
-    #[allow(dead_code)] // keeps the variant order of `SinkPart`
     Delta(&'a SinkChanges),
 }
 
@@ -1763,11 +1778,14 @@ fn seeded_replica(check: &mut SinkCheck) -> Arc<Mutex<SinkReplica>> {
     Arc::new(Mutex::new(SinkReplica::new(check.clone())))
 }
 
-/// The snapshot thread's copy of the sink's check, and the words and keys
-/// each snapshot since the last completed checkpoint changed.
+/// The snapshot thread's copy of the sink's check, and the changes each
+/// snapshot since the last completed checkpoint took.
 struct SinkReplica {
     check: SinkCheck,
-    log: std::collections::BTreeMap<CheckpointId, (Vec<u64>, Vec<u64>)>,
+    /// The changes of each snapshot after the base of the last delta, by
+    /// checkpoint (empty for the attempt's first snapshot, which took
+    /// none: the replica was seeded from the check).
+    log: std::collections::BTreeMap<CheckpointId, SinkChanges>,
     first: Option<CheckpointId>,
 }
 
@@ -1780,61 +1798,91 @@ impl SinkReplica {
         }
     }
 
+    /// The part of checkpoint `req.id`, after applying `changes` (taken by
+    /// the sink's synchronous part; `None` for the attempt's first
+    /// snapshot). A delta when `req.base` is a checkpoint of this attempt
+    /// and the delta is smaller than a full part; when `req.base` is the
+    /// snapshot just before this one (checkpoints complete within their
+    /// interval), the delta is `changes` itself, encoded in place (no
+    /// merge, sort or copy of the changed words).
+    ///
+    /// Returns the encoding and a `SinkChanges` this replica no longer
+    /// needs (an earlier snapshot's, before the base), to be reused.
     fn snapshot(
         &mut self,
         req: &SnapshotRequest,
         changes: Option<SinkChanges>,
-    ) -> Result<EncodedState, BoxError> {
-        let idx = match &changes {
-            Some(c) => {
-                self.check.apply_changes(c)?;
-                SinkCheck::indices(c)
-            }
-            None => Default::default(),
-        };
+    ) -> Result<(EncodedState, Option<SinkChanges>), BoxError> {
+        if let Some(c) = &changes {
+            self.check.apply_changes(c)?;
+        }
         // Between the pieces of this work, a snapshot thread gives its
         // core back to a task that waits for it (`lockgate::yield_point`).
         lockgate::yield_point();
         self.first.get_or_insert(req.id);
-        self.log.insert(req.id, idx);
+        self.log.insert(req.id, changes.unwrap_or_default());
         let full_bytes = full_part_bytes(req.id, &self.check)? as u64;
+        let mut done = None;
         if let Some(base) = req.base.filter(|b| self.first.is_some_and(|f| f <= *b)) {
-            self.log = self.log.split_off(&base.next());
-            let mut words: Vec<u64> = self
-                .log
-                .values()
-                .flat_map(|(w, _)| w.iter().copied())
-                .collect();
-            let mut keys: Vec<u64> = self
-                .log
-                .values()
-                .flat_map(|(_, k)| k.iter().copied())
-                .collect();
-            lockgate::yield_point();
-            words.sort_unstable();
-            words.dedup();
-            lockgate::yield_point();
-            keys.sort_unstable();
-            keys.dedup();
-            lockgate::yield_point();
-            let delta = SinkState {
-                id: req.id,
-                part: SinkPart::Delta(self.check.changes_of(&words, &keys)),
+            let kept = self.log.split_off(&base.next());
+            let before = std::mem::replace(&mut self.log, kept);
+            done = before.into_values().max_by_key(|c| c.word_count());
+            let only = (self.log.len() == 1)
+                .then(|| self.log.get(&req.id))
+                .flatten();
+            let delta = if let Some(only) = only {
+                // This snapshot's changes: the replica's values of them.
+                encode_delta(req.id, only, full_bytes)?
+            } else {
+                let mut words: Vec<u64> =
+                    self.log.values().flat_map(|c| c.word_indices()).collect();
+                let mut keys: Vec<u64> = self.log.values().flat_map(|c| c.keys_iter()).collect();
+                lockgate::yield_point();
+                words.sort_unstable();
+                words.dedup();
+                lockgate::yield_point();
+                keys.sort_unstable();
+                keys.dedup();
+                lockgate::yield_point();
+                let merged = self.check.changes_of(&words, &keys);
+                lockgate::yield_point();
+                encode_delta(req.id, &merged, full_bytes)?
             };
-            lockgate::yield_point();
-            let size = postcard::experimental::serialized_size(&delta)?;
-            let bytes = postcard::to_extend(&delta, lockgate::snapshot_buffer(size))?;
-            if (bytes.len() as u64) < full_bytes {
-                return Ok(EncodedState {
+            if let Some(bytes) = delta {
+                let encoded = EncodedState {
                     bytes,
                     delta: true,
                     full_bytes,
-                });
+                };
+                return Ok((encoded, done));
             }
         }
         lockgate::yield_point();
-        Ok(EncodedState::full(encode_full_part(req.id, &self.check)?))
+        let full = EncodedState::full(encode_full_part(req.id, &self.check)?);
+        Ok((full, done))
     }
+}
+
+/// The encoding of a delta part of checkpoint `id`, `None` when it would
+/// not be smaller than a full part of `full_bytes` bytes (then a full
+/// part is written instead).
+fn encode_delta(
+    id: CheckpointId,
+    changes: &SinkChanges,
+    full_bytes: u64,
+) -> Result<Option<Vec<u8>>, BoxError> {
+    let state = SinkStateRef {
+        id,
+        part: SinkPartRef::Delta(changes),
+    };
+    let size = postcard::experimental::serialized_size(&state)?;
+    if size as u64 >= full_bytes {
+        return Ok(None);
+    }
+    Ok(Some(postcard::to_extend(
+        &state,
+        lockgate::snapshot_buffer(size),
+    )?))
 }
 
 // ---------------------------------------------------------------------------
@@ -2035,5 +2083,78 @@ mod tests {
         };
         assert_eq!(decoded, check);
         assert_eq!(decoded.distinct(), check.distinct());
+    }
+
+    /// The check that `parts` (a full part, then deltas) restore.
+    fn restored(parts: &[&EncodedState]) -> SinkCheck {
+        let mut check = None;
+        for p in parts {
+            match postcard::from_bytes::<SinkState>(&p.bytes).unwrap().part {
+                SinkPart::Full(c) => check = Some(c),
+                SinkPart::Delta(d) => check.as_mut().unwrap().apply_changes(&d).unwrap(),
+            }
+        }
+        check.unwrap()
+    }
+
+    #[test]
+    fn replica_parts_restore_the_check_whether_the_base_is_the_last_snapshot_or_older() {
+        // Few keys: the sequence bitset is most of a full part.
+        let mut check = SinkCheck::new(20_000, 30).unwrap();
+        let replica = seeded_replica(&mut check);
+        let mut next_n = 0;
+        let mut observe = |check: &mut SinkCheck, count: u64| {
+            for n in next_n..next_n + count {
+                let key = n * 7 % 30;
+                check.observe(&crate::workload::SumRecord {
+                    key,
+                    sum: n,
+                    n,
+                    ts_ns: 0,
+                });
+            }
+            next_n += count;
+        };
+        let snap = |check: &mut SinkCheck, id: u64, base: Option<u64>, first: bool| {
+            let changes = (!first).then(|| {
+                let mut c = SinkChanges::default();
+                check.take_changes_into(&mut c);
+                c
+            });
+            let req = SnapshotRequest {
+                id: CheckpointId(id),
+                base: base.map(CheckpointId),
+            };
+            replica.lock().unwrap().snapshot(&req, changes).unwrap()
+        };
+        let (p1, done) = snap(&mut check, 1, None, true);
+        assert!(!p1.delta && done.is_none());
+        observe(&mut check, 500);
+        let at2 = check.clone();
+        // Base 1 is the snapshot just before: the delta is 2's changes.
+        let (p2, done) = snap(&mut check, 2, Some(1), false);
+        assert!(p2.delta, "500 records change less than the whole check");
+        assert!(done.is_some(), "1's entry is handed back");
+        assert_eq!(restored(&[&p1, &p2]), at2);
+        observe(&mut check, 700);
+        // 2 did not complete: 3's delta merges the changes of 2 and 3.
+        let (p3, _) = snap(&mut check, 3, Some(1), false);
+        assert!(p3.delta);
+        assert_eq!(restored(&[&p1, &p3]), check);
+        observe(&mut check, 300);
+        let (p4, done) = snap(&mut check, 4, Some(3), false);
+        assert!(p4.delta);
+        let done = done.expect("2's and 3's entries are handed back");
+        assert!(done.word_count() > 0, "the larger one, with its words");
+        assert_eq!(restored(&[&p1, &p3, &p4]), check);
+        assert_eq!(
+            p4.full_bytes,
+            encode_full_part(CheckpointId(4), &check).unwrap().len() as u64
+        );
+        // A delta as large as a full part is written full.
+        observe(&mut check, 18_500);
+        let (p5, _) = snap(&mut check, 5, Some(4), false);
+        assert!(!p5.delta, "every word changed: a full part is smaller");
+        assert_eq!(restored(&[&p5]), check);
     }
 }

@@ -1068,6 +1068,34 @@ pub struct SinkChanges {
     sums: Vec<(u64, u64)>,
 }
 
+impl SinkChanges {
+    /// Changed words of the sequence bitset.
+    pub fn word_count(&self) -> usize {
+        self.words.len()
+    }
+
+    /// Changed keys.
+    pub fn key_count(&self) -> usize {
+        self.keys_iter().len()
+    }
+
+    /// The changed words' indices, in the order they were taken.
+    pub fn word_indices(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
+        self.words.iter().map(|(w, _)| *w)
+    }
+
+    /// The changed keys, in the order they were taken.
+    pub fn keys_iter(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
+        self.sums.iter().map(|(k, _)| *k)
+    }
+
+    /// Empties both lists, keeping their capacity.
+    pub fn clear(&mut self) {
+        self.words.clear();
+        self.sums.clear();
+    }
+}
+
 /// Serializes a word vector as one byte string (little-endian words):
 /// a memory copy, where the default encoding (one varint per word, ~10
 /// bytes for a random bitset word) costs several ms per MB on the sink's
@@ -1198,14 +1226,39 @@ impl SinkCheck {
     /// What changed since changes were tracked or last taken (O(changes)).
     /// Without [`SinkCheck::track_changes`]: everything.
     pub fn take_changes(&mut self) -> SinkChanges {
+        let mut out = SinkChanges::default();
+        self.take_changes_into(&mut out);
+        out
+    }
+
+    /// [`SinkCheck::take_changes`] into `out`, whose lists are emptied and
+    /// refilled: a `SinkChanges` handed back after an earlier snapshot
+    /// lends its capacity, so the sink's synchronous snapshot part
+    /// allocates nothing (a fresh list of W1's ~60,000 changed words a
+    /// checkpoint, about 1 MB, came from fresh pages that the kernel
+    /// zeroed on the sink's thread: `perf record`, BENCHMARKS.md).
+    ///
+    /// ```
+    /// use lockgate_workloads::workload::{SinkChanges, SinkCheck, SumRecord};
+    /// let mut check = SinkCheck::new(1_000, 10).unwrap();
+    /// check.track_changes();
+    /// check.observe(&SumRecord { key: 3, sum: 7, n: 130, ts_ns: 0 });
+    /// let mut changes = SinkChanges::default();
+    /// check.take_changes_into(&mut changes);
+    /// assert_eq!((changes.word_count(), changes.key_count()), (1, 1));
+    /// check.take_changes_into(&mut changes);
+    /// assert_eq!((changes.word_count(), changes.key_count()), (0, 0));
+    /// ```
+    pub fn take_changes_into(&mut self, out: &mut SinkChanges) {
         let Some(mut m) = self.marks.0.take() else {
             let words: Vec<u64> = (0..self.seen.len() as u64).collect();
             let keys: Vec<u64> = (0..self.keys)
                 .filter(|k| bit_test(&self.key_seen, *k))
                 .collect();
-            return self.changes_of(&words, &keys);
+            self.changes_into(&words, &keys, out);
+            return;
         };
-        let changes = self.changes_of(&m.words, &m.keys);
+        self.changes_into(&m.words, &m.keys, out);
         for &w in &m.words {
             m.word_marks[(w / 64) as usize] &= !(1u64 << (w % 64));
         }
@@ -1220,23 +1273,29 @@ impl SinkCheck {
         m.words.clear();
         m.keys.clear();
         self.marks.0 = Some(m);
-        changes
     }
 
     /// The current values of words `words` and keys `keys`, with the
     /// counters.
     pub fn changes_of(&self, words: &[u64], keys: &[u64]) -> SinkChanges {
-        SinkChanges {
-            received: self.received,
-            distinct: self.distinct,
-            duplicates: self.duplicates,
-            out_of_range: self.out_of_range,
-            words: words.iter().map(|&w| (w, self.seen[w as usize])).collect(),
-            sums: keys
-                .iter()
-                .map(|&k| (k, self.last_sum[k as usize]))
-                .collect(),
-        }
+        let mut out = SinkChanges::default();
+        self.changes_into(words, keys, &mut out);
+        out
+    }
+
+    /// [`SinkCheck::changes_of`] into `out` (its lists emptied first,
+    /// their capacity kept).
+    fn changes_into(&self, words: &[u64], keys: &[u64], out: &mut SinkChanges) {
+        out.received = self.received;
+        out.distinct = self.distinct;
+        out.duplicates = self.duplicates;
+        out.out_of_range = self.out_of_range;
+        out.words.clear();
+        out.words
+            .extend(words.iter().map(|&w| (w, self.seen[w as usize])));
+        out.sums.clear();
+        out.sums
+            .extend(keys.iter().map(|&k| (k, self.last_sum[k as usize])));
     }
 
     /// Applies `changes` taken from a check of the same size.
@@ -1257,14 +1316,6 @@ impl SinkCheck {
         self.duplicates = changes.duplicates;
         self.out_of_range = changes.out_of_range;
         Ok(())
-    }
-
-    /// The words and keys changed by `changes`.
-    pub fn indices(changes: &SinkChanges) -> (Vec<u64>, Vec<u64>) {
-        (
-            changes.words.iter().map(|(w, _)| *w).collect(),
-            changes.sums.iter().map(|(k, _)| *k).collect(),
-        )
     }
 
     /// The exact size of this check's postcard encoding, bytes, computed

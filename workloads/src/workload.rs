@@ -1041,9 +1041,30 @@ struct ChangeMarks {
     /// records of a batch run through a few words in order (a 1,000-record
     /// batch of W1 covers about 31), so one compare skips most bit tests.
     last_word: u64,
+    /// Whether changed keys are marked (the last sums are larger than
+    /// [`SUMS_TAKEN_WHOLE_BYTES`]); if not, every key seen counts as
+    /// changed and `key_marks` is empty.
+    keys_marked: bool,
+    /// The changed keys when `keys_marked`; otherwise a list kept for its
+    /// capacity, filled with every seen key at each take.
     keys: Vec<u64>,
     key_marks: Vec<u64>,
 }
+
+/// 128 KiB of last sums (16,384 keys): up to this size a snapshot's
+/// changes take every seen key's sum instead of marking the keys that
+/// changed. Marking costs the sink a bit test, a store and a branch for
+/// every record, most of the 10.6 instructions a record that tracking
+/// changes added to W1's sink (callgrind: `RefSink::write` 50.0 → 71.3 M
+/// instructions for 2 M records, BENCHMARKS.md), several ms of the sink
+/// thread's CPU per 100 ms checkpoint interval at W1's rate; listing
+/// 16,384 sums from the seen-key bitset costs the synchronous part tens of
+/// µs once per checkpoint. With W1's and W2's 10,000 keys nearly every
+/// key changes within a 100 ms interval anyway (86 % at W2's 200,000
+/// records/s, all of them at W1's rate), so the delta is hardly larger;
+/// past this size (W2 with 1,000,000 keys: 8 MB of sums) keys are marked
+/// and the synchronous part stays O(changes).
+pub const SUMS_TAKEN_WHOLE_BYTES: usize = 128 << 10;
 
 impl PartialEq for Marks {
     fn eq(&self, _: &Self) -> bool {
@@ -1210,21 +1231,30 @@ impl SinkCheck {
     }
 
     /// From now on, record which words and keys change, for
-    /// [`SinkCheck::take_changes`] (costs a compare and a bit test per
-    /// record, a second bit test when a record's word is not the last
-    /// one's, and 1 bit per word and per key of memory).
+    /// [`SinkCheck::take_changes`] (costs a compare per record, a bit test
+    /// when a record's word is not the last one's, and 1 bit per word of
+    /// memory; with more than [`SUMS_TAKEN_WHOLE_BYTES`] of last sums, a
+    /// bit test per record and 1 bit per key as well, and with fewer every
+    /// seen key counts as changed).
     pub fn track_changes(&mut self) {
+        let keys_marked = self.last_sum.len() * 8 > SUMS_TAKEN_WHOLE_BYTES;
         self.marks = Marks(Some(Box::new(ChangeMarks {
             words: Vec::new(),
             word_marks: vec![0; self.seen.len().div_ceil(64)],
             last_word: u64::MAX,
+            keys_marked,
             keys: Vec::new(),
-            key_marks: vec![0; self.last_sum.len().div_ceil(64)],
+            key_marks: if keys_marked {
+                vec![0; self.last_sum.len().div_ceil(64)]
+            } else {
+                Vec::new()
+            },
         })));
     }
 
-    /// What changed since changes were tracked or last taken (O(changes)).
-    /// Without [`SinkCheck::track_changes`]: everything.
+    /// What changed since changes were tracked or last taken (O(changes),
+    /// and with at most [`SUMS_TAKEN_WHOLE_BYTES`] of last sums, every
+    /// seen key's). Without [`SinkCheck::track_changes`]: everything.
     pub fn take_changes(&mut self) -> SinkChanges {
         let mut out = SinkChanges::default();
         self.take_changes_into(&mut out);
@@ -1246,8 +1276,9 @@ impl SinkCheck {
     /// let mut changes = SinkChanges::default();
     /// check.take_changes_into(&mut changes);
     /// assert_eq!((changes.word_count(), changes.key_count()), (1, 1));
+    /// // No word changed since; with few keys every seen key is taken.
     /// check.take_changes_into(&mut changes);
-    /// assert_eq!((changes.word_count(), changes.key_count()), (0, 0));
+    /// assert_eq!((changes.word_count(), changes.key_count()), (0, 1));
     /// ```
     pub fn take_changes_into(&mut self, out: &mut SinkChanges) {
         let Some(mut m) = self.marks.0.take() else {
@@ -1258,13 +1289,26 @@ impl SinkCheck {
             self.changes_into(&words, &keys, out);
             return;
         };
+        if !m.keys_marked {
+            m.keys.clear();
+            for (i, &bits) in self.key_seen.iter().enumerate() {
+                let mut rest = bits;
+                while rest != 0 {
+                    m.keys
+                        .push(i as u64 * 64 + u64::from(rest.trailing_zeros()));
+                    rest &= rest - 1;
+                }
+            }
+        }
         self.changes_into(&m.words, &m.keys, out);
         for &w in &m.words {
             m.word_marks[(w / 64) as usize] &= !(1u64 << (w % 64));
         }
         m.last_word = u64::MAX;
-        for &k in &m.keys {
-            m.key_marks[(k / 64) as usize] &= !(1u64 << (k % 64));
+        if m.keys_marked {
+            for &k in &m.keys {
+                m.key_marks[(k / 64) as usize] &= !(1u64 << (k % 64));
+            }
         }
         // Emptied, not replaced: the lists keep their capacity for the
         // next interval, which changes about as many words and keys (a
@@ -1366,7 +1410,7 @@ impl SinkCheck {
                     m.words.push(w);
                 }
             }
-            if !bit_test_and_set(&mut m.key_marks, record.key) {
+            if m.keys_marked && !bit_test_and_set(&mut m.key_marks, record.key) {
                 m.keys.push(record.key);
             }
         }
@@ -1981,6 +2025,41 @@ mod tests {
     }
 
     #[test]
+    fn with_few_keys_every_seen_key_is_taken_and_the_replica_still_matches() {
+        let rec = |n: u64, key: u64| SumRecord {
+            key,
+            sum: n * 3,
+            n,
+            ts_ns: 0,
+        };
+        let mut check = SinkCheck::new(10_000, 1_000).unwrap();
+        assert!(1_000 * 8 <= SUMS_TAKEN_WHOLE_BYTES);
+        check.track_changes();
+        let mut replica = check.clone();
+        for n in 0..300 {
+            check.observe(&rec(n, n % 7 + 200));
+        }
+        let mut changes = SinkChanges::default();
+        check.take_changes_into(&mut changes);
+        assert_eq!((changes.word_count(), changes.key_count()), (5, 7));
+        replica.apply_changes(&changes).unwrap();
+        assert_eq!(replica, check);
+        // One record changes one word and one key; every seen key (in
+        // order) is taken with its sum, changed or not.
+        check.observe(&rec(9_000, 999));
+        check.take_changes_into(&mut changes);
+        assert_eq!(changes.word_count(), 1);
+        let keys: Vec<u64> = changes.keys_iter().collect();
+        assert_eq!(keys, [200, 201, 202, 203, 204, 205, 206, 999]);
+        replica.apply_changes(&changes).unwrap();
+        assert_eq!(replica, check);
+        assert_eq!(replica.last_sum(999), Some(27_000));
+        // Nothing observed: no word, the same keys.
+        check.take_changes_into(&mut changes);
+        assert_eq!((changes.word_count(), changes.key_count()), (0, 8));
+    }
+
+    #[test]
     fn sink_check_changes_rebuild_the_check_and_its_size_is_exact() {
         let rec = |n: u64, key: u64, sum: u64| SumRecord {
             key,
@@ -1988,7 +2067,9 @@ mod tests {
             n,
             ts_ns: 0,
         };
-        let mut check = SinkCheck::new(10_000, 1_000).unwrap();
+        // More sums than `SUMS_TAKEN_WHOLE_BYTES`: changed keys are marked.
+        let mut check = SinkCheck::new(10_000, 20_000).unwrap();
+        assert!(20_000 * 8 > SUMS_TAKEN_WHOLE_BYTES);
         assert_eq!(
             check.encoded_size(),
             postcard::to_allocvec(&check).unwrap().len() as u64

@@ -2033,7 +2033,7 @@ mod tests {
             ts_ns: 0,
         };
         let mut check = SinkCheck::new(10_000, 1_000).unwrap();
-        assert!(1_000 * 8 <= SUMS_TAKEN_WHOLE_BYTES);
+        const { assert!(1_000 * 8 <= SUMS_TAKEN_WHOLE_BYTES) };
         check.track_changes();
         let mut replica = check.clone();
         for n in 0..300 {
@@ -2069,7 +2069,7 @@ mod tests {
         };
         // More sums than `SUMS_TAKEN_WHOLE_BYTES`: changed keys are marked.
         let mut check = SinkCheck::new(10_000, 20_000).unwrap();
-        assert!(20_000 * 8 > SUMS_TAKEN_WHOLE_BYTES);
+        const { assert!(20_000 * 8 > SUMS_TAKEN_WHOLE_BYTES) };
         assert_eq!(
             check.encoded_size(),
             postcard::to_allocvec(&check).unwrap().len() as u64

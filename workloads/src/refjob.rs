@@ -1782,10 +1782,11 @@ fn seeded_replica(check: &mut SinkCheck) -> Arc<Mutex<SinkReplica>> {
 /// snapshot since the last completed checkpoint took.
 struct SinkReplica {
     check: SinkCheck,
-    /// The changes of each snapshot after the base of the last delta, by
-    /// checkpoint (empty for the attempt's first snapshot, which took
-    /// none: the replica was seeded from the check).
+    /// The changes of each snapshot after `first` and after the base of
+    /// the last delta, by checkpoint.
     log: std::collections::BTreeMap<CheckpointId, SinkChanges>,
+    /// The last full part's checkpoint: a delta's base must be at or
+    /// after it (the log holds every snapshot's changes since).
     first: Option<CheckpointId>,
 }
 
@@ -1819,7 +1820,6 @@ impl SinkReplica {
         // Between the pieces of this work, a snapshot thread gives its
         // core back to a task that waits for it (`lockgate::yield_point`).
         lockgate::yield_point();
-        self.first.get_or_insert(req.id);
         self.log.insert(req.id, changes.unwrap_or_default());
         let full_bytes = full_part_bytes(req.id, &self.check)? as u64;
         let mut done = None;
@@ -1857,6 +1857,16 @@ impl SinkReplica {
                 return Ok((encoded, done));
             }
         }
+        // A full part: the log restarts here. A later delta needs a base
+        // at or after this snapshot (`first`), else that part is full
+        // too; without this, every part full (`--incremental false`) let
+        // the log grow by a snapshot's changes at every checkpoint.
+        let logged = std::mem::take(&mut self.log).into_values();
+        done = done
+            .into_iter()
+            .chain(logged)
+            .max_by_key(|c| c.word_count());
+        self.first = Some(req.id);
         lockgate::yield_point();
         let full = EncodedState::full(encode_full_part(req.id, &self.check)?);
         Ok((full, done))
@@ -2100,7 +2110,7 @@ mod tests {
     #[test]
     fn replica_parts_restore_the_check_whether_the_base_is_the_last_snapshot_or_older() {
         // Few keys: the sequence bitset is most of a full part.
-        let mut check = SinkCheck::new(20_000, 30).unwrap();
+        let mut check = SinkCheck::new(24_000, 30).unwrap();
         let replica = seeded_replica(&mut check);
         let mut next_n = 0;
         let mut observe = |check: &mut SinkCheck, count: u64| {
@@ -2128,13 +2138,14 @@ mod tests {
             replica.lock().unwrap().snapshot(&req, changes).unwrap()
         };
         let (p1, done) = snap(&mut check, 1, None, true);
-        assert!(!p1.delta && done.is_none());
+        assert!(!p1.delta);
+        assert!(done.is_some(), "a full part hands its own changes back");
         observe(&mut check, 500);
         let at2 = check.clone();
         // Base 1 is the snapshot just before: the delta is 2's changes.
         let (p2, done) = snap(&mut check, 2, Some(1), false);
         assert!(p2.delta, "500 records change less than the whole check");
-        assert!(done.is_some(), "1's entry is handed back");
+        assert!(done.is_none(), "nothing was logged before 2");
         assert_eq!(restored(&[&p1, &p2]), at2);
         observe(&mut check, 700);
         // 2 did not complete: 3's delta merges the changes of 2 and 3.
@@ -2156,5 +2167,26 @@ mod tests {
         let (p5, _) = snap(&mut check, 5, Some(4), false);
         assert!(!p5.delta, "every word changed: a full part is smaller");
         assert_eq!(restored(&[&p5]), check);
+        assert!(
+            replica.lock().unwrap().log.is_empty(),
+            "a full part restarts the log"
+        );
+        // 5 did not complete and its log is gone: a delta on 4 would miss
+        // 5's changes, so 6 is full; 7 on 6 is a delta again.
+        observe(&mut check, 100);
+        let (p6, _) = snap(&mut check, 6, Some(4), false);
+        assert!(!p6.delta);
+        assert_eq!(restored(&[&p6]), check);
+        observe(&mut check, 100);
+        let (p7, _) = snap(&mut check, 7, Some(6), false);
+        assert!(p7.delta);
+        assert_eq!(restored(&[&p6, &p7]), check);
+        // Every part full (no base): the log stays empty.
+        for id in 8..12 {
+            observe(&mut check, 50);
+            let (p, _) = snap(&mut check, id, None, false);
+            assert!(!p.delta);
+            assert!(replica.lock().unwrap().log.is_empty());
+        }
     }
 }

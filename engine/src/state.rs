@@ -373,9 +373,11 @@ struct Replica<K, V> {
     counts: Vec<u64>,
     /// The sum of the encoded sizes of `(key, Some(value))`, bytes.
     entry_bytes: u64,
-    /// Keys changed by each snapshot taken, by checkpoint; `None`: all.
+    /// Keys changed by each snapshot taken after `first`, by checkpoint;
+    /// `None`: all.
     log: BTreeMap<CheckpointId, Option<Vec<K>>>,
-    /// The first snapshot this replica applied: no delta for an older base.
+    /// The last snapshot encoded full: no delta for an older base (the
+    /// log holds every snapshot's changes since).
     first: Option<CheckpointId>,
 }
 
@@ -542,16 +544,30 @@ where
                 None
             }
         };
-        self.first.get_or_insert(req.id);
         self.log.insert(req.id, logged);
-        let base = req.base.filter(|b| self.first.is_some_and(|f| f <= *b));
-        let Some(base) = base else {
-            return self.encode_full();
-        };
-        // Changes at or before the base are in the base's chain.
-        self.log = self.log.split_off(&base.next());
+        if let Some(base) = req.base.filter(|b| self.first.is_some_and(|f| f <= *b)) {
+            // Changes at or before the base are in the base's chain.
+            self.log = self.log.split_off(&base.next());
+            if let Some(delta) = self.encode_delta()? {
+                return Ok(delta);
+            }
+        }
+        // A full part: the log restarts here. A later delta needs a base at
+        // or after this snapshot (`first`), else that part is full too;
+        // without this, every part full (`incremental` off, or no storage)
+        // let the log grow by a snapshot's changed keys at every
+        // checkpoint.
+        self.log.clear();
+        self.first = Some(req.id);
+        self.encode_full()
+    }
+
+    /// The delta of the snapshots in the log (those after the request's
+    /// base), `None` when it would not be smaller than the state (or the
+    /// log holds a snapshot that changed everything).
+    fn encode_delta(&mut self) -> Result<Option<EncodedState>, StateError> {
         if self.log.values().any(Option::is_none) {
-            return self.encode_full();
+            return Ok(None);
         }
         let mut seen = std::collections::HashSet::new();
         let keys: Vec<K> = self
@@ -564,19 +580,19 @@ where
             .collect();
         let map = self.map();
         if keys.len() >= map.len() {
-            return self.encode_full();
+            return Ok(None);
         }
         let full_bytes = self.full_size();
         let (bytes, _) = Self::encode(true, keys.iter().map(|k| (k, self.map.get(k))))?;
         if bytes.len() as u64 >= full_bytes {
             // Removals can make a delta of fewer keys as big as the state.
-            return self.encode_full();
+            return Ok(None);
         }
-        Ok(EncodedState {
+        Ok(Some(EncodedState {
             bytes,
             delta: true,
             full_bytes,
-        })
+        }))
     }
 }
 
@@ -1321,6 +1337,50 @@ mod tests {
         assert!(delta.bytes.len() < 40, "{} bytes", delta.bytes.len());
         assert_eq!(delta.full_bytes, s.snapshot().unwrap().len() as u64);
         let back = KeyedState::<u64, u64>::restore_chain(&[&first.bytes, &delta.bytes]).unwrap();
+        assert_eq!(back, s);
+    }
+
+    /// A full part restarts the replica's log of changed keys: with every
+    /// part full it stays empty (it grew at every checkpoint before), and
+    /// a delta on a base older than the last full part is written full
+    /// (that log is gone), while one on the full part is a delta again.
+    #[test]
+    fn a_full_part_restarts_the_change_log() {
+        let mut s: KeyedState<u64, u64> = KeyedState::new();
+        for k in 0..1_000 {
+            s.insert(k, k);
+        }
+        let req = |id, base: Option<u64>| SnapshotRequest {
+            id: CheckpointId(id),
+            base: base.map(CheckpointId),
+        };
+        let mut parts = Vec::new();
+        for id in 1..=5 {
+            *s.get_or_default(id) += 1;
+            let part = s.snapshot_async().run(&req(id, None)).unwrap();
+            assert!(!part.delta);
+            let replica = s.replica.as_ref().unwrap().lock().unwrap();
+            assert!(
+                replica.log.is_empty(),
+                "{} snapshots logged",
+                replica.log.len()
+            );
+            assert_eq!(replica.first, Some(CheckpointId(id)));
+            drop(replica);
+            parts.push(part);
+        }
+        // 5 is the last full part: a delta on 4 would miss 5's changes.
+        *s.get_or_default(6) += 1;
+        let on_4 = s.snapshot_async().run(&req(6, Some(4))).unwrap();
+        assert!(!on_4.delta);
+        assert_eq!(
+            KeyedState::<u64, u64>::restore_chain(&[&on_4.bytes]).unwrap(),
+            s
+        );
+        *s.get_or_default(7) += 1;
+        let on_6 = s.snapshot_async().run(&req(7, Some(6))).unwrap();
+        assert!(on_6.delta);
+        let back = KeyedState::<u64, u64>::restore_chain(&[&on_4.bytes, &on_6.bytes]).unwrap();
         assert_eq!(back, s);
     }
 

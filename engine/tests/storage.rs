@@ -572,11 +572,14 @@ fn a_part_written_after_its_checkpoint_was_discarded_is_refused_and_leaves_nothi
             .map(|s| {
                 let st = store.clone();
                 std::thread::spawn(move || {
+                    // A file per write: a part file is created new, so a
+                    // second write of one name fails (`AlreadyExists`)
+                    // whenever the discard comes late, on a loaded machine.
                     (0..50)
-                        .map(|_| {
+                        .map(|j| {
                             st.write_part(
                                 CheckpointId(id),
-                                &TaskStateKey::new("keyed_sum", s),
+                                &TaskStateKey::new("keyed_sum", s * 100 + j),
                                 &[7u8; 4096],
                             )
                         })

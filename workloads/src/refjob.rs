@@ -1681,12 +1681,20 @@ impl Checkpointed for RefSink {
         let Some(SinkPart::Full(mut check)) = parts.next() else {
             unreachable!("the chain starts at a full part");
         };
+        check.validate()?;
         for p in parts {
             if let SinkPart::Delta(changes) = p {
                 check.apply_changes(&changes)?;
             }
         }
         let mut slot = lock(&self.shared.slots[self.slot]);
+        if check.sizes() != slot.check.sizes() {
+            let ((r, k), (jr, jk)) = (check.sizes(), slot.check.sizes());
+            return Err(format!(
+                "the checkpointed sink check is for {r} records over {k} keys, this job's for {jr} over {jk}"
+            )
+            .into());
+        }
         if let (1, Some(id)) = (slot.attempts, restored) {
             let _ = self.shared.process_restore.set((id, check.distinct()));
         }

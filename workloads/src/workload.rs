@@ -1230,6 +1230,58 @@ impl SinkCheck {
         })
     }
 
+    /// Checks that a check read from a checkpoint is whole: its bitsets
+    /// and sums have the lengths its record and key counts give, within
+    /// [`MAX_CHECKED_RECORDS`] and [`MAX_KEYS`]. A decoded check is
+    /// otherwise taken as it is, and a short bitset made the sink panic on
+    /// its first record out of it (a crafted part whose CRC was fixed up).
+    ///
+    /// # Errors
+    /// [`WorkloadError::BadState`] naming the first length that is wrong.
+    ///
+    /// ```
+    /// use lockgate_workloads::workload::SinkCheck;
+    /// let check = SinkCheck::new(1_000, 10).unwrap();
+    /// assert!(check.validate().is_ok());
+    /// ```
+    pub fn validate(&self) -> Result<(), WorkloadError> {
+        let bad = |what: &str, len: usize, want: u64| {
+            Err(WorkloadError::BadState(format!(
+                "sink check of {} records over {} keys: {what} holds {len} words, not {want}",
+                self.total_records, self.keys
+            )))
+        };
+        if self.total_records > MAX_CHECKED_RECORDS || self.keys == 0 || self.keys > MAX_KEYS {
+            return Err(WorkloadError::BadState(format!(
+                "sink check of {} records over {} keys: out of range",
+                self.total_records, self.keys
+            )));
+        }
+        if self.seen.len() as u64 != self.total_records.div_ceil(64) {
+            return bad(
+                "the sequence bitset",
+                self.seen.len(),
+                self.total_records.div_ceil(64),
+            );
+        }
+        if self.last_sum.len() as u64 != self.keys {
+            return bad("the last sums", self.last_sum.len(), self.keys);
+        }
+        if self.key_seen.len() as u64 != self.keys.div_ceil(64) {
+            return bad(
+                "the seen-key bitset",
+                self.key_seen.len(),
+                self.keys.div_ceil(64),
+            );
+        }
+        Ok(())
+    }
+
+    /// The number of records and of keys this check is sized for.
+    pub fn sizes(&self) -> (u64, u64) {
+        (self.total_records, self.keys)
+    }
+
     /// From now on, record which words and keys change, for
     /// [`SinkCheck::take_changes`] (costs a compare per record, a bit test
     /// when a record's word is not the last one's, and 1 bit per word of
@@ -2022,6 +2074,31 @@ mod tests {
         let other = SinkCheck::new(total + 1, 11).unwrap();
         assert!(other.verify(&expected).setup_mismatch.is_some());
         assert!(SinkCheck::new(MAX_CHECKED_RECORDS + 1, 11).is_err());
+    }
+
+    #[test]
+    fn a_decoded_check_of_the_wrong_shape_is_refused_not_used() {
+        let good = SinkCheck::new(1_000, 100).unwrap();
+        let decoded = |c: &SinkCheck| -> SinkCheck {
+            postcard::from_bytes(&postcard::to_allocvec(c).unwrap()).unwrap()
+        };
+        assert!(decoded(&good).validate().is_ok());
+        let mut short = good.clone();
+        short.seen.truncate(8);
+        let err = decoded(&short).validate().unwrap_err().to_string();
+        assert!(
+            err.contains("sequence bitset holds 8 words, not 16"),
+            "{err}"
+        );
+        let mut sums = good.clone();
+        sums.last_sum.push(0);
+        assert!(decoded(&sums).validate().is_err());
+        let mut keys = good.clone();
+        keys.key_seen.clear();
+        assert!(decoded(&keys).validate().is_err());
+        let mut none = good.clone();
+        none.keys = 0;
+        assert!(decoded(&none).validate().is_err());
     }
 
     #[test]

@@ -44,7 +44,9 @@ pub enum StorageError {
         supported: u16,
     },
     /// The file is shorter than its header says (e.g. a torn or cut copy).
-    #[error("truncated: {path} holds {found} bytes, expected {expected}")]
+    #[error(
+        "truncated: {path} holds {found} bytes, its header says {expected} (a cut copy, or a corrupt length field)"
+    )]
     Truncated {
         /// The file.
         path: PathBuf,

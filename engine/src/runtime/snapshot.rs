@@ -370,8 +370,8 @@ fn finish(
         // The part's exact size first (the operators' bytes are counted,
         // not walked), so that the buffer grows at most once: extended
         // piece by piece it was reallocated and a growing part copied into
-        // fresh pages (1.2 % of a 40 M-record W1's samples with exactly-once
-        // checkpoints, `perf record`, BENCHMARKS.md).
+        // fresh pages (1.2 % of the samples in one `perf record` of a 40
+        // M-record W1 with exactly-once checkpoints, BENCHMARKS.md).
         if let Ok(size) = postcard::experimental::serialized_size(&states) {
             buf.reserve_exact(size);
         }

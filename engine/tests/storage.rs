@@ -275,7 +275,7 @@ fn truncated_and_extended_files_are_reported() {
     assert!(msg.contains("keyed_sum-2.state"), "{msg}");
     assert!(
         msg.contains(&format!(
-            "{} bytes, expected {}",
+            "{} bytes, its header says {}",
             full.len() - 10,
             full.len()
         )),

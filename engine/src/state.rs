@@ -1354,7 +1354,6 @@ mod tests {
             id: CheckpointId(id),
             base: base.map(CheckpointId),
         };
-        let mut parts = Vec::new();
         for id in 1..=5 {
             *s.get_or_default(id) += 1;
             let part = s.snapshot_async().run(&req(id, None)).unwrap();
@@ -1366,8 +1365,6 @@ mod tests {
                 replica.log.len()
             );
             assert_eq!(replica.first, Some(CheckpointId(id)));
-            drop(replica);
-            parts.push(part);
         }
         // 5 is the last full part: a delta on 4 would miss 5's changes.
         *s.get_or_default(6) += 1;

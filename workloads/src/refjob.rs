@@ -523,7 +523,7 @@ struct SinkSlot {
     /// interval, so that the sink's synchronous snapshot part allocates
     /// and zeroes nothing (two full histograms: ~420 KiB).
     spare: Option<Recorded>,
-    /// A [`SinkChanges`] the snapshot thread is done with, emptied, for
+    /// A [`SinkChanges`] the snapshot thread is done with, for
     /// the sink's next synchronous snapshot part to fill
     /// ([`SinkCheck::take_changes_into`]): its lists keep their capacity,
     /// so that part allocates nothing.
@@ -1657,8 +1657,8 @@ impl Checkpointed for RefSink {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .snapshot(req, changes)?;
-            if let Some(mut done) = done {
-                done.clear();
+            // Refilled (emptied first) by the next `take_changes_into`.
+            if let Some(done) = done {
                 lock(&shared.slots[index]).spare_changes.get_or_insert(done);
             }
             Ok(encoded)

@@ -1097,7 +1097,7 @@ impl SinkChanges {
 
     /// Changed keys.
     pub fn key_count(&self) -> usize {
-        self.keys_iter().len()
+        self.sums.len()
     }
 
     /// The changed words' indices, in the order they were taken.
@@ -1108,12 +1108,6 @@ impl SinkChanges {
     /// The changed keys, in the order they were taken.
     pub fn keys_iter(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
         self.sums.iter().map(|(k, _)| *k)
-    }
-
-    /// Empties both lists, keeping their capacity.
-    pub fn clear(&mut self) {
-        self.words.clear();
-        self.sums.clear();
     }
 }
 
@@ -1335,22 +1329,13 @@ impl SinkCheck {
     pub fn take_changes_into(&mut self, out: &mut SinkChanges) {
         let Some(mut m) = self.marks.0.take() else {
             let words: Vec<u64> = (0..self.seen.len() as u64).collect();
-            let keys: Vec<u64> = (0..self.keys)
-                .filter(|k| bit_test(&self.key_seen, *k))
-                .collect();
+            let mut keys = Vec::new();
+            self.seen_keys_into(&mut keys);
             self.changes_into(&words, &keys, out);
             return;
         };
         if !m.keys_marked {
-            m.keys.clear();
-            for (i, &bits) in self.key_seen.iter().enumerate() {
-                let mut rest = bits;
-                while rest != 0 {
-                    m.keys
-                        .push(i as u64 * 64 + u64::from(rest.trailing_zeros()));
-                    rest &= rest - 1;
-                }
-            }
+            self.seen_keys_into(&mut m.keys);
         }
         self.changes_into(&m.words, &m.keys, out);
         for &w in &m.words {
@@ -1377,6 +1362,19 @@ impl SinkCheck {
         let mut out = SinkChanges::default();
         self.changes_into(words, keys, &mut out);
         out
+    }
+
+    /// Every key seen, in order, into `keys` (emptied first): O(keys / 64)
+    /// words scanned, a push per seen key.
+    fn seen_keys_into(&self, keys: &mut Vec<u64>) {
+        keys.clear();
+        for (i, &bits) in self.key_seen.iter().enumerate() {
+            let mut rest = bits;
+            while rest != 0 {
+                keys.push(i as u64 * 64 + u64::from(rest.trailing_zeros()));
+                rest &= rest - 1;
+            }
+        }
     }
 
     /// [`SinkCheck::changes_of`] into `out` (its lists emptied first,

@@ -70,9 +70,9 @@
 
 use crate::latency::{merge, new_interval_histogram, LatencyError, LatencyRecorder, Percentiles};
 use crate::workload::{
-    scheduled_offset_ns, seq_of_mapped_value, split_owner, CheckReport, ExpectedResult, Generator,
-    KeyDist, KeySpace, SinkChanges, SinkCheck, SumRecord, Workload, WorkloadError,
-    MAX_CHECKED_RECORDS, SPLITS,
+    scheduled_offset_ns, seq_of_mapped_value, split_owner, CheckReport, CompactCheck,
+    CompactCheckRef, ExpectedResult, Generator, KeyDist, KeySpace, SinkChanges, SinkChangesV1,
+    SinkCheck, SumRecord, Workload, WorkloadError, MAX_CHECKED_RECORDS, SPLITS,
 };
 use hdrhistogram::Histogram;
 use lockgate::now_ns;
@@ -833,7 +833,11 @@ impl RefJobResults {
             last_delivery_ns: 0,
             attempts: 0,
             attempt_starts: Vec::new(),
-            spare: None,
+            // The first checkpoint's fresh interval: made here, not by the
+            // sink's synchronous part (two histograms allocated and
+            // faulted in there took 0.8-13 ms at W1's first checkpoint;
+            // later ones come from the snapshot thread).
+            spare: (mode != CheckpointMode::None).then(Recorded::new),
             spare_changes: None,
         })];
         Ok(RefJobResults {
@@ -1673,20 +1677,8 @@ impl Checkpointed for RefSink {
             restored = Some(state.id);
             parts.push(state.part);
         }
-        let start = parts
-            .iter()
-            .rposition(|p| matches!(p, SinkPart::Full(_)))
-            .ok_or("the sink's checkpointed chain has no full snapshot")?;
-        let mut parts = parts.into_iter().skip(start);
-        let Some(SinkPart::Full(mut check)) = parts.next() else {
-            unreachable!("the chain starts at a full part");
-        };
-        check.validate()?;
-        for p in parts {
-            if let SinkPart::Delta(changes) = p {
-                check.apply_changes(&changes)?;
-            }
-        }
+        let sizes = lock(&self.shared.slots[self.slot]).check.sizes();
+        let check = check_of_chain(parts, sizes)?;
         let mut slot = lock(&self.shared.slots[self.slot]);
         if check.sizes() != slot.check.sizes() {
             let ((r, k), (jr, jk)) = (check.sizes(), slot.check.sizes());
@@ -1717,6 +1709,35 @@ impl Checkpointed for RefSink {
     }
 }
 
+/// The check that a chain of parts restores (oldest first; it starts at
+/// its last full part), for a job whose check has `sizes` (records,
+/// keys).
+fn check_of_chain(parts: Vec<SinkPart>, sizes: (u64, u64)) -> Result<SinkCheck, BoxError> {
+    let start = parts
+        .iter()
+        .rposition(|p| matches!(p, SinkPart::Full(_) | SinkPart::CompactFull(_)))
+        .ok_or("the sink's checkpointed chain has no full snapshot")?;
+    let mut parts = parts.into_iter().skip(start);
+    let mut check = match parts.next() {
+        Some(SinkPart::Full(check)) => {
+            check.validate()?;
+            check
+        }
+        Some(SinkPart::CompactFull(compact)) => SinkCheck::from_compact(compact, sizes)?,
+        _ => unreachable!("the chain starts at a full part"),
+    };
+    for p in parts {
+        match p {
+            SinkPart::Delta(v1) => check.apply_changes(&v1.into())?,
+            SinkPart::CompactDelta(changes) => check.apply_changes(&changes)?,
+            SinkPart::Full(_) | SinkPart::CompactFull(_) => {
+                unreachable!("no full part after the chain's last")
+            }
+        }
+    }
+    Ok(check)
+}
+
 /// The sink's checkpointed state: the checkpoint it belongs to (a restart
 /// rolls the latency recordings back to it) and one part of the check.
 #[derive(Serialize, serde::Deserialize)]
@@ -1726,17 +1747,31 @@ struct SinkState {
 }
 
 /// One checkpointed part of the sink's check: all of it, or what changed
-/// since the base checkpoint.
+/// since the base checkpoint. Parts are written compact (the last two
+/// variants); the first two are the layouts written before, still read
+/// so that older checkpoints restore. New layouts go at the end: postcard
+/// writes a variant as its index.
 #[derive(Serialize, serde::Deserialize)]
 enum SinkPart {
+    /// The whole bitset, word by word.
     Full(SinkCheck),
-    Delta(SinkChanges),
+    /// Changed words listed one by one.
+    Delta(SinkChangesV1),
+    /// [`SinkCheck::compact`]: the bitset's all-ones prefix as a count,
+    /// its zero suffix left out (W1's full part at 40 M records: 5.1 MB
+    /// before, 110-220 KB now, the last sums and the words between the
+    /// sources' frontiers).
+    CompactFull(CompactCheck),
+    /// [`SinkChanges`]: runs of full blocks, the other words one by one.
+    CompactDelta(SinkChanges),
 }
 
-/// [`SinkState`] with a borrowed part, for encoding a full part without
-/// a copy of the check (2.5 MB for W1's 20 M records), or a snapshot's
-/// changes without a copy of them. The same fields
-/// and variants in the same order, so the bytes are [`SinkState`]'s
+/// The variant indices of [`SinkPart`]'s written layouts.
+const COMPACT_FULL: u32 = 2;
+const COMPACT_DELTA: u32 = 3;
+
+/// [`SinkState`] with a borrowed part, for encoding a part without a copy
+/// of the check or of a snapshot's changes: the bytes are [`SinkState`]'s
 /// (postcard encodes neither names nor references; tested).
 #[derive(Serialize)]
 struct SinkStateRef<'a> {
@@ -1744,23 +1779,33 @@ struct SinkStateRef<'a> {
     part: SinkPartRef<'a>,
 }
 
-/// [`SinkPart`], borrowed.
-#[derive(Serialize)]
+/// A written [`SinkPart`], borrowed.
 enum SinkPartRef<'a> {
-    Full(&'a SinkCheck),
-    Delta(&'a SinkChanges),
+    CompactFull(CompactCheckRef<'a>),
+    CompactDelta(&'a SinkChanges),
+}
+
+impl Serialize for SinkPartRef<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SinkPartRef::CompactFull(c) => {
+                s.serialize_newtype_variant("SinkPart", COMPACT_FULL, "CompactFull", c)
+            }
+            SinkPartRef::CompactDelta(c) => {
+                s.serialize_newtype_variant("SinkPart", COMPACT_DELTA, "CompactDelta", c)
+            }
+        }
+    }
 }
 
 /// The encoding of a full part of `check` for checkpoint `id`, into a
-/// buffer of the exact size (`encoded_size` is exact, so the buffer
-/// never grows: no reallocation and copy of megabytes), kept from an
-/// earlier part when the snapshot thread has one
-/// ([`lockgate::snapshot_buffer`]: a fresh one faulted in 5 MB of pages at
-/// every full part of a 40 M-record W1, BENCHMARKS.md).
+/// buffer of the exact size (`compact_encoded_size` is exact, so the
+/// buffer never grows), kept from an earlier part when the snapshot
+/// thread has one ([`lockgate::snapshot_buffer`]).
 fn encode_full_part(id: CheckpointId, check: &SinkCheck) -> Result<Vec<u8>, BoxError> {
     let state = SinkStateRef {
         id,
-        part: SinkPartRef::Full(check),
+        part: SinkPartRef::CompactFull(check.compact()),
     };
     let size = full_part_bytes(id, check)?;
     Ok(postcard::to_extend(
@@ -1770,9 +1815,10 @@ fn encode_full_part(id: CheckpointId, check: &SinkCheck) -> Result<Vec<u8>, BoxE
 }
 
 /// The exact size in bytes of a full part's encoding: the id, the
-/// variant's tag (one byte), then the check (O(1): no encoding).
+/// variant's tag (one byte), then the compact check (O(1) for a replica,
+/// whose shape is kept: no encoding).
 fn full_part_bytes(id: CheckpointId, check: &SinkCheck) -> Result<usize, BoxError> {
-    Ok(postcard::to_allocvec(&id)?.len() + 1 + check.encoded_size() as usize)
+    Ok(postcard::to_allocvec(&id)?.len() + 1 + check.compact_encoded_size() as usize)
 }
 
 /// A replica of `check` for the sink's snapshot thread, with `check`
@@ -1783,7 +1829,19 @@ fn full_part_bytes(id: CheckpointId, check: &SinkCheck) -> Result<usize, BoxErro
 /// 4.4 ms at W2's first checkpoint, measured with a temporary timer).
 fn seeded_replica(check: &mut SinkCheck) -> Arc<Mutex<SinkReplica>> {
     check.track_changes();
-    Arc::new(Mutex::new(SinkReplica::new(check.clone())))
+    let mut copy = check.clone();
+    copy.track_shape();
+    Arc::new(Mutex::new(SinkReplica::new(copy)))
+}
+
+/// [`seeded_replica`] for an attempt's new check, which nothing has
+/// changed yet: the replica starts empty instead of as a copy, so the
+/// job's start does not copy the bitset into fresh memory (the job thread
+/// builds the sink; copying W1's 5 MB there zeroed fresh huge pages
+/// beside the first records, `perf record`, BENCHMARKS.md).
+fn fresh_replica(check: &mut SinkCheck) -> Arc<Mutex<SinkReplica>> {
+    check.track_changes();
+    Arc::new(Mutex::new(SinkReplica::new(check.empty_replica())))
 }
 
 /// The snapshot thread's copy of the sink's check, and the changes each
@@ -1891,7 +1949,7 @@ fn encode_delta(
 ) -> Result<Option<Vec<u8>>, BoxError> {
     let state = SinkStateRef {
         id,
-        part: SinkPartRef::Delta(changes),
+        part: SinkPartRef::CompactDelta(changes),
     };
     let size = postcard::experimental::serialized_size(&state)?;
     if size as u64 >= full_bytes {
@@ -1958,7 +2016,7 @@ fn build_typed<P: Payload>(results: &RefJobResults, job: &JobBuilder) -> Result<
         let replica = slot
             .open_interval
             .is_some()
-            .then(|| seeded_replica(&mut slot.check));
+            .then(|| fresh_replica(&mut slot.check));
         drop(slot);
         RefSink {
             slot: i.index,
@@ -2070,10 +2128,11 @@ pub fn run_reference_job(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_full_part_encoded_by_reference_is_the_owned_encoding_and_decodes() {
-        let mut check = SinkCheck::new(100_000, 500).unwrap();
-        for n in (0..100_000).step_by(3) {
+    /// A check that took every third record of `0..records` below
+    /// `frontier` (and the others below `frontier / 2`), over 500 keys.
+    fn check_up_to(records: u64, frontier: u64) -> SinkCheck {
+        let mut check = SinkCheck::new(records, 500).unwrap();
+        for n in (0..frontier).filter(|n| n % 3 == 0 || *n < frontier / 2) {
             check.observe(&crate::workload::SumRecord {
                 key: n % 500,
                 sum: n * 7,
@@ -2081,57 +2140,159 @@ mod tests {
                 ts_ns: 0,
             });
         }
+        check
+    }
+
+    #[test]
+    fn a_full_part_encoded_by_reference_is_the_owned_encoding_and_decodes() {
+        let check = check_up_to(100_000, 60_000);
         let id = CheckpointId(300);
         let by_ref = encode_full_part(id, &check).unwrap();
-        let owned = postcard::to_allocvec(&SinkState {
-            id,
-            part: SinkPart::Full(check.clone()),
-        })
-        .unwrap();
-        assert_eq!(by_ref, owned);
         assert_eq!(
             by_ref.capacity(),
             by_ref.len(),
             "the buffer was sized exactly"
         );
+        assert_eq!(by_ref.len(), full_part_bytes(id, &check).unwrap());
         let back: SinkState = postcard::from_bytes(&by_ref).unwrap();
         assert_eq!(back.id, id);
-        let SinkPart::Full(decoded) = back.part else {
-            panic!("a full part")
+        // The owned layout's variant index is the one written by
+        // reference: the owned state encodes to the same bytes.
+        assert_eq!(postcard::to_allocvec(&back).unwrap(), by_ref);
+        let SinkPart::CompactFull(compact) = back.part else {
+            panic!("a compact full part")
         };
+        let decoded = SinkCheck::from_compact(compact, check.sizes()).unwrap();
         assert_eq!(decoded, check);
         assert_eq!(decoded.distinct(), check.distinct());
-    }
-
-    /// The check that `parts` (a full part, then deltas) restore.
-    fn restored(parts: &[&EncodedState]) -> SinkCheck {
-        let mut check = None;
-        for p in parts {
-            match postcard::from_bytes::<SinkState>(&p.bytes).unwrap().part {
-                SinkPart::Full(c) => check = Some(c),
-                SinkPart::Delta(d) => check.as_mut().unwrap().apply_changes(&d).unwrap(),
-            }
-        }
-        check.unwrap()
+        // The bitset's first 30,000 bits are all ones and its last 40,000
+        // zeros (1,093 of its 1,563 words): the prefix is a count and the
+        // suffix is left out.
+        let raw = postcard::to_allocvec(&check).unwrap().len();
+        assert!(
+            by_ref.len() <= raw - 1_090 * 8,
+            "compact {} bytes, raw {raw}",
+            by_ref.len()
+        );
     }
 
     #[test]
-    fn replica_parts_restore_the_check_whether_the_base_is_the_last_snapshot_or_older() {
-        // Few keys: the sequence bitset is most of a full part.
-        let mut check = SinkCheck::new(24_000, 30).unwrap();
-        let replica = seeded_replica(&mut check);
-        let mut next_n = 0;
+    fn a_compact_full_part_of_other_sizes_or_too_many_words_is_refused() {
+        let check = check_up_to(10_000, 6_000);
+        let bytes = encode_full_part(CheckpointId(1), &check).unwrap();
+        let compact = || match postcard::from_bytes::<SinkState>(&bytes).unwrap().part {
+            SinkPart::CompactFull(c) => c,
+            _ => panic!("a compact full part"),
+        };
+        let err = SinkCheck::from_compact(compact(), (1 << 33, 500)).unwrap_err();
+        assert!(
+            err.to_string().contains("for 10000 records over 500 keys"),
+            "{err}"
+        );
+        // A prefix longer than the bitset (a corrupt count whose CRC was
+        // fixed up): refused, not a panic or a huge allocation.
+        let mut crafted = postcard::to_allocvec(&CheckpointId(1)).unwrap();
+        crafted.push(COMPACT_FULL as u8);
+        crafted.extend(
+            postcard::to_allocvec(&(10_000u64, 500u64, 1u64 << 40, Vec::<u8>::new())).unwrap(),
+        );
+        let tail = &bytes[bytes.len() - (check.compact_encoded_size() as usize)..];
+        let (_, rest) = postcard::take_from_bytes::<(u64, u64, u64, Vec<u8>)>(tail).unwrap();
+        crafted.extend_from_slice(rest);
+        let part = match postcard::from_bytes::<SinkState>(&crafted).unwrap().part {
+            SinkPart::CompactFull(c) => c,
+            _ => panic!("a compact full part"),
+        };
+        let err = SinkCheck::from_compact(part, check.sizes()).unwrap_err();
+        assert!(err.to_string().contains("more than 157"), "{err}");
+    }
+
+    #[test]
+    fn parts_in_the_older_layouts_still_restore() {
+        // Written before the compact layouts: a full part word by word,
+        // then deltas that list every changed word.
+        let mut check = SinkCheck::new(30_000, 40).unwrap();
+        check.track_changes();
+        let mut next = 0;
+        let mut parts = Vec::new();
         let mut observe = |check: &mut SinkCheck, count: u64| {
-            for n in next_n..next_n + count {
-                let key = n * 7 % 30;
+            for n in next..next + count {
                 check.observe(&crate::workload::SumRecord {
-                    key,
+                    key: n % 40,
                     sum: n,
                     n,
                     ts_ns: 0,
                 });
             }
-            next_n += count;
+            next += count;
+        };
+        observe(&mut check, 1_000);
+        let mut changes = SinkChanges::default();
+        check.take_changes_into(&mut changes);
+        let old = |part: SinkPart| {
+            postcard::to_allocvec(&SinkState {
+                id: CheckpointId(1),
+                part,
+            })
+            .unwrap()
+        };
+        parts.push(old(SinkPart::Full(check.clone())));
+        for count in [9_000, 500] {
+            observe(&mut check, count);
+            check.take_changes_into(&mut changes);
+            assert!(changes.word_indices().next().is_some());
+            parts.push(old(SinkPart::Delta(SinkChangesV1::from(&changes))));
+        }
+        let decoded: Vec<SinkPart> = parts
+            .iter()
+            .map(|b| postcard::from_bytes::<SinkState>(b).unwrap().part)
+            .collect();
+        assert_eq!(check_of_chain(decoded, check.sizes()).unwrap(), check);
+    }
+
+    /// The check that `parts` (a full part, then deltas) restore.
+    fn restored(parts: &[&EncodedState]) -> SinkCheck {
+        let decoded: Vec<SinkPart> = parts
+            .iter()
+            .map(|p| postcard::from_bytes::<SinkState>(&p.bytes).unwrap().part)
+            .collect();
+        let sizes = match &decoded[0] {
+            SinkPart::CompactFull(c) => {
+                postcard::from_bytes::<(u64, u64)>(&postcard::to_allocvec(c).unwrap()).unwrap()
+            }
+            _ => panic!("the chain starts at a compact full part"),
+        };
+        check_of_chain(decoded, sizes).unwrap()
+    }
+
+    #[test]
+    fn replica_parts_restore_the_check_whether_the_base_is_the_last_snapshot_or_older() {
+        // Two sources far apart: the even records run ahead of the odd
+        // ones, so a full part holds the words between them (the compact
+        // layout leaves out only the all-ones prefix and the zero
+        // suffix) and a delta the words near the two frontiers.
+        let mut check = SinkCheck::new(24_000, 30).unwrap();
+        let take = |check: &mut SinkCheck, ns: &mut dyn Iterator<Item = u64>| {
+            for n in ns {
+                check.observe(&crate::workload::SumRecord {
+                    key: n * 7 % 30,
+                    sum: n,
+                    n,
+                    ts_ns: 0,
+                });
+            }
+        };
+        take(&mut check, &mut (0..16_000).step_by(2));
+        take(&mut check, &mut (1..2_000).step_by(2));
+        let replica = seeded_replica(&mut check);
+        let (even, odd) = (std::cell::Cell::new(16_000), std::cell::Cell::new(2_001));
+        // `count` records: four even ones for each odd one.
+        let observe = |check: &mut SinkCheck, count: u64| {
+            for i in 0..count {
+                let next = if i % 5 == 4 { &odd } else { &even };
+                take(check, &mut std::iter::once(next.get()));
+                next.set(next.get() + 2);
+            }
         };
         let snap = |check: &mut SinkCheck, id: u64, base: Option<u64>, first: bool| {
             let changes = (!first).then(|| {
@@ -2170,8 +2331,13 @@ mod tests {
             p4.full_bytes,
             encode_full_part(CheckpointId(4), &check).unwrap().len() as u64
         );
-        // A delta as large as a full part is written full.
-        observe(&mut check, 18_500);
+        // A delta as large as a full part is written full: a quarter of
+        // the records between the frontiers change every word there, and
+        // none is full.
+        take(
+            &mut check,
+            &mut (odd.get() + 2..even.get()).filter(|n| n % 4 == 1),
+        );
         let (p5, _) = snap(&mut check, 5, Some(4), false);
         assert!(!p5.delta, "every word changed: a full part is smaller");
         assert_eq!(restored(&[&p5]), check);

@@ -1025,17 +1025,51 @@ pub struct SinkCheck {
     /// compared).
     #[serde(skip)]
     marks: Marks,
+    /// The all-ones prefix and zero suffix of `seen`, kept by
+    /// [`SinkCheck::apply_changes`] once [`SinkCheck::track_shape`] was
+    /// called (not serialized, not compared).
+    #[serde(skip)]
+    shape: ShapeCache,
 }
 
+/// Where the sequence bitset's words stop being all ones and where they
+/// start being all zeros: `seen[..ones]` are all ones, `seen[end..]` all
+/// zeros, `ones <= end`. A compact full part ([`SinkCheck::compact`])
+/// writes only `seen[ones..end]`: records arrive at the sink in about
+/// their sequence order, so that is the stretch between the slowest and
+/// the fastest source plus what is in flight (W1 mid-run: a few KB of a
+/// 5 MB bitset).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Shape {
+    ones: u64,
+    end: u64,
+}
+
+/// A kept [`Shape`] (a replica's), or none (it is then found by a scan).
+#[derive(Clone, Debug, Default)]
+struct ShapeCache(Option<Shape>);
+
+impl PartialEq for ShapeCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for ShapeCache {}
+
 /// The words of `seen` and the keys of `last_sum` changed since the last
-/// [`SinkCheck::take_changes`], each listed once (a mark bit per word and
-/// per key).
+/// [`SinkCheck::take_changes`]: a mark bit per word (a mark word per block
+/// of 64 words, each block listed once) and per key.
 #[derive(Clone, Debug, Default)]
 struct Marks(Option<Box<ChangeMarks>>);
 
 #[derive(Clone, Debug)]
 struct ChangeMarks {
-    words: Vec<u64>,
+    /// The blocks whose mark word is not zero, in the order they were
+    /// first marked.
+    blocks: Vec<u64>,
+    /// Mark word `b` holds a bit per word of block `b` (words `64 b ..
+    /// 64 b + 64`).
     word_marks: Vec<u64>,
     /// The word marked last (`u64::MAX`: none since the last take): the
     /// records of a batch run through a few words in order (a 1,000-record
@@ -1077,22 +1111,83 @@ impl Eq for Marks {}
 /// What changed in a [`SinkCheck`] over some time: the new values of the
 /// changed words of the sequence bitset and the new last sums of the
 /// changed keys, with the counters (O(changes) to take and to encode).
+///
+/// The changed words come in blocks of 64 words (4,096 sequence numbers,
+/// one word of the change marks): a block whose words are now all ones is
+/// a run (`ones`, merged with its neighbours), the words of any other
+/// block are listed one by one (`words`). The sequence numbers of a run
+/// all arrive sooner or later, so most changed blocks end full: a 100 ms
+/// interval of W1 changes about 85,000 words, which took 1.1 MB as
+/// `(index, word)` varint pairs, and takes a few runs and the few hundred
+/// words at the sources' frontiers this way (BENCHMARKS.md).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SinkChanges {
     received: u64,
     distinct: u64,
     duplicates: u64,
     out_of_range: u64,
-    /// (word index, word) of the sequence bitset.
+    /// `(first word, words)` of the sequence bitset, each word now all
+    /// ones; ascending, not adjacent to each other.
+    ones: Vec<(u64, u64)>,
+    /// (word index, word) of the sequence bitset, ascending, outside the
+    /// runs.
     words: Vec<(u64, u64)>,
     /// (key, last sum); the key has been seen.
     sums: Vec<(u64, u64)>,
 }
 
+/// [`SinkChanges`] as checkpoints wrote them before runs of full blocks
+/// (`words` only): read to restore such a checkpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SinkChangesV1 {
+    received: u64,
+    distinct: u64,
+    duplicates: u64,
+    out_of_range: u64,
+    words: Vec<(u64, u64)>,
+    sums: Vec<(u64, u64)>,
+}
+
+impl From<SinkChangesV1> for SinkChanges {
+    fn from(v1: SinkChangesV1) -> Self {
+        SinkChanges {
+            received: v1.received,
+            distinct: v1.distinct,
+            duplicates: v1.duplicates,
+            out_of_range: v1.out_of_range,
+            ones: Vec::new(),
+            words: v1.words,
+            sums: v1.sums,
+        }
+    }
+}
+
+impl From<&SinkChanges> for SinkChangesV1 {
+    /// The older layout of the same changes (the runs listed word by
+    /// word), for tests of restores across versions.
+    fn from(c: &SinkChanges) -> Self {
+        let mut words: Vec<(u64, u64)> = c
+            .ones
+            .iter()
+            .flat_map(|&(first, n)| (first..first + n).map(|w| (w, u64::MAX)))
+            .chain(c.words.iter().copied())
+            .collect();
+        words.sort_unstable();
+        SinkChangesV1 {
+            received: c.received,
+            distinct: c.distinct,
+            duplicates: c.duplicates,
+            out_of_range: c.out_of_range,
+            words,
+            sums: c.sums.clone(),
+        }
+    }
+}
+
 impl SinkChanges {
-    /// Changed words of the sequence bitset.
+    /// Changed words of the sequence bitset (those of the runs included).
     pub fn word_count(&self) -> usize {
-        self.words.len()
+        self.ones.iter().map(|&(_, n)| n as usize).sum::<usize>() + self.words.len()
     }
 
     /// Changed keys.
@@ -1100,15 +1195,69 @@ impl SinkChanges {
         self.sums.len()
     }
 
-    /// The changed words' indices, in the order they were taken.
-    pub fn word_indices(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
-        self.words.iter().map(|(w, _)| *w)
+    /// The changed words' indices: the runs' words, then the others.
+    pub fn word_indices(&self) -> impl Iterator<Item = u64> + '_ {
+        self.ones
+            .iter()
+            .flat_map(|&(first, n)| first..first + n)
+            .chain(self.words.iter().map(|(w, _)| *w))
     }
 
     /// The changed keys, in the order they were taken.
     pub fn keys_iter(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
         self.sums.iter().map(|(k, _)| *k)
     }
+}
+
+/// The bytes of `v` as a postcard varint (7 bits a byte).
+fn varint_len(v: u64) -> u64 {
+    u64::from(64 - v.max(1).leading_zeros()).div_ceil(7)
+}
+
+/// The bytes of `n` words serialized by `words_as_bytes`: the byte
+/// string's length as a varint, then 8 bytes a word.
+fn words_len(n: u64) -> u64 {
+    varint_len(8 * n) + 8 * n
+}
+
+/// A [`SinkCheck`] in the compact layout of full parts, borrowed, to
+/// serialize ([`SinkCheck::compact`]): the sequence bitset as the count of
+/// its leading all-ones words and the words after them up to its zero
+/// suffix. [`CompactCheck`] is the same layout, owned, to deserialize.
+#[derive(Debug, Serialize)]
+pub struct CompactCheckRef<'a> {
+    total_records: u64,
+    keys: u64,
+    ones: u64,
+    #[serde(with = "words_as_bytes")]
+    middle: &'a [u64],
+    received: u64,
+    distinct: u64,
+    duplicates: u64,
+    out_of_range: u64,
+    #[serde(with = "words_as_bytes")]
+    last_sum: &'a [u64],
+    #[serde(with = "words_as_bytes")]
+    key_seen: &'a [u64],
+}
+
+/// [`CompactCheckRef`], owned: what a compact full part decodes to, made
+/// a [`SinkCheck`] by [`SinkCheck::from_compact`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CompactCheck {
+    total_records: u64,
+    keys: u64,
+    ones: u64,
+    #[serde(with = "words_as_bytes")]
+    middle: Vec<u64>,
+    received: u64,
+    distinct: u64,
+    duplicates: u64,
+    out_of_range: u64,
+    #[serde(with = "words_as_bytes")]
+    last_sum: Vec<u64>,
+    #[serde(with = "words_as_bytes")]
+    key_seen: Vec<u64>,
 }
 
 /// Serializes a word vector as one byte string (little-endian words):
@@ -1221,6 +1370,7 @@ impl SinkCheck {
             last_sum: vec![0; keys as usize],
             key_seen: vec![0; keys.div_ceil(64) as usize],
             marks: Marks::default(),
+            shape: ShapeCache::default(),
         })
     }
 
@@ -1285,7 +1435,7 @@ impl SinkCheck {
     pub fn track_changes(&mut self) {
         let keys_marked = self.last_sum.len() * 8 > SUMS_TAKEN_WHOLE_BYTES;
         self.marks = Marks(Some(Box::new(ChangeMarks {
-            words: Vec::new(),
+            blocks: Vec::new(),
             word_marks: vec![0; self.seen.len().div_ceil(64)],
             last_word: u64::MAX,
             keys_marked,
@@ -1328,19 +1478,27 @@ impl SinkCheck {
     /// ```
     pub fn take_changes_into(&mut self, out: &mut SinkChanges) {
         let Some(mut m) = self.marks.0.take() else {
-            let words: Vec<u64> = (0..self.seen.len() as u64).collect();
             let mut keys = Vec::new();
             self.seen_keys_into(&mut keys);
-            self.changes_into(&words, &keys, out);
+            let blocks = self.seen.len().div_ceil(64) as u64;
+            self.changes_into((0..blocks).map(|b| (b, self.block_mask(b))), &keys, out);
             return;
         };
         if !m.keys_marked {
             self.seen_keys_into(&mut m.keys);
         }
-        self.changes_into(&m.words, &m.keys, out);
-        for &w in &m.words {
-            m.word_marks[(w / 64) as usize] &= !(1u64 << (w % 64));
-        }
+        // Ascending, so that full blocks next to each other make one run
+        // (a few thousand blocks at most a W1 interval: the sort is tens
+        // of µs).
+        m.blocks.sort_unstable();
+        let marks = &mut m.word_marks;
+        self.changes_into(
+            m.blocks
+                .iter()
+                .map(|&b| (b, std::mem::take(&mut marks[b as usize]))),
+            &m.keys,
+            out,
+        );
         m.last_word = u64::MAX;
         if m.keys_marked {
             for &k in &m.keys {
@@ -1351,16 +1509,37 @@ impl SinkCheck {
         // next interval, which changes about as many words and keys (a
         // fresh list grew by doubling into fresh pages at every
         // checkpoint, on the sink's thread: 2 % of W1's samples).
-        m.words.clear();
+        m.blocks.clear();
         m.keys.clear();
         self.marks.0 = Some(m);
     }
 
+    /// The mark word of every word of block `b` (64 words, fewer in the
+    /// last block).
+    fn block_mask(&self, b: u64) -> u64 {
+        let words = (self.seen.len() as u64 - b * 64).min(64);
+        if words == 64 {
+            u64::MAX
+        } else {
+            (1u64 << words) - 1
+        }
+    }
+
     /// The current values of words `words` and keys `keys`, with the
-    /// counters.
+    /// counters (`words` in any order, repeats allowed).
     pub fn changes_of(&self, words: &[u64], keys: &[u64]) -> SinkChanges {
+        let mut sorted = words.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut blocks: Vec<(u64, u64)> = Vec::new();
+        for w in sorted {
+            match blocks.last_mut() {
+                Some((b, marks)) if *b == w / 64 => *marks |= 1u64 << (w % 64),
+                _ => blocks.push((w / 64, 1u64 << (w % 64))),
+            }
+        }
         let mut out = SinkChanges::default();
-        self.changes_into(words, keys, &mut out);
+        self.changes_into(blocks.into_iter(), keys, &mut out);
         out
     }
 
@@ -1377,16 +1556,45 @@ impl SinkCheck {
         }
     }
 
-    /// [`SinkCheck::changes_of`] into `out` (its lists emptied first,
-    /// their capacity kept).
-    fn changes_into(&self, words: &[u64], keys: &[u64], out: &mut SinkChanges) {
+    /// The changes of `blocks` (ascending `(block, mark word)`: the marked
+    /// words of each block) and of keys `keys` into `out` (its lists
+    /// emptied first, their capacity kept): a block now all ones joins a
+    /// run, whatever its marks; another gives its marked words.
+    fn changes_into(
+        &self,
+        blocks: impl Iterator<Item = (u64, u64)>,
+        keys: &[u64],
+        out: &mut SinkChanges,
+    ) {
         out.received = self.received;
         out.distinct = self.distinct;
         out.duplicates = self.duplicates;
         out.out_of_range = self.out_of_range;
+        out.ones.clear();
         out.words.clear();
-        out.words
-            .extend(words.iter().map(|&w| (w, self.seen[w as usize])));
+        let len = self.seen.len() as u64;
+        for (b, marks) in blocks {
+            if marks == 0 {
+                continue;
+            }
+            let (lo, hi) = (b * 64, (b * 64 + 64).min(len));
+            if self.seen[lo as usize..hi as usize]
+                .iter()
+                .all(|&w| w == u64::MAX)
+            {
+                match out.ones.last_mut() {
+                    Some((first, n)) if *first + *n == lo => *n += hi - lo,
+                    _ => out.ones.push((lo, hi - lo)),
+                }
+                continue;
+            }
+            let mut rest = marks;
+            while rest != 0 {
+                let w = lo + u64::from(rest.trailing_zeros());
+                out.words.push((w, self.seen[w as usize]));
+                rest &= rest - 1;
+            }
+        }
         out.sums.clear();
         out.sums
             .extend(keys.iter().map(|&k| (k, self.last_sum[k as usize])));
@@ -1398,6 +1606,11 @@ impl SinkCheck {
     /// A word or key out of range (changes of another check).
     pub fn apply_changes(&mut self, changes: &SinkChanges) -> Result<(), WorkloadError> {
         let bad = || WorkloadError::BadState("sink check changes out of range".into());
+        let len = self.seen.len() as u64;
+        for &(first, n) in &changes.ones {
+            let end = first.checked_add(n).filter(|e| *e <= len).ok_or_else(bad)?;
+            self.seen[first as usize..end as usize].fill(u64::MAX);
+        }
         for &(w, bits) in &changes.words {
             *self.seen.get_mut(w as usize).ok_or_else(bad)? = bits;
         }
@@ -1409,25 +1622,172 @@ impl SinkCheck {
         self.distinct = changes.distinct;
         self.duplicates = changes.duplicates;
         self.out_of_range = changes.out_of_range;
+        if let Some(shape) = self.shape.0 {
+            self.shape.0 = Some(self.shape_after(shape, changes));
+        }
         Ok(())
+    }
+
+    /// The shape after `changes` were applied to a check of shape `old`:
+    /// O(changes), and the distance the all-ones prefix moves (amortized
+    /// O(changes) too: words only gain bits in a run).
+    fn shape_after(&self, old: Shape, changes: &SinkChanges) -> Shape {
+        let len = self.seen.len() as u64;
+        let (mut ones, mut end) = (old.ones, old.end);
+        let mut end_cleared = false;
+        for &(first, n) in &changes.ones {
+            end = end.max(first + n);
+        }
+        for &(w, _) in &changes.words {
+            let v = self.seen[w as usize];
+            if v != u64::MAX {
+                ones = ones.min(w);
+            }
+            if v != 0 {
+                end = end.max(w + 1);
+            } else if w + 1 == end {
+                end_cleared = true;
+            }
+        }
+        while ones < len && self.seen[ones as usize] == u64::MAX {
+            ones += 1;
+        }
+        if end_cleared {
+            while end > 0 && self.seen[end as usize - 1] == 0 {
+                end -= 1;
+            }
+        }
+        Shape {
+            ones,
+            end: end.max(ones),
+        }
+    }
+
+    /// The shape found by a scan of the whole bitset (O(records / 64)).
+    fn scan_shape(&self) -> Shape {
+        let len = self.seen.len();
+        let ones = self.seen.iter().position(|&w| w != u64::MAX).unwrap_or(len);
+        let end = self.seen.iter().rposition(|&w| w != 0).map_or(0, |i| i + 1);
+        Shape {
+            ones: ones as u64,
+            end: end.max(ones) as u64,
+        }
+    }
+
+    /// From now on, keep the bitset's all-ones prefix and zero suffix as
+    /// [`SinkCheck::apply_changes`] changes them, so that
+    /// [`SinkCheck::compact_encoded_size`] is O(1) (one scan now). For a
+    /// replica that changes only through `apply_changes`: records taken
+    /// with [`SinkCheck::observe`] are not followed (a debug build
+    /// panics).
+    pub fn track_shape(&mut self) {
+        self.shape.0 = Some(self.scan_shape());
+    }
+
+    /// An empty check of `self`'s sizes whose shape is kept (as
+    /// [`SinkCheck::track_shape`] would, without the scan): the replica of
+    /// a check that nothing has changed yet, made without a copy. Its
+    /// zeroed memory is touched only as changes fill it.
+    pub fn empty_replica(&self) -> Self {
+        let mut check =
+            SinkCheck::new(self.total_records, self.keys).expect("the sizes of a check are valid");
+        check.shape.0 = Some(Shape::default());
+        check
+    }
+
+    fn shape(&self) -> Shape {
+        self.shape.0.unwrap_or_else(|| self.scan_shape())
+    }
+
+    /// This check in the compact layout of full parts (the bitset's
+    /// all-ones prefix as a count, its zero suffix left out), to
+    /// serialize; [`SinkCheck::from_compact`] reads it back.
+    pub fn compact(&self) -> CompactCheckRef<'_> {
+        let shape = self.shape();
+        CompactCheckRef {
+            total_records: self.total_records,
+            keys: self.keys,
+            ones: shape.ones,
+            middle: &self.seen[shape.ones as usize..shape.end as usize],
+            received: self.received,
+            distinct: self.distinct,
+            duplicates: self.duplicates,
+            out_of_range: self.out_of_range,
+            last_sum: &self.last_sum,
+            key_seen: &self.key_seen,
+        }
+    }
+
+    /// The exact size in bytes of [`SinkCheck::compact`]'s postcard
+    /// encoding: O(1) after [`SinkCheck::track_shape`], else a scan.
+    pub fn compact_encoded_size(&self) -> u64 {
+        let shape = self.shape();
+        varint_len(self.total_records)
+            + varint_len(self.keys)
+            + varint_len(shape.ones)
+            + words_len(shape.end - shape.ones)
+            + varint_len(self.received)
+            + varint_len(self.distinct)
+            + varint_len(self.duplicates)
+            + varint_len(self.out_of_range)
+            + words_len(self.last_sum.len() as u64)
+            + words_len(self.key_seen.len() as u64)
+    }
+
+    /// The check that `compact` describes, if its sizes are `sizes`
+    /// (records, keys): those are compared before the bitset is rebuilt,
+    /// so a corrupt record count cannot make it allocate gigabytes.
+    ///
+    /// # Errors
+    /// [`WorkloadError::BadState`] for other sizes or a bitset longer than
+    /// its record count gives, and [`SinkCheck::validate`]'s errors.
+    pub fn from_compact(compact: CompactCheck, sizes: (u64, u64)) -> Result<Self, WorkloadError> {
+        let (records, keys) = sizes;
+        if (compact.total_records, compact.keys) != sizes {
+            return Err(WorkloadError::BadState(format!(
+                "the checkpointed sink check is for {} records over {} keys, this job's for {records} over {keys}",
+                compact.total_records, compact.keys
+            )));
+        }
+        let len = records.div_ceil(64);
+        let stored = compact.ones.saturating_add(compact.middle.len() as u64);
+        if stored > len {
+            return Err(WorkloadError::BadState(format!(
+                "sink check of {records} records: its bitset holds {stored} words, more than {len}"
+            )));
+        }
+        let mut seen = vec![u64::MAX; compact.ones as usize];
+        seen.extend_from_slice(&compact.middle);
+        seen.resize(len as usize, 0);
+        let check = SinkCheck {
+            total_records: records,
+            keys,
+            seen,
+            received: compact.received,
+            distinct: compact.distinct,
+            duplicates: compact.duplicates,
+            out_of_range: compact.out_of_range,
+            last_sum: compact.last_sum,
+            key_seen: compact.key_seen,
+            marks: Marks::default(),
+            shape: ShapeCache::default(),
+        };
+        check.validate()?;
+        Ok(check)
     }
 
     /// The exact size of this check's postcard encoding, bytes, computed
     /// in O(1) (the encoding itself copies every word).
     pub fn encoded_size(&self) -> u64 {
-        fn varint(v: u64) -> u64 {
-            u64::from(64 - v.max(1).leading_zeros()).div_ceil(7)
-        }
-        let words = |n: usize| varint(8 * n as u64) + 8 * n as u64;
-        varint(self.total_records)
-            + varint(self.keys)
-            + words(self.seen.len())
-            + varint(self.received)
-            + varint(self.distinct)
-            + varint(self.duplicates)
-            + varint(self.out_of_range)
-            + words(self.last_sum.len())
-            + words(self.key_seen.len())
+        varint_len(self.total_records)
+            + varint_len(self.keys)
+            + words_len(self.seen.len() as u64)
+            + varint_len(self.received)
+            + varint_len(self.distinct)
+            + varint_len(self.duplicates)
+            + varint_len(self.out_of_range)
+            + words_len(self.last_sum.len() as u64)
+            + words_len(self.key_seen.len() as u64)
     }
 
     /// Takes one record the sink received. A record whose `n` or key is out
@@ -1440,6 +1800,10 @@ impl SinkCheck {
     /// pipeline, where it was inlined (callgrind, BENCHMARKS.md).
     #[inline(always)]
     pub fn observe(&mut self, record: &SumRecord) {
+        debug_assert!(
+            self.shape.0.is_none(),
+            "a replica's shape does not follow observe"
+        );
         self.received += 1;
         if record.n >= self.total_records || record.key >= self.keys {
             self.out_of_range += 1;
@@ -1456,9 +1820,11 @@ impl SinkCheck {
             let w = record.n / 64;
             if w != m.last_word {
                 m.last_word = w;
-                if !bit_test_and_set(&mut m.word_marks, w) {
-                    m.words.push(w);
+                let marks = &mut m.word_marks[(w / 64) as usize];
+                if *marks == 0 {
+                    m.blocks.push(w / 64);
                 }
+                *marks |= 1u64 << (w % 64);
             }
             if m.keys_marked && !bit_test_and_set(&mut m.key_marks, record.key) {
                 m.keys.push(record.key);
@@ -2190,6 +2556,104 @@ mod tests {
         big.track_changes();
         big.observe(&rec(1 << 19, 1 << 19, 1));
         assert!(replica.apply_changes(&big.take_changes()).is_err());
+    }
+
+    #[test]
+    fn full_blocks_are_taken_as_runs_and_the_rest_word_by_word() {
+        let rec = |n: u64| SumRecord {
+            key: n % 5,
+            sum: n,
+            n,
+            ts_ns: 0,
+        };
+        // 3 blocks of 64 words (4,096 records each) and a last, short one.
+        let mut check = SinkCheck::new(3 * 4_096 + 100, 5).unwrap();
+        check.track_changes();
+        let mut replica = check.clone();
+        replica.track_shape();
+        // Blocks 0 and 1 whole, block 2 but one record, block 3 whole.
+        for n in (0..3 * 4_096 + 100).filter(|n| *n != 2 * 4_096 + 7) {
+            check.observe(&rec(n));
+        }
+        let c = check.take_changes();
+        assert_eq!(c.ones, [(0, 128)], "blocks 0 and 1: one run");
+        assert_eq!(c.words.len(), 64 + 2, "block 2's words, then block 3's");
+        assert_eq!(c.word_count(), 128 + 66);
+        replica.apply_changes(&c).unwrap();
+        assert_eq!(replica, check);
+        assert_eq!(replica.shape(), replica.scan_shape());
+        assert_eq!(
+            replica.shape(),
+            Shape {
+                ones: 128,
+                end: 194
+            }
+        );
+        // The missing record fills block 2: a run of its 64 words.
+        check.observe(&rec(2 * 4_096 + 7));
+        let c = check.take_changes();
+        assert_eq!(
+            (c.ones.as_slice(), c.words.len()),
+            ([(128, 64)].as_slice(), 0)
+        );
+        replica.apply_changes(&c).unwrap();
+        assert_eq!(replica, check);
+        assert_eq!(
+            replica.shape(),
+            Shape {
+                ones: 193,
+                end: 194
+            },
+            "word 193 is short"
+        );
+        assert_eq!(
+            replica.compact_encoded_size(),
+            postcard::to_allocvec(&replica.compact()).unwrap().len() as u64
+        );
+    }
+
+    proptest::proptest! {
+        /// A replica's kept shape is the one a scan finds, and the compact
+        /// encoding's size is exact, after any changes, applied as taken
+        /// or merged ([`SinkCheck::changes_of`]), with bits cleared too.
+        #[test]
+        fn a_kept_shape_and_the_compact_size_stay_exact(
+            steps in proptest::collection::vec(
+                (proptest::collection::vec(0u64..3_000, 0..300), proptest::bool::ANY),
+                1..8,
+            ),
+            cleared in proptest::collection::vec(0u64..47, 0..4),
+        ) {
+            let mut check = SinkCheck::new(3_000, 7).unwrap();
+            check.track_changes();
+            let mut replica = check.clone();
+            replica.track_shape();
+            for (ns, merged) in steps {
+                for n in ns {
+                    check.observe(&SumRecord { key: n % 7, sum: n, n, ts_ns: 0 });
+                }
+                let mut c = check.take_changes();
+                if merged {
+                    let words: Vec<u64> = c.word_indices().collect();
+                    let keys: Vec<u64> = c.keys_iter().collect();
+                    c = check.changes_of(&words, &keys);
+                }
+                replica.apply_changes(&c).unwrap();
+                proptest::prop_assert_eq!(&replica, &check);
+                proptest::prop_assert_eq!(replica.shape(), replica.scan_shape());
+            }
+            // Changes that clear words (from a crafted delta): the shape
+            // moves back.
+            let words: Vec<(u64, u64)> = cleared.iter().map(|&w| (w, 0)).collect();
+            let c = SinkChanges { words, ..check.changes_of(&[], &[]) };
+            replica.apply_changes(&c).unwrap();
+            proptest::prop_assert_eq!(replica.shape(), replica.scan_shape());
+            let size = postcard::to_allocvec(&replica.compact()).unwrap().len() as u64;
+            proptest::prop_assert_eq!(replica.compact_encoded_size(), size);
+            let back: CompactCheck =
+                postcard::from_bytes(&postcard::to_allocvec(&replica.compact()).unwrap()).unwrap();
+            proptest::prop_assert_eq!(SinkCheck::from_compact(back, replica.sizes()).unwrap(), replica);
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The measurements of issues 10 and 12 in one run, for a machine lent for a
 # few minutes (e.g. one with more cores than the 2 of the development VM):
+# quiet-check.sh (the machine's own stalls, to read the rest against),
 # w1-compare.sh (W1 against the raw pipeline, checkpoint modes, workers),
 # checkpoint-cost.sh (what checkpoints cost W1, W2, W2 with 1,000,000 keys,
 # W4) and latency-compare.sh (W2/W3 against raw and timely), each under a
@@ -95,6 +96,9 @@ part() {
 # a W2/W3/W4 run its seconds plus the warm-up and about 2 s of start and
 # check.
 w1_rounds=$((2 * rounds + 1))
+# First, how quiet the machine is (gaps without a core, steal), so the
+# figures below can be read against it.
+part quiet 60 "$ROOT/perf-scripts/quiet-check.sh" -s 5
 part w1 $((60 + w1_rounds * 6 * 4)) "$ROOT/perf-scripts/w1-compare.sh" -n "$w1_rounds" -w 2
 part checkpoint-cost $((60 + rounds * 9 * (secs + 4))) "$ROOT/perf-scripts/checkpoint-cost.sh" \
     -n "$rounds" -d "$secs" -r 20000000 "$LOCKGATE_BIN"

@@ -71,8 +71,8 @@
 use crate::latency::{merge, new_interval_histogram, LatencyError, LatencyRecorder, Percentiles};
 use crate::workload::{
     scheduled_offset_ns, seq_of_mapped_value, split_owner, CheckReport, CompactCheck,
-    CompactCheckRef, ExpectedResult, Generator, KeyDist, KeySpace, SinkChanges, SinkChangesV1,
-    SinkCheck, SumRecord, Workload, WorkloadError, MAX_CHECKED_RECORDS, SPLITS,
+    ExpectedResult, Generator, KeyDist, KeySpace, SinkChanges, SinkChangesV1, SinkCheck, SumRecord,
+    Workload, WorkloadError, MAX_CHECKED_RECORDS, SPLITS,
 };
 use hdrhistogram::Histogram;
 use lockgate::now_ns;
@@ -1761,7 +1761,7 @@ enum SinkPart {
     /// its zero suffix left out (W1's full part at 40 M records: 5.1 MB
     /// before, 110-220 KB now, the last sums and the words between the
     /// sources' frontiers).
-    CompactFull(CompactCheck),
+    CompactFull(CompactCheck<'static>),
     /// [`SinkChanges`]: runs of full blocks, the other words one by one.
     CompactDelta(SinkChanges),
 }
@@ -1781,7 +1781,7 @@ struct SinkStateRef<'a> {
 
 /// A written [`SinkPart`], borrowed.
 enum SinkPartRef<'a> {
-    CompactFull(CompactCheckRef<'a>),
+    CompactFull(CompactCheck<'a>),
     CompactDelta(&'a SinkChanges),
 }
 

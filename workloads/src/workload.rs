@@ -19,6 +19,7 @@
 //! - [`ExpectedResult`], [`SinkCheck`], [`CheckReport`]: the correctness
 //!   check every run ends with.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
@@ -1220,44 +1221,26 @@ fn words_len(n: u64) -> u64 {
     varint_len(8 * n) + 8 * n
 }
 
-/// A [`SinkCheck`] in the compact layout of full parts, borrowed, to
-/// serialize ([`SinkCheck::compact`]): the sequence bitset as the count of
-/// its leading all-ones words and the words after them up to its zero
-/// suffix. [`CompactCheck`] is the same layout, owned, to deserialize.
-#[derive(Debug, Serialize)]
-pub struct CompactCheckRef<'a> {
-    total_records: u64,
-    keys: u64,
-    ones: u64,
-    #[serde(with = "words_as_bytes")]
-    middle: &'a [u64],
-    received: u64,
-    distinct: u64,
-    duplicates: u64,
-    out_of_range: u64,
-    #[serde(with = "words_as_bytes")]
-    last_sum: &'a [u64],
-    #[serde(with = "words_as_bytes")]
-    key_seen: &'a [u64],
-}
-
-/// [`CompactCheckRef`], owned: what a compact full part decodes to, made
-/// a [`SinkCheck`] by [`SinkCheck::from_compact`].
+/// A [`SinkCheck`] in the compact layout of full parts: the sequence
+/// bitset as the count of its leading all-ones words and the words after
+/// them up to its zero suffix. Borrowed from a check to serialize
+/// ([`SinkCheck::compact`]), owned when deserialized, then made a check
+/// by [`SinkCheck::from_compact`].
 #[derive(Debug, Serialize, Deserialize)]
-pub struct CompactCheck {
+pub struct CompactCheck<'a> {
     total_records: u64,
     keys: u64,
     ones: u64,
-    #[serde(with = "words_as_bytes")]
-    middle: Vec<u64>,
+    #[serde(with = "words_as_bytes::cow")]
+    middle: Cow<'a, [u64]>,
     received: u64,
     distinct: u64,
     duplicates: u64,
     out_of_range: u64,
-    #[serde(with = "words_as_bytes")]
-    last_sum: Vec<u64>,
-    #[serde(with = "words_as_bytes")]
-    key_seen: Vec<u64>,
+    #[serde(with = "words_as_bytes::cow")]
+    last_sum: Cow<'a, [u64]>,
+    #[serde(with = "words_as_bytes::cow")]
+    key_seen: Cow<'a, [u64]>,
 }
 
 /// Serializes a word vector as one byte string (little-endian words):
@@ -1295,6 +1278,22 @@ mod words_as_bytes {
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
             .collect())
+    }
+
+    /// The same for a word slice that is borrowed to serialize and owned
+    /// once deserialized.
+    pub(super) mod cow {
+        use std::borrow::Cow;
+
+        use serde::Deserializer;
+
+        pub(in super::super) use super::serialize;
+
+        pub(in super::super) fn deserialize<'de, 'a, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Cow<'a, [u64]>, D::Error> {
+            super::deserialize(d).map(Cow::Owned)
+        }
     }
 
     /// A byte string read as serde bytes (what `serialize_bytes` wrote).
@@ -1702,19 +1701,19 @@ impl SinkCheck {
     /// This check in the compact layout of full parts (the bitset's
     /// all-ones prefix as a count, its zero suffix left out), to
     /// serialize; [`SinkCheck::from_compact`] reads it back.
-    pub fn compact(&self) -> CompactCheckRef<'_> {
+    pub fn compact(&self) -> CompactCheck<'_> {
         let shape = self.shape();
-        CompactCheckRef {
+        CompactCheck {
             total_records: self.total_records,
             keys: self.keys,
             ones: shape.ones,
-            middle: &self.seen[shape.ones as usize..shape.end as usize],
+            middle: Cow::Borrowed(&self.seen[shape.ones as usize..shape.end as usize]),
             received: self.received,
             distinct: self.distinct,
             duplicates: self.duplicates,
             out_of_range: self.out_of_range,
-            last_sum: &self.last_sum,
-            key_seen: &self.key_seen,
+            last_sum: Cow::Borrowed(&self.last_sum),
+            key_seen: Cow::Borrowed(&self.key_seen),
         }
     }
 
@@ -1741,7 +1740,10 @@ impl SinkCheck {
     /// # Errors
     /// [`WorkloadError::BadState`] for other sizes or a bitset longer than
     /// its record count gives, and [`SinkCheck::validate`]'s errors.
-    pub fn from_compact(compact: CompactCheck, sizes: (u64, u64)) -> Result<Self, WorkloadError> {
+    pub fn from_compact(
+        compact: CompactCheck<'_>,
+        sizes: (u64, u64),
+    ) -> Result<Self, WorkloadError> {
         let (records, keys) = sizes;
         if (compact.total_records, compact.keys) != sizes {
             return Err(WorkloadError::BadState(format!(
@@ -1767,8 +1769,8 @@ impl SinkCheck {
             distinct: compact.distinct,
             duplicates: compact.duplicates,
             out_of_range: compact.out_of_range,
-            last_sum: compact.last_sum,
-            key_seen: compact.key_seen,
+            last_sum: compact.last_sum.into_owned(),
+            key_seen: compact.key_seen.into_owned(),
             marks: Marks::default(),
             shape: ShapeCache::default(),
         };
@@ -2650,7 +2652,7 @@ mod tests {
             proptest::prop_assert_eq!(replica.shape(), replica.scan_shape());
             let size = postcard::to_allocvec(&replica.compact()).unwrap().len() as u64;
             proptest::prop_assert_eq!(replica.compact_encoded_size(), size);
-            let back: CompactCheck =
+            let back: CompactCheck<'_> =
                 postcard::from_bytes(&postcard::to_allocvec(&replica.compact()).unwrap()).unwrap();
             proptest::prop_assert_eq!(SinkCheck::from_compact(back, replica.sizes()).unwrap(), replica);
         }

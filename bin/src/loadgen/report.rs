@@ -604,9 +604,18 @@ impl RunReport {
     }
 
     /// True for a run restored from the final checkpoint of a run that had
-    /// ended: its input was all done, so it delivered nothing.
+    /// ended: its input was all done, so it delivered nothing. A run whose
+    /// restore failed delivered nothing either, but is not one.
     pub(crate) fn nothing_left_after_restore(&self) -> bool {
-        self.records == 0 && self.config.get("restore").is_some_and(|r| !r.is_null())
+        self.records == 0
+            && self.restore_failed().is_none()
+            && self.config.get("restore").is_some_and(|r| !r.is_null())
+    }
+
+    /// Why a run with `--restore` failed before delivering anything (its
+    /// restore, most likely: the result line says), `None` otherwise.
+    fn restore_failed(&self) -> Option<&str> {
+        self.failure.as_deref().filter(|_| self.records == 0)
     }
 
     /// The warning printed when [`RunReport::rate_shortfall`]: loud when
@@ -751,15 +760,22 @@ impl RunReport {
                 ),
                 None => which,
             };
-            let _ = writeln!(
-                s,
-                "  restored:    {which}{}",
-                if self.nothing_left_after_restore() {
-                    " (it is the run's final checkpoint: nothing was left to run)"
-                } else {
-                    "; the run went on from its sources' positions"
-                }
-            );
+            if self.restore_failed().is_some() {
+                let _ = writeln!(
+                    s,
+                    "  restore:     from {dir} failed before any record: see the result line"
+                );
+            } else {
+                let _ = writeln!(
+                    s,
+                    "  restored:    {which}{}",
+                    if self.nothing_left_after_restore() {
+                        " (it is the run's final checkpoint: nothing was left to run)"
+                    } else {
+                        "; the run went on from its sources' positions"
+                    }
+                );
+            }
         }
         // W2/W3/W4 run for a time: their window starts after the warm-up
         // (or, restored in this process, after the restore: the warm-up
@@ -997,6 +1013,21 @@ mod tests {
         assert!(r.human().contains(&w), "the report shows it");
         r.tasks[1].pinning = Pinning::Unpinned;
         assert_eq!(r.pinning_warning(), None);
+    }
+
+    #[test]
+    fn a_restore_that_failed_is_not_reported_as_a_finished_run() {
+        let mut r = RunReport {
+            config: serde_json::json!({"restore": "/tmp/ck"}),
+            ..RunReport::default()
+        };
+        assert!(r.nothing_left_after_restore(), "0 records after a restore");
+        assert!(r.human().contains("nothing was left to run"));
+        r.failure = Some("operator 'sink' failed in restore_state".into());
+        assert!(!r.nothing_left_after_restore());
+        let h = r.human();
+        assert!(h.contains("from /tmp/ck failed before any record"), "{h}");
+        assert!(!h.contains("restored:"), "{h}");
     }
 
     #[test]

@@ -1671,12 +1671,10 @@ impl Checkpointed for RefSink {
 
     fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
         let mut parts = Vec::with_capacity(chain.len());
-        let mut restored = None;
-        for bytes in chain {
-            let state = postcard::from_bytes::<SinkState>(bytes)?;
-            restored = Some(state.id);
-            parts.push(state.part);
+        for (i, bytes) in chain.iter().enumerate() {
+            parts.push(decode_sink_state(bytes, i, chain.len())?);
         }
+        let restored = parts.last().map(|p| p.id);
         let sizes = lock(&self.shared.slots[self.slot]).check.sizes();
         let check = check_of_chain(parts, sizes)?;
         let mut slot = lock(&self.shared.slots[self.slot]);
@@ -1712,30 +1710,60 @@ impl Checkpointed for RefSink {
 /// The check that a chain of parts restores (oldest first; it starts at
 /// its last full part), for a job whose check has `sizes` (records,
 /// keys).
-fn check_of_chain(parts: Vec<SinkPart>, sizes: (u64, u64)) -> Result<SinkCheck, BoxError> {
+fn check_of_chain(parts: Vec<SinkState>, sizes: (u64, u64)) -> Result<SinkCheck, BoxError> {
     let start = parts
         .iter()
-        .rposition(|p| matches!(p, SinkPart::Full(_) | SinkPart::CompactFull(_)))
+        .rposition(|p| matches!(p.part, SinkPart::Full(_) | SinkPart::CompactFull(_)))
         .ok_or("the sink's checkpointed chain has no full snapshot")?;
     let mut parts = parts.into_iter().skip(start);
+    let in_part =
+        |id: CheckpointId| move |e: WorkloadError| format!("the sink's part of chk-{id}: {e}");
     let mut check = match parts.next() {
-        Some(SinkPart::Full(check)) => {
-            check.validate()?;
+        Some(SinkState {
+            id,
+            part: SinkPart::Full(check),
+        }) => {
+            check.validate().map_err(in_part(id))?;
             check
         }
-        Some(SinkPart::CompactFull(compact)) => SinkCheck::from_compact(compact, sizes)?,
+        Some(SinkState {
+            id,
+            part: SinkPart::CompactFull(compact),
+        }) => SinkCheck::from_compact(compact, sizes).map_err(in_part(id))?,
         _ => unreachable!("the chain starts at a full part"),
     };
-    for p in parts {
-        match p {
-            SinkPart::Delta(v1) => check.apply_changes(&v1.into())?,
-            SinkPart::CompactDelta(changes) => check.apply_changes(&changes)?,
+    for SinkState { id, part } in parts {
+        match part {
+            SinkPart::Delta(v1) => check.apply_changes(&v1.into()),
+            SinkPart::CompactDelta(changes) => check.apply_changes(&changes),
             SinkPart::Full(_) | SinkPart::CompactFull(_) => {
                 unreachable!("no full part after the chain's last")
             }
         }
+        .map_err(in_part(id))?;
     }
     Ok(check)
+}
+
+/// The sink's state in `bytes`, the `index`-th part of a chain of `len`:
+/// an error names the part, and bytes after the state are refused (a
+/// postcard decoding reads what it needs and ignores the rest).
+fn decode_sink_state(bytes: &[u8], index: usize, len: usize) -> Result<SinkState, BoxError> {
+    let (state, rest) = postcard::take_from_bytes::<SinkState>(bytes).map_err(|e| {
+        format!(
+            "the sink's part {} of {len} in the restored chain: {e}",
+            index + 1
+        )
+    })?;
+    if !rest.is_empty() {
+        return Err(format!(
+            "the sink's part of chk-{}: {} bytes after its state",
+            state.id,
+            rest.len()
+        )
+        .into());
+    }
+    Ok(state)
 }
 
 /// The sink's checkpointed state: the checkpoint it belongs to (a restart
@@ -1829,9 +1857,7 @@ fn full_part_bytes(id: CheckpointId, check: &SinkCheck) -> Result<usize, BoxErro
 /// 4.4 ms at W2's first checkpoint, measured with a temporary timer).
 fn seeded_replica(check: &mut SinkCheck) -> Arc<Mutex<SinkReplica>> {
     check.track_changes();
-    let mut copy = check.clone();
-    copy.track_shape();
-    Arc::new(Mutex::new(SinkReplica::new(copy)))
+    Arc::new(Mutex::new(SinkReplica::new(check.replica())))
 }
 
 /// [`seeded_replica`] for an attempt's new check, which nothing has
@@ -2243,20 +2269,56 @@ mod tests {
             assert!(changes.word_indices().next().is_some());
             parts.push(old(SinkPart::Delta(SinkChangesV1::from(&changes))));
         }
-        let decoded: Vec<SinkPart> = parts
+        let decoded: Vec<SinkState> = parts
             .iter()
-            .map(|b| postcard::from_bytes::<SinkState>(b).unwrap().part)
+            .enumerate()
+            .map(|(i, b)| decode_sink_state(b, i, parts.len()).unwrap())
             .collect();
         assert_eq!(check_of_chain(decoded, check.sizes()).unwrap(), check);
+        // A delta that does not fit (a word past the end) is refused,
+        // naming its checkpoint; so are bytes after a part's state.
+        let mut bad = SinkChanges::default();
+        check.take_changes_into(&mut bad);
+        let mut v1 = SinkChangesV1::from(&bad);
+        v1.words_mut().push((1 << 40, 1));
+        let mut chain: Vec<SinkState> = parts
+            .iter()
+            .map(|b| postcard::from_bytes::<SinkState>(b).unwrap())
+            .collect();
+        chain.push(SinkState {
+            id: CheckpointId(4),
+            part: SinkPart::Delta(v1),
+        });
+        let err = check_of_chain(chain, check.sizes()).unwrap_err();
+        assert!(
+            err.to_string().starts_with("the sink's part of chk-4: "),
+            "{err}"
+        );
+        let mut long = parts[1].clone();
+        long.extend_from_slice(&[0; 70]);
+        let err = decode_sink_state(&long, 1, 3)
+            .err()
+            .expect("trailing bytes");
+        assert!(
+            err.to_string().contains("70 bytes after its state"),
+            "{err}"
+        );
+        let err = decode_sink_state(&long[..5], 1, 3)
+            .err()
+            .expect("cut short");
+        assert!(
+            err.to_string().starts_with("the sink's part 2 of 3"),
+            "{err}"
+        );
     }
 
     /// The check that `parts` (a full part, then deltas) restore.
     fn restored(parts: &[&EncodedState]) -> SinkCheck {
-        let decoded: Vec<SinkPart> = parts
+        let decoded: Vec<SinkState> = parts
             .iter()
-            .map(|p| postcard::from_bytes::<SinkState>(&p.bytes).unwrap().part)
+            .map(|p| postcard::from_bytes::<SinkState>(&p.bytes).unwrap())
             .collect();
-        let sizes = match &decoded[0] {
+        let sizes = match &decoded[0].part {
             SinkPart::CompactFull(c) => {
                 postcard::from_bytes::<(u64, u64)>(&postcard::to_allocvec(c).unwrap()).unwrap()
             }

@@ -1149,6 +1149,14 @@ pub struct SinkChangesV1 {
     sums: Vec<(u64, u64)>,
 }
 
+impl SinkChangesV1 {
+    /// The changed words, to craft a part in this layout.
+    #[cfg(test)]
+    pub(crate) fn words_mut(&mut self) -> &mut Vec<(u64, u64)> {
+        &mut self.words
+    }
+}
+
 impl From<SinkChangesV1> for SinkChanges {
     fn from(v1: SinkChangesV1) -> Self {
         SinkChanges {
@@ -1683,6 +1691,26 @@ impl SinkCheck {
         self.shape.0 = Some(self.scan_shape());
     }
 
+    /// A copy of this check whose shape is kept, for a replica: its
+    /// bitset's zero suffix is left as the allocator's zeroed memory, not
+    /// copied (a restored check early in a run of 2^33 records is 1 GiB
+    /// of bitset, nearly all of it that suffix). Changes are not tracked
+    /// in the copy.
+    pub fn replica(&self) -> Self {
+        let shape = self.scan_shape();
+        let mut seen = vec![0u64; self.seen.len()];
+        let end = shape.end as usize;
+        seen[..end].copy_from_slice(&self.seen[..end]);
+        SinkCheck {
+            seen,
+            last_sum: self.last_sum.clone(),
+            key_seen: self.key_seen.clone(),
+            marks: Marks::default(),
+            shape: ShapeCache(Some(shape)),
+            ..*self
+        }
+    }
+
     /// An empty check of `self`'s sizes whose shape is kept (as
     /// [`SinkCheck::track_shape`] would, without the scan): the replica of
     /// a check that nothing has changed yet, made without a copy. Its
@@ -1758,9 +1786,13 @@ impl SinkCheck {
                 "sink check of {records} records: its bitset holds {stored} words, more than {len}"
             )));
         }
-        let mut seen = vec![u64::MAX; compact.ones as usize];
-        seen.extend_from_slice(&compact.middle);
-        seen.resize(len as usize, 0);
+        // Zeroed by the allocator (fresh memory is not written), then the
+        // prefix and the middle: the zero suffix, most of a large check
+        // early in its run, costs no writes.
+        let mut seen = vec![0u64; len as usize];
+        let ones = compact.ones as usize;
+        seen[..ones].fill(u64::MAX);
+        seen[ones..ones + compact.middle.len()].copy_from_slice(&compact.middle);
         let check = SinkCheck {
             total_records: records,
             keys,
@@ -2591,6 +2623,8 @@ mod tests {
                 end: 194
             }
         );
+        let copy = check.replica();
+        assert_eq!((copy == check, copy.shape()), (true, replica.shape()));
         // The missing record fills block 2: a run of its 64 words.
         check.observe(&rec(2 * 4_096 + 7));
         let c = check.take_changes();

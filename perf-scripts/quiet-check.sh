@@ -22,7 +22,11 @@
 set -euo pipefail
 
 seconds=5
-usage() { echo "usage: $0 [-s SECONDS (default 5)]"; }
+usage() {
+  echo "usage: $0 [-s SECONDS (default 5)]"
+  # The comment block at the top of this file: what it does, how to read it.
+  sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+}
 while getopts "s:h" opt; do
   case $opt in
     s) seconds=$OPTARG ;;
@@ -75,8 +79,9 @@ def run(procs):
         mx = max(gaps, default=0.0)
         worst = max(worst, mx)
         off = sum(gaps)
+        longest = f"longest {mx * 1e3:.2f} ms" if gaps else "no gap to measure"
         print(f"  process {i}: {len(gaps)} gaps over 0.5 ms, {big} over 2 ms, "
-              f"longest {mx * 1e3:.2f} ms, {off / SECONDS * 100:.2f} % of the time without a core")
+              f"{longest}, {off / SECONDS * 100:.2f} % of the time without a core")
     return worst
 
 cores = os.cpu_count() or 1
@@ -84,4 +89,6 @@ print(f"cores {cores}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg(
 one = run(1)
 allc = run(cores)
 print(f"longest gap: {one * 1e3:.2f} ms with one core busy, {allc * 1e3:.2f} ms with all {cores} busy")
+print(f"a run that keeps every core busy can see records wait {allc * 1e3:.1f} ms for reasons "
+      "not its own: compare only figures well above that, or tails of runs that leave a core idle")
 PY

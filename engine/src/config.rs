@@ -2,8 +2,8 @@
 //! restarts.
 
 use crate::barrier::{CheckpointMode, HandlerConfig};
-use crate::input_gate::WaitStrategy;
-use crate::key_groups::{DEFAULT_MAX_PARALLELISM, UPPER_MAX_PARALLELISM};
+use crate::transport::input_gate::WaitStrategy;
+use crate::types::key_groups::{DEFAULT_MAX_PARALLELISM, UPPER_MAX_PARALLELISM};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;

@@ -19,21 +19,21 @@
 //! [`Exchange::task`] starts, with its own input gate.
 
 use crate::barrier::AnyHandler;
-use crate::chain::{Link, NoOutput, Stage};
-use crate::channel::{ChannelSender, ChannelWriter, NoKey, OutputConfig, Route};
 use crate::config::{IngestConfig, JobConfig};
-use crate::element::RecordSize;
-use crate::error::JobError;
-use crate::failure::FailurePlan;
-use crate::handoff::{Ingest, Output};
-use crate::input_gate::InputGate;
+use crate::job::JobHandle;
 use crate::operator::{Either, FnOperator, Operator, Sink, SinkOperator, Source};
+use crate::runtime::chain::{Link, NoOutput, Stage};
 use crate::runtime::plan::{
     wire_edge, JobGraph, MakeFn, PlanEdge, PlanNode, SubtaskCtx, TaskBody, WireFn,
 };
 use crate::runtime::task::{GateTask, SourceTask};
-use crate::runtime::JobHandle;
-use crate::task_id::SubtaskInfo;
+use crate::testing::FailurePlan;
+use crate::transport::channel::{ChannelSender, ChannelWriter, NoKey, OutputConfig, Route};
+use crate::transport::handoff::{Ingest, Output};
+use crate::transport::input_gate::InputGate;
+use crate::types::element::RecordSize;
+use crate::types::error::JobError;
+use crate::types::task_id::SubtaskInfo;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::rc::Rc;
@@ -104,7 +104,7 @@ impl GraphState {
     }
 
     fn claim_name(&mut self, name: &str) {
-        if name == crate::channel_state::CHANNEL_STATE_OPERATOR {
+        if name == crate::checkpoint::channel_state::CHANNEL_STATE_OPERATOR {
             self.errors.push(format!(
                 "operator name '{name}' is reserved (it keys a task's channel state)"
             ));
@@ -321,7 +321,7 @@ impl<T> Clone for Partitioning<T> {
 }
 
 impl<T: Data> Partitioning<T> {
-    fn of<K: crate::channel::KeyOf<T> + Clone + Sync>(route: Route<K>) -> Self {
+    fn of<K: crate::transport::channel::KeyOf<T> + Clone + Sync>(route: Route<K>) -> Self {
         let forward = matches!(route, Route::Forward);
         Partitioning {
             forward,
@@ -431,7 +431,7 @@ impl JobBuilder {
         let chain: ChainFn<T> = Arc::new(move |ctx, mut tail| {
             if ctx.config.checkpoint.uses_priority_lanes() {
                 // A trigger ends a blocked push (`channel::Interrupt`).
-                tail.set_interrupt(&crate::channel::Interrupt {
+                tail.set_interrupt(&crate::transport::channel::Interrupt {
                     control: Some(ctx.control.clone()),
                     priority: Vec::new(),
                 });
@@ -492,7 +492,7 @@ impl JobBuilder {
     /// starts from no state. The source ends when every [`Ingest`] handle
     /// is dropped or [`Ingest::close`]d.
     pub fn ingest_with<T: Data>(&self, name: &str, config: IngestConfig) -> (Stream<T>, Ingest<T>) {
-        let (ingest, rx) = crate::handoff::ingest_channel(config.channel_capacity);
+        let (ingest, rx) = crate::transport::handoff::ingest_channel(config.channel_capacity);
         let r2 = ingest.restored.clone();
         self.g
             .borrow_mut()
@@ -500,11 +500,11 @@ impl JobBuilder {
             .push((name.to_string(), ingest.restored.clone()));
         let checkpointing = self.config.checkpoint.mode != crate::barrier::CheckpointMode::None;
         let log = checkpointing.then(|| {
-            Arc::new(std::sync::Mutex::new(crate::sources::ReplayLog::new(
-                config.replay_capacity,
-            )))
+            Arc::new(std::sync::Mutex::new(
+                crate::operator::ingest::ReplayLog::new(config.replay_capacity),
+            ))
         });
-        let stream = self.source(name, 1, move |_| crate::sources::IngestSource {
+        let stream = self.source(name, 1, move |_| crate::operator::ingest::IngestSource {
             rx: rx.clone(),
             position: 0,
             restored: r2.clone(),
@@ -568,7 +568,7 @@ impl JobBuilder {
             plan.ingest_positions = std::mem::take(&mut g.ingest_positions);
             plan
         };
-        crate::runtime::job::prepare_and_start(
+        crate::job::prepare_and_start(
             self.name,
             self.app_config,
             graph,
@@ -722,7 +722,7 @@ impl<T: Data> Stream<T> {
         let f = Arc::new(f);
         let s: Stream<()> = self.chain_op(name, move |_| {
             let f = f.clone();
-            SinkOperator(crate::sinks::FnSink(move |r: T| f(r)))
+            SinkOperator(crate::operator::sinks::FnSink(move |r: T| f(r)))
         });
         s.finish_with(Arc::new(|_| Box::new(NoOutput)));
     }
@@ -737,7 +737,7 @@ impl<T: Data> Stream<T> {
     /// checkpointed state at the end of the input, or use a
     /// [`crate::TwoPhaseCommitSink`], for exactly-once output.
     pub fn collect(self) -> Output<T> {
-        let (tx, out) = crate::handoff::output_channel();
+        let (tx, out) = crate::transport::handoff::output_channel();
         self.for_each(move |r| {
             let _ = tx.send(r);
         });
@@ -772,7 +772,7 @@ impl<T: Data> Stream<T> {
                     let mut s = s2.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                     (s[0].take(), s[1].take())
                 };
-                let tee = crate::chain::Tee {
+                let tee = crate::runtime::chain::Tee {
                     a: a.expect("the first branch built its chain"),
                     b: b.expect("the second branch built its chain"),
                 };
@@ -986,7 +986,7 @@ impl<T: Data> Exchange<T> {
             };
             let gate = if ctx.config.checkpoint.uses_priority_lanes() {
                 let gate = gate.with_lanes(lanes);
-                tail.set_interrupt(&crate::channel::Interrupt {
+                tail.set_interrupt(&crate::transport::channel::Interrupt {
                     control: None,
                     priority: gate.priority_receivers(),
                 });
@@ -999,7 +999,7 @@ impl<T: Data> Exchange<T> {
                 gate,
                 chain: tail,
                 metrics: ctx.metrics.clone(),
-                watermarks: crate::watermark::WatermarkMerger::new(channels),
+                watermarks: crate::barrier::watermark::WatermarkMerger::new(channels),
                 held: None,
                 run: Default::default(),
             })

@@ -60,7 +60,7 @@
 use super::{
     AbortReason, AlignmentStats, BarrierHandler, BarrierSignal, ChannelSet, HandlerConfig,
 };
-use crate::element::{CheckpointBarrier, CheckpointId, RecordSize, StreamElement};
+use crate::types::element::{CheckpointBarrier, CheckpointId, RecordSize, StreamElement};
 use std::collections::VecDeque;
 
 /// One release of the blocker (rule 2): its elements in replay order and

@@ -5,7 +5,7 @@ use super::{
     Aligner, BarrierHandler, BarrierSignal, ChannelSet, CheckpointMode, HandlerConfig, Tracker,
     Unaligned,
 };
-use crate::element::{RecordSize, StreamElement};
+use crate::types::element::{RecordSize, StreamElement};
 
 /// Either handler, chosen by the checkpointing mode at run time, so that a
 /// task's loop is not generic over the mode.

@@ -3,7 +3,7 @@
 //! configuration.
 
 use super::ChannelSet;
-use crate::element::{CheckpointBarrier, CheckpointId, StreamElement};
+use crate::types::element::{CheckpointBarrier, CheckpointId, StreamElement};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 

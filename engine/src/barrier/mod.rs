@@ -45,5 +45,6 @@ pub use handler::{
     AbortReason, AlignmentStats, BarrierHandler, BarrierSignal, CheckpointMode, HandlerConfig,
     DEFAULT_BLOCKER_CAPACITY_BYTES,
 };
+pub(crate) mod watermark;
 pub use tracker::{Tracker, MAX_PENDING_CHECKPOINTS};
 pub use unaligned::Unaligned;

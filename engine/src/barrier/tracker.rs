@@ -21,7 +21,7 @@
 //!     is ever triggered (older pending ones are dropped on a trigger).
 
 use super::{AbortReason, AlignmentStats, BarrierHandler, BarrierSignal, ChannelSet};
-use crate::element::{CheckpointBarrier, CheckpointId, StreamElement};
+use crate::types::element::{CheckpointBarrier, CheckpointId, StreamElement};
 use std::collections::VecDeque;
 
 /// Flink's `CheckpointBarrierTracker.MAX_CHECKPOINTS_TO_TRACK`: at most this

@@ -105,7 +105,7 @@
 //! where it also ends the channel's state (rule 16).
 
 use super::{AbortReason, AlignmentStats, BarrierHandler, BarrierSignal, ChannelSet};
-use crate::element::{CheckpointBarrier, CheckpointId, StreamElement};
+use crate::types::element::{CheckpointBarrier, CheckpointId, StreamElement};
 
 /// A triggered checkpoint whose channel state is still being recorded.
 #[derive(Clone, Copy, Debug)]
@@ -709,7 +709,7 @@ mod tests {
         assert!(!BarrierHandler::<u64>::is_blocked(&h, 0));
         // A cancel during such an alignment aborts it and unblocks.
         let mut save = barrier(5);
-        save.options.kind = crate::element::SnapshotKind::Savepoint;
+        save.options.kind = crate::types::element::SnapshotKind::Savepoint;
         feed(&mut h, 0, StreamElement::Barrier(save));
         let s = feed(&mut h, 1, StreamElement::CancelCheckpoint(CheckpointId(5)));
         assert_eq!(
@@ -862,7 +862,7 @@ mod tests {
     fn rule_19_barriers_that_must_align_never_time_out() {
         let mut h = Unaligned::with_aligned_timeout(2, 10);
         let mut save = at(3, 0);
-        save.options.kind = crate::element::SnapshotKind::Savepoint;
+        save.options.kind = crate::types::element::SnapshotKind::Savepoint;
         assert!(feed_at(&mut h, 0, StreamElement::Barrier(save), 1_000).is_empty());
         let mut s = Vec::new();
         h.on_priority(1, save, 2_000, &mut s);

@@ -22,10 +22,11 @@
 
 use super::{CheckpointStats, CheckpointStatus, PartHandle, RestoredState, SubtaskCheckpointStats};
 use crate::barrier::AbortReason;
+use crate::checkpoint::task_state::OperatorSnapshot;
 use crate::config::CheckpointConfig;
-use crate::element::{CheckpointBarrier, CheckpointId, CheckpointOptions, SnapshotKind};
-use crate::protocol::{Control, OperatorSnapshot};
-use crate::task_id::TaskId;
+use crate::types::control::Control;
+use crate::types::element::{CheckpointBarrier, CheckpointId, CheckpointOptions, SnapshotKind};
+use crate::types::task_id::TaskId;
 use crossbeam_channel::Sender;
 use std::collections::{BTreeMap, HashMap};
 
@@ -138,7 +139,7 @@ impl Coordinator {
         self.drained = vec![false; num_tasks];
         self.pending.clear();
         self.final_done = false;
-        self.last_trigger_ns = crate::clock::now_ns();
+        self.last_trigger_ns = crate::util::clock::now_ns();
     }
 
     pub(crate) fn stats(&self) -> Vec<CheckpointStats> {
@@ -200,7 +201,7 @@ impl Coordinator {
         // Ids start at most at storage's MAX_CHECKPOINT_ID + 1 (2^53):
         // saturating here is only a guard.
         self.next_id = self.next_id.saturating_add(1);
-        let now = crate::clock::now_ns();
+        let now = crate::util::clock::now_ns();
         self.last_trigger_ns = now;
         let waiting: Vec<bool> = (0..self.finished.len())
             .map(|t| !self.finished[t])
@@ -275,7 +276,7 @@ impl Coordinator {
     }
 
     /// When [`Coordinator::tick`] has something to do next (a trigger or a
-    /// checkpoint timeout), in ns on [`crate::clock::now_ns`]'s clock;
+    /// checkpoint timeout), in ns on [`crate::util::clock::now_ns`]'s clock;
     /// `None` when nothing is scheduled (no checkpointing).
     pub(crate) fn next_wakeup_ns(&self) -> Option<u64> {
         if !self.enabled {
@@ -289,7 +290,7 @@ impl Coordinator {
             .min();
         let trigger = if self.all_drained() {
             // the final checkpoint is triggered once nothing is pending
-            (self.pending.is_empty() && !self.final_done).then(crate::clock::now_ns)
+            (self.pending.is_empty() && !self.final_done).then(crate::util::clock::now_ns)
         } else if self.pending.len() < self.config.max_concurrent {
             self.config.interval.map(|i| {
                 let due = self.last_trigger_ns.saturating_add(i.as_nanos() as u64);
@@ -312,7 +313,7 @@ impl Coordinator {
         if !self.enabled {
             return out;
         }
-        let now = crate::clock::now_ns();
+        let now = crate::util::clock::now_ns();
         let timeout = self.config.timeout.as_nanos() as u64;
         let expired: Vec<CheckpointId> = self
             .pending
@@ -418,7 +419,7 @@ impl Coordinator {
         let Some(p) = self.pending.remove(&id) else {
             return out;
         };
-        let now = crate::clock::now_ns();
+        let now = crate::util::clock::now_ns();
         self.last_end_ns = now;
         self.consecutive_failures = 0;
         if p.is_final {
@@ -464,7 +465,7 @@ impl Coordinator {
         let Some(p) = self.pending.remove(&id) else {
             return out;
         };
-        let now = crate::clock::now_ns();
+        let now = crate::util::clock::now_ns();
         self.last_end_ns = now;
         if reason.counts_as_failure() {
             self.consecutive_failures += 1;

@@ -3,8 +3,8 @@
 //! ([`SubtaskCheckpointStats`]). Times are ns, sizes bytes.
 
 use crate::barrier::AbortReason;
-use crate::element::{CheckpointId, SnapshotKind};
-use crate::task_id::TaskId;
+use crate::types::element::{CheckpointId, SnapshotKind};
+use crate::types::task_id::TaskId;
 use serde::{Deserialize, Serialize};
 
 /// Where a checkpoint stands.

@@ -3,15 +3,17 @@
 //! ([`Wiring`]), and what a task is given ([`SubtaskCtx`], [`TaskRt`]).
 //! [`crate::graph`] builds a plan; nothing here points back to it.
 
-use super::snapshot::{SnapshotJob, SnapshotWorker};
-use crate::channel::{BatchReturn, ChannelSender, ConsumerLanes};
+use crate::checkpoint::snapshot::{SnapshotJob, SnapshotWorker};
+use crate::checkpoint::task_state::TaskRestore;
 use crate::config::{JobConfig, PinPolicy};
-use crate::element::StreamElement;
-use crate::error::TaskError;
-use crate::failure::InjectedFailure;
-use crate::metrics::TaskMetrics;
-use crate::protocol::{Control, TaskEvent, TaskRestore};
-use crate::task_id::TaskId;
+use crate::runtime::events::TaskEvent;
+use crate::testing::InjectedFailure;
+use crate::transport::channel::{BatchReturn, ChannelSender, ConsumerLanes};
+use crate::types::control::Control;
+use crate::types::element::StreamElement;
+use crate::types::error::TaskError;
+use crate::types::metrics::TaskMetrics;
+use crate::types::task_id::TaskId;
 use crossbeam_channel::{Receiver, Sender};
 use std::any::Any;
 use std::collections::HashMap;
@@ -44,7 +46,8 @@ pub(crate) struct Wiring {
     /// Unaligned mode: a copy of every channel's priority-lane sender, for
     /// the job thread to send each checkpoint's priority barrier into all
     /// channels at its trigger (see `runtime::job`).
-    pub(crate) priority_lanes: Vec<crossbeam_channel::Sender<crate::element::CheckpointBarrier>>,
+    pub(crate) priority_lanes:
+        Vec<crossbeam_channel::Sender<crate::types::element::CheckpointBarrier>>,
 }
 
 impl Wiring {
@@ -69,8 +72,8 @@ pub(crate) struct SubtaskCtx<'a> {
 
 impl SubtaskCtx<'_> {
     /// What the factory of `operator` in this subtask is told.
-    pub(crate) fn info(&self, operator: &str) -> crate::task_id::SubtaskInfo {
-        crate::task_id::SubtaskInfo {
+    pub(crate) fn info(&self, operator: &str) -> crate::types::task_id::SubtaskInfo {
+        crate::types::task_id::SubtaskInfo {
             operator: operator.to_string(),
             index: self.subtask,
             parallelism: self.parallelism,
@@ -82,11 +85,11 @@ impl SubtaskCtx<'_> {
 pub(crate) struct TaskRt {
     pub(crate) task: usize,
     /// The task's name, as in statistics (`keyed_sum[1]`).
-    pub(crate) task_id: crate::task_id::TaskId,
+    pub(crate) task_id: crate::types::task_id::TaskId,
     pub(crate) events: Sender<TaskEvent>,
     pub(crate) restored: Option<TaskRestore>,
     /// The checkpoint `restored` comes from.
-    pub(crate) restored_checkpoint: Option<crate::element::CheckpointId>,
+    pub(crate) restored_checkpoint: Option<crate::types::element::CheckpointId>,
     pub(crate) checkpointing: bool,
     pub(crate) failure: Option<InjectedFailure>,
     /// The task's snapshot thread (when checkpointing).
@@ -105,7 +108,7 @@ impl TaskRt {
 
     /// Checkpoint `id` completed (`true`) or was aborted: the snapshot
     /// thread learns a new base for its deltas.
-    pub(crate) fn checkpoint_done(&self, id: crate::element::CheckpointId, completed: bool) {
+    pub(crate) fn checkpoint_done(&self, id: crate::types::element::CheckpointId, completed: bool) {
         if let (Some(w), true) = (&self.snapshots, completed) {
             w.completed(id);
         }
@@ -165,7 +168,7 @@ pub(crate) fn wire_edge<T: Send + 'static>(
         for (c, ((r, b), l)) in consumers.enumerate() {
             let consumer = format!("consumer {c} of edge {edge}").into();
             let (tx, rx, back, consumer_lanes) =
-                crate::channel::channel(capacity, unaligned, consumer);
+                crate::transport::channel::channel(capacity, unaligned, consumer);
             if let Some(lanes) = &tx.lanes {
                 wiring.priority_lanes.push(lanes.priority.clone());
             }

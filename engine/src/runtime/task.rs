@@ -2,18 +2,22 @@
 //! (input gate → barrier handler → chain).
 
 use super::plan::{Step, TaskBody, TaskRt};
-use super::snapshot::SnapshotJob;
+use crate::barrier::watermark::WatermarkMerger;
 use crate::barrier::{BarrierHandler, BarrierSignal};
-use crate::chain::Link;
+use crate::checkpoint::snapshot::SnapshotJob;
+use crate::checkpoint::task_state::PendingSnapshot;
 use crate::checkpoint::SubtaskCheckpointStats;
-use crate::element::{CheckpointBarrier, CheckpointId, RecordSize, StreamElement, Watermark};
-use crate::error::TaskError;
-use crate::failure::{injected, FailurePoint};
-use crate::input_gate::{GateEvent, InputGate};
-use crate::metrics::TaskMetrics;
 use crate::operator::{Source, SourcePoll};
-use crate::protocol::{Control, PendingSnapshot, TaskEvent};
-use crate::watermark::WatermarkMerger;
+use crate::runtime::chain::Link;
+use crate::runtime::events::TaskEvent;
+use crate::testing::{injected, FailurePoint};
+use crate::transport::input_gate::{GateEvent, InputGate};
+use crate::types::control::Control;
+use crate::types::element::{
+    CheckpointBarrier, CheckpointId, RecordSize, StreamElement, Watermark,
+};
+use crate::types::error::TaskError;
+use crate::types::metrics::TaskMetrics;
 use crossbeam_channel::{Receiver, Select};
 use std::sync::Arc;
 
@@ -52,7 +56,7 @@ fn checkpoint<I>(
     };
     let stats = SubtaskCheckpointStats {
         task: rt.task_id.clone(),
-        sync_ns: crate::clock::now_ns().saturating_sub(started_ns),
+        sync_ns: crate::util::clock::now_ns().saturating_sub(started_ns),
         alignment_ns: if alignment.blocking {
             alignment.duration_ns
         } else {
@@ -71,7 +75,7 @@ fn checkpoint<I>(
     };
     Ok(SnapshotJob {
         id: barrier.id,
-        full: barrier.options.kind == crate::element::SnapshotKind::Savepoint,
+        full: barrier.options.kind == crate::types::element::SnapshotKind::Savepoint,
         parts,
         stats,
     })
@@ -141,7 +145,7 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
     }
 
     fn trigger(&mut self, rt: &mut TaskRt, barrier: CheckpointBarrier) -> Result<(), TaskError> {
-        let started_ns = crate::clock::now_ns();
+        let started_ns = crate::util::clock::now_ns();
         // The barrier leaves first (see `checkpoint`); the source emits
         // nothing in between, so its position is the barrier's. In
         // unaligned mode its priority copy overtakes the queued records.
@@ -182,7 +186,7 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
     /// source's own wake-up channel is ready. Takes nothing: the next step
     /// does.
     fn wait(&mut self, deadline_ns: Option<u64>) -> Result<(), TaskError> {
-        let start = crate::clock::now_ns();
+        let start = crate::util::clock::now_ns();
         let timeout = match deadline_ns {
             Some(d) if d <= start => return Ok(()),
             Some(d) => crossbeam_channel::after(std::time::Duration::from_nanos(d - start)),
@@ -193,7 +197,8 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
         let cancel_i = sel.recv(&self.cancel);
         sel.recv(&timeout);
         let ready = sel.ready();
-        self.metrics.add_idle_ns(crate::clock::now_ns() - start);
+        self.metrics
+            .add_idle_ns(crate::util::clock::now_ns() - start);
         if ready == cancel_i
             && matches!(
                 self.cancel.try_recv(),
@@ -208,7 +213,7 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
     /// True when an idle source is due again: its deadline passed or its
     /// wake-up channel is ready (holds a message or is disconnected).
     fn wakes(&self, deadline_ns: Option<u64>) -> bool {
-        if deadline_ns.is_some_and(|d| crate::clock::now_ns() >= d) {
+        if deadline_ns.is_some_and(|d| crate::util::clock::now_ns() >= d) {
             return true;
         }
         self.source.wake_on().is_some_and(|rx| {
@@ -261,7 +266,7 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
         for _ in 0..budget {
             let blocked = self.chain.output_blocked() && !self.chain.drain_output()?;
             if let Some(t) = self.chain.next_timer_ns().filter(|_| !blocked) {
-                let now = crate::clock::now_ns();
+                let now = crate::util::clock::now_ns();
                 if now >= t {
                     self.chain.on_processing_time(now)?;
                 }
@@ -325,7 +330,8 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
                 SourcePoll::Ready => {}
                 SourcePoll::Idle { wake_at_ns } => {
                     self.chain.flush()?;
-                    let wake = crate::chain::earliest(wake_at_ns, self.chain.next_timer_ns());
+                    let wake =
+                        crate::runtime::chain::earliest(wake_at_ns, self.chain.next_timer_ns());
                     self.run.asleep = Some(wake);
                     return Ok(Step::Idle(wake));
                 }
@@ -450,7 +456,7 @@ impl<T: GateData> GateTask<T> {
     fn on_signal(&mut self, rt: &mut TaskRt, s: BarrierSignal) -> Result<(), TaskError> {
         match s {
             BarrierSignal::Trigger { barrier, alignment } => {
-                let started_ns = crate::clock::now_ns();
+                let started_ns = crate::util::clock::now_ns();
                 if alignment.unaligned {
                     // FLIP-76: the barrier overtakes this task's queued
                     // output at once; the in-band one follows the records
@@ -492,8 +498,9 @@ impl<T: GateData> GateTask<T> {
                 // thread, from the encoding.
                 if state.iter().any(|ch| !ch.is_empty()) {
                     job.parts.push(PendingSnapshot {
-                        operator: crate::channel_state::CHANNEL_STATE_OPERATOR.to_string(),
-                        snapshot: crate::channel_state::snapshot(id, state),
+                        operator: crate::checkpoint::channel_state::CHANNEL_STATE_OPERATOR
+                            .to_string(),
+                        snapshot: crate::checkpoint::channel_state::snapshot(id, state),
                     });
                 }
                 rt.submit_snapshot(job);
@@ -546,10 +553,10 @@ impl<T: GateData> GateTask<T> {
     fn restore_channel_state(
         &mut self,
         rt: &TaskRt,
-        states: &crate::protocol::TaskRestore,
+        states: &crate::checkpoint::task_state::TaskRestore,
     ) -> Result<(), TaskError> {
-        use crate::channel_state::{decode, CHANNEL_STATE_OPERATOR};
-        use crate::protocol::TaskRestore;
+        use crate::checkpoint::channel_state::{decode, CHANNEL_STATE_OPERATOR};
+        use crate::checkpoint::task_state::TaskRestore;
         let Some(restored) = rt.restored_checkpoint else {
             return Ok(());
         };
@@ -560,7 +567,7 @@ impl<T: GateData> GateTask<T> {
                 Box::new(crate::FatalError(msg)),
             )
         };
-        let parts: Vec<&crate::protocol::OperatorSnapshot> = match states {
+        let parts: Vec<&crate::checkpoint::task_state::OperatorSnapshot> = match states {
             TaskRestore::Same(parts) => parts.iter().collect(),
             TaskRestore::Rescaled { old, .. } => old.iter().flatten().collect(),
         };
@@ -638,7 +645,7 @@ impl<T: GateData> GateTask<T> {
             }
             let timer = self.chain.next_timer_ns();
             if let Some(t) = timer {
-                let now = crate::clock::now_ns();
+                let now = crate::util::clock::now_ns();
                 if now >= t {
                     self.chain.on_processing_time(now)?;
                     continue;

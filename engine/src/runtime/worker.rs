@@ -24,10 +24,10 @@
 //! sees on its next round or while parked.
 
 use super::plan::{Step, TaskBody, TaskRt};
-use crate::error::TaskError;
-use crate::input_gate::{WaitStrategy, SPIN_YIELD_EVERY};
-use crate::metrics::TaskMetrics;
-use crate::protocol::TaskEvent;
+use crate::runtime::events::TaskEvent;
+use crate::transport::input_gate::{WaitStrategy, SPIN_YIELD_EVERY};
+use crate::types::error::TaskError;
+use crate::types::metrics::TaskMetrics;
 use crossbeam_channel::{Receiver, Select, TryRecvError};
 use std::sync::Arc;
 
@@ -110,7 +110,7 @@ pub(crate) fn run_worker(mut tasks: Vec<WorkerTask>, cancel: Receiver<()>, wait:
             let ended = match res {
                 Ok(Ok(Step::Busy)) => None,
                 Ok(Ok(Step::Idle(d))) => {
-                    deadline = crate::chain::earliest(deadline, d);
+                    deadline = crate::runtime::chain::earliest(deadline, d);
                     i += 1;
                     continue;
                 }
@@ -131,7 +131,7 @@ pub(crate) fn run_worker(mut tasks: Vec<WorkerTask>, cancel: Receiver<()>, wait:
             idle_rounds = 0;
             continue;
         }
-        if deadline.is_some_and(|d| crate::clock::now_ns() >= d) {
+        if deadline.is_some_and(|d| crate::util::clock::now_ns() >= d) {
             continue;
         }
         idle_rounds += 1;
@@ -141,7 +141,7 @@ pub(crate) fn run_worker(mut tasks: Vec<WorkerTask>, cancel: Receiver<()>, wait:
                 continue;
             }
             WaitStrategy::SpinPark { spins } if idle_rounds <= spins + YIELDS_BEFORE_PARK => {
-                crate::background::yield_or_nap();
+                crate::util::background::yield_or_nap();
                 continue;
             }
             WaitStrategy::Spin => {
@@ -163,7 +163,7 @@ pub(crate) fn run_worker(mut tasks: Vec<WorkerTask>, cancel: Receiver<()>, wait:
 /// ready, or until `deadline_ns`; the time is counted as idle time of
 /// every task of the worker.
 fn park(tasks: &[WorkerTask], cancel: &Receiver<()>, deadline_ns: Option<u64>) {
-    let start = crate::clock::now_ns();
+    let start = crate::util::clock::now_ns();
     let mut sel = Select::new();
     for t in tasks {
         t.body.watch(&mut sel);
@@ -171,13 +171,13 @@ fn park(tasks: &[WorkerTask], cancel: &Receiver<()>, deadline_ns: Option<u64>) {
     sel.recv(cancel);
     match deadline_ns {
         Some(d) => {
-            let _ = sel.ready_deadline(crate::clock::instant_of(d));
+            let _ = sel.ready_deadline(crate::util::clock::instant_of(d));
         }
         None => {
             sel.ready();
         }
     }
-    let idle = crate::clock::now_ns() - start;
+    let idle = crate::util::clock::now_ns() - start;
     for t in tasks {
         t.metrics.add_idle_ns(idle);
     }

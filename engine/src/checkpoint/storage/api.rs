@@ -1,187 +1,12 @@
 //! The storage contract: [`CheckpointStorage`], what it stores and returns,
 //! and its errors.
 
-use crate::element::{CheckpointId, SnapshotKind};
+use crate::types::element::{CheckpointId, SnapshotKind};
+pub use crate::types::error::StorageError;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
-use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
-
-/// Everything that can go wrong when writing or reading checkpoints. Every
-/// message names the file or folder concerned and what is wrong with it.
-#[derive(Debug, thiserror::Error)]
-pub enum StorageError {
-    /// An operating-system I/O call failed.
-    #[error("I/O error while {op} {path}: {source}")]
-    Io {
-        /// What was being done ("reading", "creating", "syncing", ...).
-        op: &'static str,
-        /// The file or folder concerned.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: io::Error,
-    },
-    /// The file does not start with [`MAGIC`](crate::MAGIC): not a lockgate checkpoint file.
-    #[error("bad magic in {path}: expected {expected:?}, found {found:?} (not a lockgate checkpoint file)")]
-    BadMagic {
-        /// The file.
-        path: PathBuf,
-        /// [`MAGIC`](crate::MAGIC).
-        expected: [u8; 4],
-        /// The first bytes of the file (fewer than 4 if the file is shorter).
-        found: Vec<u8>,
-    },
-    /// The file was written by a format version this build cannot read.
-    #[error("unsupported format version {found} in {path} (this build reads version {supported})")]
-    UnsupportedVersion {
-        /// The file.
-        path: PathBuf,
-        /// The version found.
-        found: u16,
-        /// [`FORMAT_VERSION`](crate::FORMAT_VERSION).
-        supported: u16,
-    },
-    /// The file is shorter than its header says (e.g. a torn or cut copy).
-    #[error(
-        "truncated: {path} holds {found} bytes, its header says {expected} (a cut copy, or a corrupt length field)"
-    )]
-    Truncated {
-        /// The file.
-        path: PathBuf,
-        /// Bytes the file should hold (header included).
-        expected: u64,
-        /// Bytes it holds.
-        found: u64,
-    },
-    /// The file is longer than its header says.
-    #[error("trailing bytes: {path} holds {found} bytes, expected {expected}")]
-    TrailingBytes {
-        /// The file.
-        path: PathBuf,
-        /// Bytes the file should hold (header included).
-        expected: u64,
-        /// Bytes it holds.
-        found: u64,
-    },
-    /// The payload's CRC32C differs from the one in the header (a flipped bit).
-    #[error("checksum mismatch in {path}: expected 0x{expected:08x}, found 0x{found:08x}")]
-    ChecksumMismatch {
-        /// The file.
-        path: PathBuf,
-        /// CRC32C stored in the header.
-        expected: u32,
-        /// CRC32C computed over the payload.
-        found: u32,
-    },
-    /// A checkpoint folder has no `_metadata` file.
-    #[error("missing metadata: {path} does not exist")]
-    MissingMetadata {
-        /// The expected path of `_metadata`.
-        path: PathBuf,
-    },
-    /// The `_metadata` file is intact but its content is invalid.
-    #[error("invalid metadata in {path}: {reason}")]
-    BadMetadata {
-        /// The `_metadata` file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A state file listed in `_metadata` does not exist.
-    #[error("missing state file {path} (listed in _metadata)")]
-    MissingStateFile {
-        /// The expected path of the state file.
-        path: PathBuf,
-    },
-    /// A state file is intact on its own but differs from what `_metadata`
-    /// recorded for it (e.g. a file from another checkpoint copied in).
-    #[error(
-        "state file {path} does not match _metadata: {what} expected {expected}, found {found}"
-    )]
-    StateMismatch {
-        /// The state file.
-        path: PathBuf,
-        /// "payload size" or "crc32c".
-        what: &'static str,
-        /// What `_metadata` says.
-        expected: u64,
-        /// What the file holds.
-        found: u64,
-    },
-    /// An incremental checkpoint's part refers to an earlier checkpoint
-    /// (its base) that is not there or lacks the subtask's part.
-    #[error("checkpoint {id} needs the part of task {task:?} subtask {subtask} in its base checkpoint {base}: {why} ({path})")]
-    MissingBase {
-        /// The checkpoint being loaded.
-        id: CheckpointId,
-        /// The base it refers to.
-        base: CheckpointId,
-        /// The task.
-        task: String,
-        /// The subtask.
-        subtask: u32,
-        /// What is wrong with the base.
-        why: String,
-        /// The base's location.
-        path: PathBuf,
-    },
-    /// Another running job holds the folder ([`LocalDirStorage::lock`](crate::LocalDirStorage::lock)).
-    #[error("checkpoint folder {root} is in use by another running job{}; wait for it to end or use another folder", .holder.map(|p| format!(" (pid {p})")).unwrap_or_default())]
-    Locked {
-        /// The storage's root.
-        root: PathBuf,
-        /// The holder's process id, when it wrote one.
-        holder: Option<u32>,
-    },
-    /// A part written for a checkpoint that was discarded (aborted) before
-    /// it: refused, so that a late write does not leave a staging folder
-    /// behind ([`LocalDirStorage`](crate::LocalDirStorage)).
-    #[error(
-        "checkpoint {id} was aborted and its parts dropped in {root}; a late part is not written"
-    )]
-    Discarded {
-        /// The checkpoint.
-        id: CheckpointId,
-        /// The storage's root.
-        root: PathBuf,
-    },
-    /// No published checkpoint with this id.
-    #[error("checkpoint {id} not found in {root}")]
-    NotFound {
-        /// The id asked for.
-        id: CheckpointId,
-        /// The storage's root.
-        root: PathBuf,
-    },
-    /// A checkpoint with this id is already published.
-    #[error("checkpoint {id} already exists: {path}")]
-    AlreadyExists {
-        /// The id written.
-        id: CheckpointId,
-        /// The existing checkpoint's location.
-        path: PathBuf,
-    },
-    /// The caller's input to a write is invalid (id 0, duplicate state key).
-    #[error("invalid checkpoint {id}: {reason}")]
-    InvalidInput {
-        /// The id written.
-        id: CheckpointId,
-        /// What is wrong.
-        reason: String,
-    },
-}
-
-impl StorageError {
-    pub(super) fn io(op: &'static str, path: &Path, source: io::Error) -> StorageError {
-        StorageError::Io {
-            op,
-            path: path.to_path_buf(),
-            source,
-        }
-    }
-}
 
 /// Shorthand for results of this module.
 pub(crate) type Result<T, E = StorageError> = std::result::Result<T, E>;
@@ -226,7 +51,7 @@ pub struct JobFingerprint {
 }
 
 fn default_max_parallelism() -> u32 {
-    crate::key_groups::DEFAULT_MAX_PARALLELISM
+    crate::types::key_groups::DEFAULT_MAX_PARALLELISM
 }
 
 impl Default for JobFingerprint {
@@ -250,7 +75,7 @@ pub struct CheckpointMetadata {
     /// Checkpoint or savepoint; savepoints survive [`CheckpointStorage::retain`].
     pub kind: SnapshotKind,
     /// When the coordinator triggered the checkpoint, in ns on the engine's
-    /// monotonic clock ([`crate::clock::now_ns`]) of the run that took it;
+    /// monotonic clock ([`crate::util::clock::now_ns`]) of the run that took it;
     /// only comparable with other timestamps of that run.
     pub trigger_timestamp_ns: u64,
     /// When the checkpoint completed (all tasks acknowledged), in ms since
@@ -530,7 +355,7 @@ pub trait CheckpointStorage: Send + Sync {
         let mut bases: BTreeMap<CheckpointId, BTreeMap<TaskStateKey, Option<CheckpointId>>> =
             BTreeMap::new();
         for id in self.list()? {
-            crate::background::yield_point();
+            crate::util::background::yield_point();
             if let (Ok(meta), Ok(b)) = (self.load_metadata(id), self.part_bases(id)) {
                 if meta.kind == SnapshotKind::Checkpoint {
                     checkpoints.push(id);
@@ -586,7 +411,7 @@ pub trait CheckpointStorage: Send + Sync {
     /// before it stay deleted).
     fn remove_many(&self, ids: &[CheckpointId]) -> Result<()> {
         for &id in ids {
-            crate::background::yield_point();
+            crate::util::background::yield_point();
             self.remove(id)?;
         }
         Ok(())

@@ -26,7 +26,7 @@ pub(super) fn write_framed(path: &Path, payload: &[u8]) -> Result<u32> {
     let mut crc = 0;
     for piece in payload.chunks(WRITE_PIECE_BYTES) {
         crc = crc32c::crc32c_append(crc, piece);
-        crate::background::yield_point();
+        crate::util::background::yield_point();
     }
     let mut file = OpenOptions::new()
         .write(true)
@@ -50,11 +50,11 @@ pub(super) fn write_framed(path: &Path, payload: &[u8]) -> Result<u32> {
     // thread's CPU, which must not hold a core that long
     // ([`crate::yield_point`]).
     for piece in payload.chunks(WRITE_PIECE_BYTES) {
-        crate::background::yield_point();
+        crate::util::background::yield_point();
         file.write_all(piece)
             .map_err(|e| StorageError::io("writing", path, e))?;
     }
-    crate::background::yield_point();
+    crate::util::background::yield_point();
     file.sync_all()
         .map_err(|e| StorageError::io("syncing", path, e))?;
     Ok(crc)

@@ -7,7 +7,7 @@ use super::api::{
     LoadedCheckpoint, PartHandle, Result, StorageError, TaskStateKey, MAX_CHECKPOINT_ID,
 };
 use super::framing::{read_framed, sync_dir, write_framed, FORMAT_VERSION, HEADER_LEN};
-use crate::element::CheckpointId;
+use crate::types::element::CheckpointId;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs;
@@ -513,7 +513,7 @@ impl CheckpointStorage for LocalDirStorage {
             sync_dir(&self.root)?;
         }
         for tmp in &renamed {
-            crate::background::yield_point();
+            crate::util::background::yield_point();
             fs::remove_dir_all(tmp).map_err(|e| StorageError::io("deleting", tmp, e))?;
         }
         failed.map_or(Ok(()), Err)

@@ -5,7 +5,7 @@ use super::api::{
     LoadedCheckpoint, PartHandle, Result, StorageError, TaskStateKey,
 };
 use super::local::CHK_PREFIX;
-use crate::element::CheckpointId;
+use crate::types::element::CheckpointId;
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;

@@ -1,0 +1,2 @@
+mod part;
+pub use part::Top;

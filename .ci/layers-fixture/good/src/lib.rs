@@ -1,0 +1,3 @@
+mod high;
+mod low;
+pub use high::Top;

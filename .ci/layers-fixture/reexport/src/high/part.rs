@@ -1,0 +1,2 @@
+use crate::low::Base;
+pub struct Top(pub Base);

@@ -1,0 +1,446 @@
+//! The asynchronous phase of a task's checkpoint (as Flink's
+//! `AsyncCheckpointRunnable`): the task hands over the synchronous parts of
+//! its operators' snapshots and goes back to its records; the task's
+//! snapshot thread runs the rest (deferred encodings, the task's part
+//! encoded, written and `fsync`ed) and acknowledges the checkpoint once the
+//! part is durable.
+//!
+//! One snapshot thread per task, as Flink gives each `StreamTask` its own
+//! asynchronous operations pool: a task's checkpoints are finished in the
+//! order they were taken, and the parts of different tasks are written side
+//! by side.
+
+use crate::barrier::AbortReason;
+use crate::checkpoint::task_state::{OperatorSnapshot, PendingSnapshot};
+use crate::checkpoint::{CheckpointStorage, PartHandle, SubtaskCheckpointStats, TaskStateKey};
+use crate::operator::SnapshotRequest;
+use crate::state::varint_len;
+use crate::testing::{injected, FailurePoint, InjectedFailure};
+use crate::types::element::CheckpointId;
+use crate::types::error::TaskError;
+use crossbeam_channel::{Receiver, Sender};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// One checkpoint of one task, its synchronous part done.
+pub(crate) struct SnapshotJob {
+    pub(crate) id: CheckpointId,
+    /// True for a savepoint: always full, whatever the chain.
+    pub(crate) full: bool,
+    pub(crate) parts: Vec<PendingSnapshot>,
+    /// Filled in by the task: everything but the asynchronous part's
+    /// figures.
+    pub(crate) stats: SubtaskCheckpointStats,
+}
+
+/// What a task tells its snapshot thread.
+enum WorkerMsg {
+    Job(SnapshotJob),
+    /// Checkpoint `id` completed (a possible base for the next delta).
+    Completed(CheckpointId),
+}
+
+/// The handle of a task's snapshot thread.
+pub(crate) struct SnapshotWorker {
+    jobs: Option<Sender<WorkerMsg>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// When a subtask's chain of incremental parts restarts with a full one
+/// (the three settings of [`crate::CheckpointConfig`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ChainPolicy {
+    pub(crate) incremental: bool,
+    pub(crate) full_every: u32,
+    pub(crate) max_chain_ratio: f64,
+}
+
+/// What a snapshot thread reports for one checkpoint of its task: the
+/// runtime wraps it into its task event (`E: From<(task, outcome)>`), so
+/// that this layer does not know the runtime's protocol.
+#[derive(Debug)]
+pub(crate) enum SnapshotOutcome {
+    /// The task's part of checkpoint `id` is complete (durable, in `part`,
+    /// when the job has storage).
+    Ack {
+        id: CheckpointId,
+        states: Vec<OperatorSnapshot>,
+        part: Option<PartHandle>,
+        stats: SubtaskCheckpointStats,
+    },
+    /// The task gives up checkpoint `id` (`detail`: what the storage said).
+    Decline {
+        id: CheckpointId,
+        reason: AbortReason,
+        detail: Option<String>,
+    },
+    /// The asynchronous part failed: the task fails.
+    Failed(TaskError),
+}
+
+/// What the snapshot thread needs; `E` is the runtime's task event.
+pub(crate) struct WorkerSetup<E> {
+    pub(crate) task: usize,
+    pub(crate) key: TaskStateKey,
+    pub(crate) storage: Option<Arc<dyn CheckpointStorage>>,
+    pub(crate) events: Sender<E>,
+    /// Armed only for [`FailurePoint::DuringAsyncSnapshot`].
+    pub(crate) failure: Option<InjectedFailure>,
+    pub(crate) policy: ChainPolicy,
+    /// Run at `SCHED_IDLE` ([`lower_priority`]: on cooperative workers,
+    /// which leave idle time while it works,
+    /// [`crate::util::background::yield_or_nap`]); else at the tasks' priority,
+    /// its turns bounded by its yield points.
+    pub(crate) idle_priority: bool,
+}
+
+impl SnapshotWorker {
+    /// Starts the snapshot thread `lg-snap-<task>`.
+    ///
+    /// # Errors
+    /// When the OS refuses a thread.
+    pub(crate) fn spawn<E>(setup: WorkerSetup<E>) -> Result<Self, TaskError>
+    where
+        E: From<(usize, SnapshotOutcome)> + Send + 'static,
+    {
+        let task_name = setup.key.task.clone();
+        // Unbounded: a task never waits for its snapshot thread (jobs are
+        // bounded by the coordinator's concurrent checkpoints anyway).
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let name = format!("lg-snap-{}", setup.task);
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                if setup.idle_priority {
+                    lower_priority();
+                }
+                crate::util::background::mark_background_thread();
+                run(setup, rx)
+            })
+            .map_err(|e| {
+                TaskError::from_operator(&task_name, "spawning its snapshot thread", e.into())
+            })?;
+        Ok(SnapshotWorker {
+            jobs: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues `job` for the snapshot thread.
+    pub(crate) fn submit(&self, job: SnapshotJob) {
+        self.send(WorkerMsg::Job(job));
+    }
+
+    /// Tells the snapshot thread that checkpoint `id` completed.
+    pub(crate) fn completed(&self, id: CheckpointId) {
+        self.send(WorkerMsg::Completed(id));
+    }
+
+    fn send(&self, msg: WorkerMsg) {
+        if let Some(tx) = &self.jobs {
+            // The thread ends only when `jobs` drops or after a failure it
+            // reported; either way nothing is left to do with `msg`.
+            let _ = tx.send(msg);
+        }
+    }
+
+    /// Waits until every queued job is done (a task that ends cleanly does,
+    /// so its last acknowledgements precede its end).
+    pub(crate) fn drain(&mut self) {
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Moves the calling thread to `SCHED_IDLE`, so that on a machine with
+/// fewer cores than threads the task threads keep their cores: a snapshot
+/// thread's encoding and checksums fill idle time instead of delaying
+/// records. A `SCHED_IDLE` thread never preempts a normal one when it wakes
+/// up (nice 19 still may, with the wake-up placement of CFS/EEVDF), yet it
+/// is not starved when the tasks keep every core busy (W1): the scheduler
+/// gives it the smallest weight, 3 against 1024 for a nice-0 thread
+/// (kernel/sched/core.c, `WEIGHT_IDLEPRIO`), so checkpoints still complete,
+/// later. Linux only; elsewhere a no-op.
+///
+/// Only on cooperative workers ([`WorkerSetup::idle_priority`]), which nap
+/// while a snapshot thread works and so leave it idle time. Tasks on
+/// threads of their own spin and yield while they wait and stay
+/// runnable, so on 2 cores a `SCHED_IDLE` snapshot thread that yields at
+/// its yield points got its turns seconds of CPU apart: W2's checkpoints
+/// took 46 ms end to end (p50) instead of 4 ms at normal priority, and
+/// with 1,000,000 keys 283 ms (BENCHMARKS.md, "Background threads
+/// yield"). At normal priority its yield points bound each of its turns.
+#[cfg(target_os = "linux")]
+fn lower_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param that lives across the call;
+    // pid 0 is the calling thread, whose policy alone changes.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if rc != 0 {
+        tracing::debug!("SCHED_IDLE refused; the snapshot thread keeps its priority");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn lower_priority() {}
+
+/// A part this thread wrote in this attempt: how long and how big its
+/// chain is (itself included).
+#[derive(Clone, Copy, Debug)]
+struct Written {
+    chain_len: u32,
+    chain_bytes: u64,
+}
+
+/// The snapshot thread's view of its task's chain of parts.
+#[derive(Debug, Default)]
+struct Chain {
+    /// Parts written, by checkpoint, from the newest completed one on.
+    written: BTreeMap<CheckpointId, Written>,
+    /// The newest completed checkpoint this thread wrote a part for: the
+    /// base of the next delta.
+    confirmed: Option<CheckpointId>,
+    /// The full size of the task's state at its last snapshot, bytes.
+    live_bytes: u64,
+}
+
+impl Chain {
+    fn completed(&mut self, id: CheckpointId) {
+        if self.written.contains_key(&id) && self.confirmed.is_none_or(|c| c < id) {
+            self.confirmed = Some(id);
+            // Older parts can no longer be a base.
+            self.written = self.written.split_off(&id);
+        }
+    }
+
+    /// The base for checkpoint `id`'s part, `None` when it must be full:
+    /// no completed base yet (the first snapshot of an attempt, or no
+    /// storage), a savepoint, a chain at its length or byte limit, or an
+    /// id that is a multiple of `full_every`: then every subtask writes a
+    /// full part at the same checkpoint, so that there is a checkpoint
+    /// complete on its own at least every `full_every` (retention keeps
+    /// the newest such one, the fallback when a delta is damaged).
+    fn base(&self, policy: &ChainPolicy, id: CheckpointId, full: bool) -> Option<CheckpointId> {
+        if !policy.incremental || full || id.get() % u64::from(policy.full_every) == 0 {
+            return None;
+        }
+        let c = self.confirmed?;
+        let w = self.written.get(&c)?;
+        let too_long = w.chain_len >= policy.full_every;
+        let too_big = w.chain_bytes as f64 > policy.max_chain_ratio * self.live_bytes as f64;
+        (!too_long && !too_big).then_some(c)
+    }
+
+    fn wrote(&mut self, id: CheckpointId, base: Option<CheckpointId>, bytes: u64, live: u64) {
+        let prev = base.and_then(|b| self.written.get(&b)).copied();
+        let w = match prev {
+            Some(p) => Written {
+                chain_len: p.chain_len + 1,
+                chain_bytes: p.chain_bytes + bytes,
+            },
+            None => Written {
+                chain_len: 1,
+                chain_bytes: bytes,
+            },
+        };
+        self.written.insert(id, w);
+        self.live_bytes = live;
+    }
+}
+
+/// See [`set_after_snapshot_hook`].
+static AFTER_SNAPSHOT: std::sync::OnceLock<fn(u64)> = std::sync::OnceLock::new();
+
+/// Sets a function that every snapshot thread calls after each snapshot
+/// job it finished (acknowledged or not), on that thread, off every task's
+/// record path (a snapshot thread yields its core to waiting tasks, and
+/// on cooperative workers runs at `SCHED_IDLE` on Linux, so under load the
+/// call may come late), with the bytes of encoding buffers the
+/// job freed: those it did not keep for its next jobs (see
+/// [`snapshot_buffer`](crate::snapshot_buffer): a buffer over 8 MiB, or
+/// one past the 8 MiB its spares keep together), plus an unaligned
+/// checkpoint's in-flight records, freed here once encoded (counted as
+/// their encoded size); 0 when every buffer was kept, or went to the job
+/// (without storage), and no channel state was persisted. Meant for an
+/// allocator's caches: a caching allocator keeps what a snapshot thread
+/// frees until that thread calls into it again, at the next checkpoint.
+/// The `lockgate` binary returns mimalloc's free memory to the OS here
+/// (`mi_collect`) after jobs that freed at least 1 MiB (BENCHMARKS.md has
+/// what collecting after every large job cost). Returns false (and
+/// changes nothing) when a hook was set already: set it once per process,
+/// before jobs start (a hook set later applies to later snapshot jobs).
+///
+/// # Examples
+/// ```
+/// fn trim(_freed_bytes: u64) { /* e.g. the allocator's collect */ }
+/// assert!(lockgate::set_after_snapshot_hook(trim));
+/// assert!(!lockgate::set_after_snapshot_hook(trim), "once per process");
+/// ```
+pub fn set_after_snapshot_hook(hook: fn(u64)) -> bool {
+    AFTER_SNAPSHOT.set(hook).is_ok()
+}
+
+fn run<E: From<(usize, SnapshotOutcome)>>(setup: WorkerSetup<E>, msgs: Receiver<WorkerMsg>) {
+    let mut chain = Chain::default();
+    // The buffer each part is encoded into, kept from job to job: a fresh
+    // one of megabytes (an unaligned checkpoint's part) costs a page fault
+    // per 4 KiB page at every checkpoint.
+    let mut scratch = Vec::new();
+    for msg in msgs {
+        let job = match msg {
+            WorkerMsg::Job(job) => job,
+            WorkerMsg::Completed(id) => {
+                chain.completed(id);
+                continue;
+            }
+        };
+        let id = job.id;
+        let mut freed = 0;
+        let busy = crate::util::background::busy();
+        let ev = finish(&setup, &mut chain, &mut scratch, &mut freed, job);
+        let failed = matches!(ev, SnapshotOutcome::Failed(_));
+        // The job thread may be gone at teardown; then nothing matters.
+        let _ = setup.events.send(E::from((setup.task, ev)));
+        if let Some(hook) = AFTER_SNAPSHOT.get() {
+            crate::util::background::yield_point();
+            hook(freed);
+        }
+        drop(busy);
+        if failed {
+            // The job restarts or ends: this attempt's later snapshots
+            // are moot.
+            tracing::debug!(task = setup.task, checkpoint = %id, "asynchronous part failed");
+            return;
+        }
+    }
+}
+
+/// Runs the asynchronous part of `job`; returns the acknowledgement, or
+/// the decline (a failed write) or failure to report instead.
+fn finish<E>(
+    setup: &WorkerSetup<E>,
+    chain: &mut Chain,
+    scratch: &mut Vec<u8>,
+    freed: &mut u64,
+    job: SnapshotJob,
+) -> SnapshotOutcome {
+    let start = crate::util::clock::now_ns();
+    let fail = SnapshotOutcome::Failed;
+    // Without storage every snapshot is full: a restart restores from the
+    // acknowledgements kept in memory, one part per task.
+    let base = if setup.storage.is_some() {
+        chain.base(&setup.policy, job.id, job.full)
+    } else {
+        None
+    };
+    let req = SnapshotRequest { id: job.id, base };
+    let mut states = Vec::with_capacity(job.parts.len());
+    let mut delta = false;
+    // The exact size of the task's part were every operator's bytes full:
+    // postcard's Vec<OperatorSnapshot> (a length, then name and bytes,
+    // each length-prefixed).
+    let mut full_size = varint_len(job.parts.len() as u64);
+    // Channel state (unaligned checkpoints) is reported apart: in
+    // `persisted_bytes`, not in the state's or the written bytes.
+    let mut persisted = 0u64;
+    for p in job.parts {
+        crate::util::background::yield_point();
+        match p.snapshot.run(&req) {
+            Ok(enc) => {
+                delta |= enc.delta;
+                let name = p.operator.len() as u64;
+                let size = varint_len(name) + name + varint_len(enc.full_bytes) + enc.full_bytes;
+                if p.operator == crate::checkpoint::channel_state::CHANNEL_STATE_OPERATOR {
+                    persisted += size;
+                } else {
+                    full_size += size;
+                }
+                states.push(OperatorSnapshot {
+                    operator: p.operator,
+                    bytes: enc.bytes,
+                })
+            }
+            Err(e) => {
+                return fail(TaskError::from_operator(
+                    &p.operator,
+                    "snapshot_state_async",
+                    e,
+                ))
+            }
+        }
+    }
+    if let Some(f) = setup.failure {
+        if f.at == FailurePoint::DuringAsyncSnapshot {
+            return fail(injected(&f));
+        }
+    }
+    // The channel state's in-flight records, moved here from the task,
+    // were dropped once encoded: about as many bytes as their encoding.
+    *freed += persisted;
+    let base = base.filter(|_| delta);
+    let mut stats = job.stats;
+    stats.state_bytes = full_size;
+    stats.persisted_bytes = persisted;
+    stats.incremental = delta;
+    let mut part = None;
+    if let Some(storage) = &setup.storage {
+        crate::util::background::yield_point();
+        let mut buf = std::mem::take(scratch);
+        buf.clear();
+        // The part's exact size first (the operators' bytes are counted,
+        // not walked), so that the buffer grows at most once: extended
+        // piece by piece it was reallocated and a growing part copied into
+        // fresh pages (1.2 % of the samples in one `perf record` of a 40
+        // M-record W1 with exactly-once checkpoints, BENCHMARKS.md).
+        if let Ok(size) = postcard::experimental::serialized_size(&states) {
+            buf.reserve_exact(size);
+        }
+        let bytes = match postcard::to_extend(&states, buf) {
+            Ok(b) => b,
+            Err(e) => {
+                return fail(TaskError::from_operator(
+                    &setup.key.task,
+                    "encoding its snapshot",
+                    e.into(),
+                ))
+            }
+        };
+        let written = storage.write_part(job.id, &setup.key, &bytes);
+        if bytes.capacity() <= crate::util::buffers::KEEP_BUFFER_BYTES {
+            *scratch = bytes;
+        } else {
+            *freed += bytes.capacity() as u64;
+        }
+        // The part is in storage: the coordinator keeps only its handle
+        // (a restart reads it back), so the encodings stay here, on the
+        // thread that allocated them, for the next ones to encode into.
+        for s in std::mem::take(&mut states) {
+            *freed += crate::util::buffers::recycle(s.bytes);
+        }
+        match written {
+            Ok(mut h) => {
+                h.base = base;
+                stats.checkpointed_bytes = h.written_bytes.saturating_sub(persisted);
+                chain.wrote(job.id, base, h.written_bytes, full_size);
+                part = Some(h);
+            }
+            Err(e) => {
+                return SnapshotOutcome::Decline {
+                    id: job.id,
+                    reason: AbortReason::StorageError,
+                    detail: Some(e.to_string()),
+                }
+            }
+        }
+    }
+    stats.async_ns = crate::util::clock::now_ns().saturating_sub(start);
+    SnapshotOutcome::Ack {
+        id: job.id,
+        states,
+        part,
+        stats,
+    }
+}

@@ -1,0 +1,1494 @@
+//! The job thread: starts the task threads, coordinates checkpoints, and
+//! restarts the job from its latest completed checkpoint on a failure.
+//!
+//! The job thread is the checkpoint coordinator of the design (its own
+//! thread, off the record path): it injects barrier n at every source at
+//! the checkpoint interval, collects the tasks' acknowledgements (sent by
+//! their snapshot threads once their parts are durable), has the metadata
+//! of checkpoint n written by the publisher thread once every running task
+//! acknowledged it, declares it complete when that is durable, then
+//! notifies the tasks. Neither thread waits on a write: the job thread
+//! goes on triggering, timing out and collecting while the publisher
+//! writes.
+
+use crate::barrier::{AbortReason, CheckpointMode};
+use crate::checkpoint::coordinator::{Coordinator, CoordinatorOutput};
+use crate::checkpoint::snapshot::{ChainPolicy, SnapshotWorker, WorkerSetup};
+use crate::checkpoint::task_state::{OperatorSnapshot, TaskRestore};
+use crate::checkpoint::{
+    CheckpointMetadata, CheckpointStorage, JobFingerprint, LoadedCheckpoint, LocalDirStorage,
+    TaskStateKey,
+};
+use crate::checkpoint::{CheckpointStats, RestoredState};
+use crate::config::JobConfig;
+use crate::runtime::events::TaskEvent;
+use crate::runtime::plan::{JobGraph, PlanTask, SubtaskCtx, TaskBody, TaskRt, Wiring};
+use crate::runtime::worker::{end_task, panic_message, run_worker, WorkerTask};
+use crate::testing::FailurePlan;
+use crate::testing::FailurePoint;
+use crate::testing::InjectedFailure;
+use crate::types::control::Control;
+use crate::types::element::{CheckpointId, SnapshotKind};
+use crate::types::error::{JobError, TaskError};
+use crate::types::key_groups::{Rescale, UPPER_MAX_PARALLELISM};
+use crate::types::metrics::{TaskMetrics, TaskMetricsSnapshot};
+use crate::types::task_id::TaskId;
+use crossbeam_channel::{select, unbounded, Receiver, Sender};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// A command from a [`JobHandle`] to the job thread.
+pub(crate) enum Command {
+    Stop { savepoint: bool },
+    Trigger(Sender<Result<CheckpointId, AbortReason>>),
+}
+
+/// What a job reports while it runs and when it ended.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct JobMetrics {
+    /// One entry per task (subtask of an operator chain), in start order.
+    pub tasks: Vec<TaskMetricsSnapshot>,
+    /// One entry per checkpoint triggered, oldest first.
+    pub checkpoints: Vec<CheckpointStats>,
+    /// Restarts after failures so far.
+    pub restarts: u32,
+    /// The task failures so far, oldest first: one per restart, and the
+    /// last one too when it ended the job.
+    pub failures: Vec<JobFailure>,
+    /// Checkpoints newer than the one restored at start that did not load,
+    /// newest first (empty without a restore).
+    pub restore_skipped: Vec<SkippedCheckpoint>,
+    /// The checkpoint restored at start (`None`: the job started fresh).
+    pub restored: Option<RestoredAtStart>,
+}
+
+/// The checkpoint a job restored at start, and which of its tasks it
+/// restored at another parallelism.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RestoredAtStart {
+    /// The checkpoint.
+    pub checkpoint: CheckpointId,
+    /// The tasks restored at another parallelism (a rescale), by name:
+    /// `(task, parallelism in the checkpoint, parallelism now)`.
+    pub rescaled: Vec<(String, u32, u32)>,
+}
+
+/// A checkpoint a restore at start skipped because it did not load.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SkippedCheckpoint {
+    /// Its id.
+    pub id: CheckpointId,
+    /// Why it was skipped (the storage's or the decoder's message).
+    pub reason: String,
+    /// Where the storage kept it, out of the way of restores and retention
+    /// ([`CheckpointStorage::set_aside`]); `None` where it is left as it was.
+    pub kept_at: Option<String>,
+}
+
+/// A task failure, as [`JobMetrics::failures`] lists it; displays as
+/// `task: cause`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct JobFailure {
+    /// The failed task, e.g. `keyed_sum[1]`.
+    pub task: String,
+    /// What failed, in words (the task error's message).
+    pub cause: String,
+    /// When the job learned of it, ns on the clock of [`crate::now_ns`]
+    /// (the clock of checkpoints' `trigger_ns`).
+    pub at_ns: u64,
+    /// The checkpoint the restart after it restored (`None`: it restarted
+    /// from the beginning, or did not restart).
+    pub restored_from: Option<CheckpointId>,
+}
+
+impl std::fmt::Display for JobFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.task, self.cause)
+    }
+}
+
+impl JobMetrics {
+    /// Checkpoints completed.
+    pub fn completed_checkpoints(&self) -> usize {
+        self.checkpoints.iter().filter(|c| c.is_completed()).count()
+    }
+
+    /// The tasks whose thread could not be pinned as the pinning policy
+    /// asked, with the core, as `task: core N` (empty when every pin took
+    /// or none was asked for).
+    pub fn pinning_failures(&self) -> Vec<String> {
+        self.tasks
+            .iter()
+            .filter_map(|t| match t.pinning {
+                crate::types::metrics::Pinning::Failed(core) => {
+                    Some(format!("{}: core {core}", t.name))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) metrics: Vec<Arc<TaskMetrics>>,
+    pub(crate) checkpoints: Mutex<Vec<CheckpointStats>>,
+    pub(crate) restarts: Mutex<(u32, Vec<JobFailure>)>,
+    pub(crate) restore_skipped: Vec<SkippedCheckpoint>,
+    pub(crate) restored: Option<RestoredAtStart>,
+}
+
+impl Shared {
+    fn snapshot(&self) -> JobMetrics {
+        let (restarts, failures) = self.restarts.lock().expect("not poisoned").clone();
+        JobMetrics {
+            tasks: self.metrics.iter().map(|m| m.snapshot()).collect(),
+            checkpoints: self.checkpoints.lock().expect("not poisoned").clone(),
+            restarts,
+            failures,
+            restore_skipped: self.restore_skipped.clone(),
+            restored: self.restored.clone(),
+        }
+    }
+}
+
+/// A running job, as returned by [`crate::JobBuilder::start`].
+///
+/// Dropping the handle does not stop the job; call [`JobHandle::stop`] then
+/// [`JobHandle::wait`].
+pub struct JobHandle {
+    commands: Sender<Command>,
+    thread: Option<JoinHandle<Result<JobMetrics, JobError>>>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for JobHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobHandle").finish_non_exhaustive()
+    }
+}
+
+impl JobHandle {
+    /// The job's metrics now (tasks and checkpoints).
+    pub fn metrics(&self) -> JobMetrics {
+        self.shared.snapshot()
+    }
+
+    /// Stops the job: sources stop emitting, everything in flight drains,
+    /// every task ends. Returns at once; [`JobHandle::wait`] for the end.
+    pub fn stop(&self) {
+        let _ = self.commands.send(Command::Stop { savepoint: false });
+    }
+
+    /// Stops the job with a final savepoint: sources stop, and the final
+    /// checkpoint taken after they drained is a savepoint (kept by
+    /// retention). Without checkpointing this is [`JobHandle::stop`].
+    pub fn stop_with_savepoint(&self) {
+        let _ = self.commands.send(Command::Stop { savepoint: true });
+    }
+
+    /// Triggers a checkpoint now and waits until it completed or aborted.
+    ///
+    /// # Errors
+    /// The abort reason when it did not complete (`declined` when the job
+    /// has no checkpointing or ended first).
+    pub fn trigger_checkpoint(&self) -> Result<CheckpointId, AbortReason> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if self.commands.send(Command::Trigger(tx)).is_err() {
+            return Err(AbortReason::Declined);
+        }
+        rx.recv().unwrap_or(Err(AbortReason::Declined))
+    }
+
+    /// True when the job thread ended.
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Waits for the job to end.
+    ///
+    /// # Errors
+    /// [`JobError::TaskFailed`] naming the task and cause when a task failed
+    /// and no restart was left; a storage or restore error.
+    pub fn wait(mut self) -> Result<JobMetrics, JobError> {
+        let t = self.thread.take().expect("wait is called once");
+        match t.join() {
+            Ok(r) => r,
+            Err(p) => Err(JobError::Internal(format!(
+                "job thread panicked: {}",
+                panic_message(&*p)
+            ))),
+        }
+    }
+}
+
+/// Sets the calling thread's timer slack (Linux only; elsewhere a no-op).
+#[cfg(target_os = "linux")]
+fn set_timer_slack(ns: u64) {
+    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and changes only
+    // the calling thread's timer slack; no memory is passed or borrowed.
+    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
+    if rc != 0 {
+        tracing::debug!("PR_SET_TIMERSLACK failed; keeping the default timer slack");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_timer_slack(_ns: u64) {}
+
+/// Sets up a task or worker thread: its timer slack and, when `core` is
+/// given, its pinning (best effort: a core that does not exist leaves the
+/// thread unpinned, and the metrics of every task on it say so, see
+/// `JobMetrics::pinning_failures`).
+fn setup_thread(slack: Option<u64>, core: Option<usize>, metrics: &[Arc<TaskMetrics>]) {
+    if let Some(slack) = slack {
+        set_timer_slack(slack);
+    }
+    if let Some(core) = core {
+        let ok = core_affinity::set_for_current(core_affinity::CoreId { id: core });
+        for m in metrics {
+            if !ok {
+                tracing::warn!(task = %m.name(), core, "pinning the task thread failed; it runs unpinned");
+            }
+            m.set_pinned(core, ok);
+        }
+    }
+}
+
+/// True for the errors a task sees because another task failed first.
+fn is_secondary(e: &TaskError) -> bool {
+    matches!(e, TaskError::Cancelled | TaskError::Disconnected(_))
+}
+
+/// Starts the job thread.
+pub(crate) fn start(
+    graph: JobGraph,
+    config: JobConfig,
+    failures: FailurePlan,
+    restored: Option<RestoredState>,
+    coordinator: Coordinator,
+    publisher: Option<Publisher>,
+    restore_skipped: Vec<SkippedCheckpoint>,
+) -> JobHandle {
+    let restored_at_start = restored.as_ref().map(|r| RestoredAtStart {
+        checkpoint: r.checkpoint,
+        rescaled: graph
+            .parallelisms()
+            .into_iter()
+            .filter_map(|(task, now)| {
+                let old = *r.parallelism.get(&task)?;
+                (old as usize != now).then_some((task, old, now as u32))
+            })
+            .collect(),
+    });
+    let shared = Arc::new(Shared {
+        restore_skipped,
+        restored: restored_at_start,
+        metrics: graph
+            .task_ids()
+            .into_iter()
+            .map(|n| Arc::new(TaskMetrics::new(n.to_string())))
+            .collect(),
+        checkpoints: Mutex::new(Vec::new()),
+        restarts: Mutex::new((0, Vec::new())),
+    });
+    let (cmd_tx, cmd_rx) = unbounded();
+    let s2 = shared.clone();
+    let thread = std::thread::Builder::new()
+        .name("lg-job".into())
+        .spawn(move || {
+            let mut driver = Driver {
+                graph,
+                config,
+                failures,
+                fired: Vec::new(),
+                shared: s2,
+                commands: cmd_rx,
+                coordinator,
+                publisher,
+                alignment_deadlines: Vec::new(),
+            };
+            let result = driver.run(restored);
+            if let Some(p) = driver.publisher.take() {
+                p.finish();
+            }
+            result
+        })
+        .expect("spawning the job thread");
+    JobHandle {
+        commands: cmd_tx,
+        thread: Some(thread),
+        shared,
+    }
+}
+
+struct Attempt {
+    threads: Vec<JoinHandle<()>>,
+    controls: Vec<Sender<Control>>,
+    /// Unaligned mode: every channel's priority lane (see `send_outputs`).
+    priority_lanes: Vec<Sender<crate::types::element::CheckpointBarrier>>,
+    cancel: Option<Sender<()>>,
+    events: Receiver<TaskEvent>,
+}
+
+enum AttemptEnd {
+    Finished,
+    Failed { task: usize, error: TaskError },
+    TooManyCheckpointFailures(String),
+}
+
+struct Driver {
+    graph: JobGraph,
+    config: JobConfig,
+    failures: FailurePlan,
+    /// Indices of planned failures that already struck.
+    fired: Vec<usize>,
+    shared: Arc<Shared>,
+    commands: Receiver<Command>,
+    coordinator: Coordinator,
+    /// Where checkpoints go, with the thread that publishes them.
+    publisher: Option<Publisher>,
+    /// Unaligned mode and aligned checkpoints with a timeout (rule 19):
+    /// when each pending checkpoint's barrier is due on the priority lanes
+    /// (ns on the engine's clock; its trigger in unaligned mode), and the
+    /// barrier.
+    alignment_deadlines: Vec<(u64, crate::types::element::CheckpointBarrier)>,
+}
+
+impl Driver {
+    fn run(&mut self, mut restored: Option<RestoredState>) -> Result<JobMetrics, JobError> {
+        let mut stopping: Option<bool> = None;
+        loop {
+            let attempt = self.spawn(restored.take())?;
+            let end = self.supervise(&attempt, &mut stopping);
+            let ended_ns = crate::util::clock::now_ns();
+            let late_events = self.teardown(attempt);
+            // The first failure reported may be a consequence of the real
+            // one (a neighbour saw its channel disconnect): once every
+            // thread has stopped, prefer a failure that is not.
+            let end = match end {
+                AttemptEnd::Failed { task, error } if is_secondary(&error) => late_events
+                    .into_iter()
+                    .find_map(|ev| match ev {
+                        TaskEvent::Failed { task, error } if !is_secondary(&error) => {
+                            Some(AttemptEnd::Failed { task, error })
+                        }
+                        _ => None,
+                    })
+                    .unwrap_or(AttemptEnd::Failed { task, error }),
+                other => other,
+            };
+            match end {
+                AttemptEnd::Finished => break,
+                AttemptEnd::TooManyCheckpointFailures(why) => {
+                    let out = self.coordinator.abort_all(AbortReason::TaskFailure);
+                    self.storage_outputs(out);
+                    self.publish_stats();
+                    return Err(JobError::Checkpoint(why));
+                }
+                AttemptEnd::Failed { task, error } => {
+                    let task_name = self.graph.task_id(task);
+                    {
+                        let mut r = self.shared.restarts.lock().expect("not poisoned");
+                        r.1.push(JobFailure {
+                            task: task_name.to_string(),
+                            cause: error.to_string(),
+                            at_ns: ended_ns,
+                            restored_from: None,
+                        });
+                    }
+                    let out = self.coordinator.abort_all(AbortReason::TaskFailure);
+                    self.storage_outputs(out);
+                    self.publish_stats();
+                    let used = self.shared.restarts.lock().expect("not poisoned").0;
+                    if used >= self.config.restart.max_attempts
+                        || stopping.is_some()
+                        || error.is_fatal()
+                    {
+                        return Err(JobError::TaskFailed {
+                            task: task_name,
+                            cause: error,
+                        });
+                    }
+                    if let TaskError::Injected(_) = error {
+                        // mark the planned failure of that task as fired
+                        if let Some(i) = self.failures.next_for(task, &self.fired) {
+                            self.fired.push(i);
+                        }
+                    }
+                    // The restart delay, cut short by a stop: the job then
+                    // ends with the failure instead of restarting.
+                    if self.wait_restart_delay() {
+                        return Err(JobError::TaskFailed {
+                            task: task_name,
+                            cause: error,
+                        });
+                    }
+                    restored = self.restore_point()?;
+                    {
+                        let mut r = self.shared.restarts.lock().expect("not poisoned");
+                        r.0 += 1;
+                        if let Some(f) = r.1.last_mut() {
+                            f.restored_from = restored.as_ref().map(|r| r.checkpoint);
+                        }
+                    }
+                    if matches!(error, TaskError::Injected(_)) {
+                        tracing::info!(
+                            task = %task_name, %error,
+                            restore_from = ?restored.as_ref().map(|r| r.checkpoint),
+                            "planned failure; restarting the job"
+                        );
+                    } else {
+                        tracing::warn!(
+                            task = %task_name, %error,
+                            restore_from = ?restored.as_ref().map(|r| r.checkpoint),
+                            "task failed; restarting the job"
+                        );
+                    }
+                }
+            }
+        }
+        self.publish_stats();
+        Ok(self.shared.snapshot())
+    }
+
+    /// The state to restart from: the latest completed checkpoint, read
+    /// back from storage when the job has one (its chains of incremental
+    /// parts are there), else the acknowledgements kept in memory.
+    fn restore_point(&self) -> Result<Option<RestoredState>, JobError> {
+        let latest = self.coordinator.latest_restore_point();
+        let (Some(p), Some(r)) = (&self.publisher, &latest) else {
+            return Ok(latest);
+        };
+        // The latest completed one, or, if it does not load, the newest
+        // older one that does.
+        let ids: Vec<CheckpointId> = p
+            .storage
+            .list()
+            .map_err(JobError::Storage)?
+            .into_iter()
+            .filter(|id| *id <= r.checkpoint)
+            .collect();
+        match newest_usable(&*p.storage, &ids, None)? {
+            (Some(found), _) => Ok(Some(found)),
+            (None, corrupt) => Err(JobError::Restore(format!(
+                "no completed checkpoint loads for the restart{}",
+                why_none(&corrupt)
+            ))),
+        }
+    }
+
+    fn publish_stats(&self) {
+        *self.shared.checkpoints.lock().expect("not poisoned") = self.coordinator.stats();
+    }
+
+    fn spawn(&mut self, restored: Option<RestoredState>) -> Result<Attempt, JobError> {
+        let mut wiring = Wiring::default();
+        let lanes = self.config.checkpoint.uses_priority_lanes();
+        self.alignment_deadlines.clear();
+        self.graph
+            .wire(&mut wiring, self.config.channel_capacity, lanes);
+        let (cancel_tx, cancel_rx) = crossbeam_channel::bounded::<()>(0);
+        let (ev_tx, ev_rx) = unbounded();
+        let cores = self.graph.cores_for(&self.config.pinning);
+        let mut threads = Vec::new();
+        let mut prepared: Vec<WorkerTask> = Vec::new();
+        let mut controls = Vec::new();
+        let checkpointing = self.config.checkpoint.mode != CheckpointMode::None;
+        self.coordinator.begin_attempt(
+            restored.as_ref().map(|r| r.checkpoint),
+            self.graph.source_tasks(),
+            self.graph.num_tasks(),
+        );
+        for task in 0..self.graph.num_tasks() {
+            let (ctl_tx, ctl_rx) = unbounded();
+            controls.push(ctl_tx);
+            let metrics = self.shared.metrics[task].clone();
+            let PlanTask { node, subtask } = self.graph.task_node(task);
+            let name = self.graph.task_id(task);
+            let ctx_parallelism = self.graph.parallelism(node);
+            let mut ctx = SubtaskCtx {
+                subtask,
+                parallelism: ctx_parallelism,
+                wiring: &mut wiring,
+                config: &self.config,
+                metrics: metrics.clone(),
+                cancel: cancel_rx.clone(),
+                control: ctl_rx,
+            };
+            let mut body: Box<dyn TaskBody> = self.graph.make(node, &mut ctx);
+            let failure = self
+                .failures
+                .next_for(task, &self.fired)
+                .map(|index| InjectedFailure {
+                    index,
+                    at: self.failures.point(index),
+                });
+            let snapshots = if checkpointing {
+                Some(
+                    SnapshotWorker::spawn(WorkerSetup {
+                        task,
+                        // A subtask index is below MAX_PARALLELISM, so it fits a u32.
+                        key: TaskStateKey::new(name.operator.clone(), name.subtask as u32),
+                        storage: self.publisher.as_ref().map(|p| p.storage.clone()),
+                        events: ev_tx.clone(),
+                        failure: failure.filter(|f| f.at == FailurePoint::DuringAsyncSnapshot),
+                        policy: ChainPolicy {
+                            incremental: self.config.checkpoint.incremental,
+                            full_every: self.config.checkpoint.full_every,
+                            max_chain_ratio: self.config.checkpoint.max_chain_ratio,
+                        },
+                        idle_priority: self.config.workers.is_some(),
+                    })
+                    .map_err(|e| JobError::Internal(format!("starting task {name}: {e}")))?,
+                )
+            } else {
+                None
+            };
+            let mut rt = TaskRt {
+                task,
+                task_id: name.clone(),
+                snapshots,
+                events: ev_tx.clone(),
+                restored: restored
+                    .as_ref()
+                    .map(|r| task_restore(r, &name, ctx_parallelism, self.config.max_parallelism)),
+                restored_checkpoint: restored.as_ref().map(|r| r.checkpoint),
+                checkpointing,
+                failure,
+            };
+            if self.config.workers.is_some() {
+                prepared.push(WorkerTask {
+                    task,
+                    body,
+                    rt,
+                    metrics,
+                });
+                continue;
+            }
+            let core = cores.as_ref().map(|c| c[task % c.len()]);
+            let slack = self.config.timer_slack_ns;
+            let os_name = self.graph.os_thread_name(task);
+            let t = std::thread::Builder::new()
+                .name(os_name)
+                .spawn(move || {
+                    setup_thread(slack, core, std::slice::from_ref(&metrics));
+                    metrics.start();
+                    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        body.run(&mut rt)
+                    }));
+                    end_task(task, rt, body, &metrics, res);
+                })
+                .map_err(|e| JobError::Internal(format!("spawning task {name}: {e}")))?;
+            threads.push(t);
+        }
+        if let Some(n) = self.config.workers {
+            // Subtask i of every operator on worker i % n, in the plan's
+            // order (sources first): timely's layout.
+            let mut shares: Vec<Vec<WorkerTask>> = (0..n).map(|_| Vec::new()).collect();
+            for t in prepared {
+                let w = self.graph.task_node(t.task).subtask % n;
+                shares[w].push(t);
+            }
+            for (w, share) in shares.into_iter().enumerate() {
+                if share.is_empty() {
+                    continue;
+                }
+                let core = cores.as_ref().map(|c| c[w % c.len()]);
+                let slack = self.config.timer_slack_ns;
+                let wait = self.config.wait_strategy;
+                let cancel = cancel_rx.clone();
+                let t = std::thread::Builder::new()
+                    .name(format!("lg-worker-{w}"))
+                    .spawn(move || {
+                        let metrics: Vec<Arc<TaskMetrics>> =
+                            share.iter().map(|t| t.metrics.clone()).collect();
+                        setup_thread(slack, core, &metrics);
+                        run_worker(share, cancel, wait);
+                    })
+                    .map_err(|e| JobError::Internal(format!("spawning worker {w}: {e}")))?;
+                threads.push(t);
+            }
+        }
+        Ok(Attempt {
+            threads,
+            controls,
+            priority_lanes: std::mem::take(&mut wiring.priority_lanes),
+            cancel: Some(cancel_tx),
+            events: ev_rx,
+        })
+    }
+
+    fn send_outputs(&mut self, attempt: &Attempt, out: Vec<CoordinatorOutput>) {
+        let mut injected = None;
+        let unaligned_after = self.config.checkpoint.unaligned_after_ns();
+        for o in out {
+            match o {
+                CoordinatorOutput::Control { task, msg } => {
+                    if let Control::Done(id, _) = &msg {
+                        self.alignment_deadlines.retain(|(_, b)| b.id != *id);
+                    }
+                    if let Control::Trigger(b) = &msg {
+                        // The barrier overtakes everything in flight on the
+                        // priority lanes, put there by the job thread, not
+                        // forwarded by each task (a task blocked on a full
+                        // output cannot forward): at once in unaligned mode
+                        // (FLIP-76, T = 0), T after the trigger with an
+                        // aligned-checkpoint timeout (rule 19, FLINK-27251:
+                        // barriers still queued in outputs overtake too).
+                        // The in-band barriers that the sources and then
+                        // each task emit after their snapshots still end
+                        // each channel's state. A full lane drops its copy
+                        // (`channel::PRIORITY_LANE_CAPACITY`). Savepoints
+                        // and the final checkpoint stay aligned
+                        // (`CheckpointBarrier::must_align`).
+                        if let Some(t) = unaligned_after {
+                            if injected != Some(b.id) && !b.must_align() {
+                                injected = Some(b.id);
+                                self.alignment_deadlines
+                                    .push((b.timestamp_ns.saturating_add(t), *b));
+                                // T = 0: due now, before any task hears of it.
+                                self.inject_timed_out(attempt);
+                            }
+                        }
+                    }
+                    let _ = attempt.controls[task].send(msg);
+                }
+                other => {
+                    if let Some(p) = &self.publisher {
+                        p.send(other);
+                    }
+                }
+            }
+        }
+        self.publish_stats();
+    }
+
+    /// Puts the barrier of every checkpoint due by now (see
+    /// `alignment_deadlines`) on every channel's priority lane (a full lane drops its
+    /// copy; the in-band barrier then switches each task on arrival).
+    fn inject_timed_out(&mut self, attempt: &Attempt) {
+        if self.alignment_deadlines.is_empty() {
+            return;
+        }
+        let now = crate::util::clock::now_ns();
+        self.alignment_deadlines.retain(|(deadline, b)| {
+            if *deadline > now {
+                return true;
+            }
+            for lane in &attempt.priority_lanes {
+                let _ = lane.try_send(*b);
+            }
+            false
+        });
+    }
+
+    /// Hands the storage work of `out` to the publisher (tasks' controls
+    /// are dropped: no attempt runs).
+    fn storage_outputs(&mut self, out: Vec<CoordinatorOutput>) {
+        if let Some(p) = &self.publisher {
+            for o in out {
+                p.send(o);
+            }
+        }
+    }
+
+    /// Runs one attempt until every task finished or one failed.
+    fn supervise(&mut self, attempt: &Attempt, stopping: &mut Option<bool>) -> AttemptEnd {
+        let n = self.graph.num_tasks();
+        let mut finished = vec![false; n];
+        let mut num_finished = 0;
+        if let Some(savepoint) = *stopping {
+            // A stop asked for during a failed attempt applies to this one.
+            self.stop_sources(attempt, savepoint);
+        }
+        loop {
+            // The coordinator sleeps until its next deadline (a trigger or a
+            // timeout), not on a fixed tick: an idle job thread costs nothing.
+            let deadline = self.alignment_deadlines.iter().map(|(d, _)| *d).min();
+            let tick = match crate::runtime::chain::earliest(
+                self.coordinator.next_wakeup_ns(),
+                deadline,
+            ) {
+                Some(t) => crossbeam_channel::at(crate::util::clock::instant_of(t)),
+                None => crossbeam_channel::never(),
+            };
+            let published = match &self.publisher {
+                Some(p) => p.results.clone(),
+                None => crossbeam_channel::never(),
+            };
+            select! {
+                recv(published) -> r => {
+                    if let Ok((id, result)) = r {
+                        let out = self.coordinator.published(id, result);
+                        if let Some(why) = self.coordinator.too_many_failures() {
+                            return AttemptEnd::TooManyCheckpointFailures(why);
+                        }
+                        self.send_outputs(attempt, out);
+                    }
+                }
+                recv(attempt.events) -> ev => {
+                    let Ok(ev) = ev else { unreachable!("the driver holds a sender") };
+                    match ev {
+                        TaskEvent::Finished { task } => {
+                            finished[task] = true;
+                            num_finished += 1;
+                            let out = self.coordinator.task_finished(task);
+                            self.send_outputs(attempt, out);
+                            if num_finished == n {
+                                return AttemptEnd::Finished;
+                            }
+                        }
+                        TaskEvent::Failed { task, error } => {
+                            return AttemptEnd::Failed { task, error };
+                        }
+                        TaskEvent::Ack { task, id, states, part, stats } => {
+                            let out = self.coordinator.ack(task, id, states, part, stats);
+                            self.send_outputs(attempt, out);
+                        }
+                        TaskEvent::Decline { task, id, reason, detail } => {
+                            let out = self.coordinator.decline(task, id, reason, detail);
+                            if let Some(why) = self.coordinator.too_many_failures() {
+                                return AttemptEnd::TooManyCheckpointFailures(why);
+                            }
+                            self.send_outputs(attempt, out);
+                        }
+                        TaskEvent::SourceDrained { task } => {
+                            let out = self.coordinator.source_drained(task, stopping.unwrap_or(false));
+                            self.send_outputs(attempt, out);
+                        }
+                    }
+                }
+                recv(self.commands) -> cmd => match cmd {
+                    Ok(Command::Stop { savepoint }) => {
+                        *stopping = Some(savepoint);
+                        self.stop_sources(attempt, savepoint);
+                    }
+                    Ok(Command::Trigger(reply)) => {
+                        let out = self.coordinator.trigger_on_demand(reply);
+                        self.send_outputs(attempt, out);
+                    }
+                    Err(_) => {}
+                },
+                recv(tick) -> _ => {
+                    self.inject_timed_out(attempt);
+                    let out = self.coordinator.tick();
+                    if let Some(why) = self.coordinator.too_many_failures() {
+                        return AttemptEnd::TooManyCheckpointFailures(why);
+                    }
+                    self.send_outputs(attempt, out);
+                }
+            }
+        }
+    }
+
+    fn stop_sources(&mut self, attempt: &Attempt, savepoint: bool) {
+        self.coordinator.set_final_kind(if savepoint {
+            SnapshotKind::Savepoint
+        } else {
+            SnapshotKind::Checkpoint
+        });
+        for t in self.graph.source_tasks() {
+            let _ = attempt.controls[t].send(Control::Stop);
+        }
+    }
+
+    /// Stops every task thread and returns the events they sent last.
+    fn teardown(&mut self, mut attempt: Attempt) -> Vec<TaskEvent> {
+        // Dropping the cancel sender disconnects every task's cancel
+        // receiver: blocked sends and parked gates wake up and return.
+        attempt.cancel.take();
+        attempt.controls.clear();
+        for t in attempt.threads.drain(..) {
+            let _ = t.join();
+        }
+        attempt.events.try_iter().collect()
+    }
+}
+
+impl Driver {
+    /// Waits out the restart delay, answering commands meanwhile; true
+    /// when a stop came (no restart then).
+    fn wait_restart_delay(&mut self) -> bool {
+        let deadline = std::time::Instant::now() + self.config.restart.delay;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            match self.commands.recv_timeout(left) {
+                Ok(Command::Stop { .. }) => return true,
+                // No checkpoint while the job restarts.
+                Ok(Command::Trigger(reply)) => {
+                    let _ = reply.send(Err(AbortReason::Declined));
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => return false,
+                // The handle is gone: nobody can stop the job any more.
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    std::thread::sleep(left);
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// The job's storage and its publisher thread (`lg-publish`), which writes
+/// every checkpoint's metadata, publishes it and applies retention, in the
+/// order asked, so the job thread never waits on a write. Requests are
+/// handled one at a time: a checkpoint's metadata write is short (one
+/// file), and its parts were written side by side by the tasks' snapshot
+/// threads before.
+pub(crate) struct Publisher {
+    storage: Arc<dyn CheckpointStorage>,
+    requests: Option<Sender<CoordinatorOutput>>,
+    results: Receiver<(CheckpointId, Result<u64, String>)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Publisher {
+    fn start(
+        storage: Arc<dyn CheckpointStorage>,
+        job: JobFingerprint,
+        retained: usize,
+        lock: Option<crate::checkpoint::FolderLock>,
+    ) -> Result<Self, JobError> {
+        let (tx, rx) = unbounded::<CoordinatorOutput>();
+        let (res_tx, res_rx) = unbounded();
+        let st = storage.clone();
+        let thread = std::thread::Builder::new()
+            .name("lg-publish".into())
+            .spawn(move || {
+                // The checkpoint folder's lock (if any) is released when
+                // the last request is done.
+                let _lock = lock;
+                // Its metadata writes, renames and deletions must not hold
+                // a core that a task waits for ([`crate::yield_point`]).
+                crate::util::background::mark_background_thread();
+                for req in rx {
+                    let _busy = crate::util::background::busy();
+                    crate::util::background::yield_point();
+                    match req {
+                        CoordinatorOutput::Control { .. } => {}
+                        CoordinatorOutput::Publish {
+                            id,
+                            kind,
+                            trigger_ns,
+                            parts,
+                        } => {
+                            let meta = CheckpointMetadata::new(id, kind, trigger_ns, job.clone());
+                            let r = st
+                                .publish(&meta, &parts)
+                                .map(|h| h.total_bytes)
+                                .map_err(|e| e.to_string());
+                            if r.is_err() {
+                                let _ = st.discard(id);
+                            }
+                            let _ = res_tx.send((id, r));
+                        }
+                        CoordinatorOutput::Discard { id } => {
+                            if let Err(e) = st.discard(id) {
+                                tracing::warn!(checkpoint = %id, error = %e, "dropping the parts of an aborted checkpoint failed");
+                            }
+                        }
+                        CoordinatorOutput::Remove { id } => {
+                            if let Err(e) = st.remove(id) {
+                                tracing::warn!(checkpoint = %id, error = %e, "deleting a checkpoint published too late failed");
+                            }
+                        }
+                        CoordinatorOutput::Retain => {
+                            if let Err(e) = st.retain(retained.max(1)) {
+                                tracing::warn!(error = %e, "removing old checkpoints failed");
+                            }
+                        }
+                    }
+                }
+            })
+            .map_err(|e| JobError::Internal(format!("spawning the publisher thread: {e}")))?;
+        Ok(Publisher {
+            storage,
+            requests: Some(tx),
+            results: res_rx,
+            thread: Some(thread),
+        })
+    }
+
+    fn send(&self, req: CoordinatorOutput) {
+        if let Some(tx) = &self.requests {
+            let _ = tx.send(req);
+        }
+    }
+
+    /// Lets the thread finish what was asked (retention, discards), then
+    /// joins it (as dropping does).
+    fn finish(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Publisher {
+    /// Joins the thread, so that the checkpoint folder's lock it holds is
+    /// released when the publisher is gone (a job refused after its
+    /// publisher started must not keep the folder).
+    fn drop(&mut self) {
+        self.requests = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What task `task` (of `parallelism` subtasks now) restores from `r`:
+/// its own snapshots, or, when the checkpoint was taken at another
+/// parallelism, those of every old subtask, to redistribute.
+fn task_restore(
+    r: &RestoredState,
+    task: &TaskId,
+    parallelism: usize,
+    max_parallelism: u32,
+) -> TaskRestore {
+    match r.parallelism.get(&task.operator) {
+        Some(&old) if old as usize != parallelism || r.always_rescale => TaskRestore::Rescaled {
+            old: (0..old as usize)
+                .map(|j| r.states_of(&TaskId::new(task.operator.clone(), j)))
+                .collect(),
+            rescale: Rescale {
+                subtask: task.subtask,
+                parallelism,
+                old_parallelism: old as usize,
+                max_parallelism,
+            },
+        },
+        _ => TaskRestore::Same(r.states_of(task)),
+    }
+}
+
+/// Decodes a stored checkpoint into the state tasks restore from: per
+/// task, the operator snapshots of its chain in order (the parts its delta
+/// builds on first).
+fn restored_from(loaded: LoadedCheckpoint) -> Result<RestoredState, JobError> {
+    let mut states = HashMap::new();
+    let decode = |key: &TaskStateKey, bytes: &[u8]| -> Result<Vec<OperatorSnapshot>, JobError> {
+        postcard::from_bytes(bytes).map_err(|e| {
+            JobError::Restore(format!(
+                "state of {}[{}] in {} does not decode: {e}",
+                key.task,
+                key.subtask,
+                loaded.handle.path.display()
+            ))
+        })
+    };
+    for (key, bytes) in &loaded.states {
+        let mut snaps = Vec::new();
+        for base in loaded.bases.get(key).into_iter().flatten() {
+            snaps.extend(decode(key, base)?);
+        }
+        snaps.extend(decode(key, bytes)?);
+        states.insert(TaskId::new(key.task.clone(), key.subtask as usize), snaps);
+    }
+    Ok(RestoredState {
+        checkpoint: loaded.metadata.id,
+        states,
+        parallelism: loaded.metadata.job.parallelism.clone(),
+        always_rescale: false,
+    })
+}
+
+/// The newest checkpoint in `storage` whose whole chain loads and
+/// decodes, as a restore at start would pick it (newer ones that do not
+/// load are skipped, logged, and left in place), for a job that restores
+/// from several folders at once ([`RestoredState::merge`], handed to
+/// [`crate::JobBuilder::with_restored_state`]). `Ok(None)`: no checkpoint
+/// loads (the error of each is logged).
+///
+/// # Errors
+/// The storage cannot be listed.
+pub fn load_restorable(storage: &dyn CheckpointStorage) -> Result<Option<RestoredState>, JobError> {
+    let ids = storage.list().map_err(JobError::Storage)?;
+    Ok(newest_usable(storage, &ids, None)?.0)
+}
+
+/// Why a loaded checkpoint's state files do not fit its recorded
+/// parallelism (a damaged or edited `_metadata`): a task with parallelism
+/// 0 or above the number of key groups, or state of a subtask that the
+/// recorded parallelism does not have (it would be dropped in silence by
+/// a restore, rescaled or not).
+fn layout_error(loaded: &LoadedCheckpoint) -> Option<String> {
+    let job = &loaded.metadata.job;
+    let path = loaded.handle.path.display();
+    if let Some((task, p)) = job
+        .parallelism
+        .iter()
+        .find(|(_, p)| **p == 0 || **p > job.max_parallelism)
+    {
+        return Some(format!(
+            "{path} records parallelism {p} for '{task}', not between 1 and its max_parallelism {}",
+            job.max_parallelism
+        ));
+    }
+    loaded
+        .states
+        .keys()
+        .find_map(|key| match job.parallelism.get(&key.task) {
+            Some(p) if key.subtask < *p => None,
+            Some(p) => Some(format!(
+                "{path} holds state of {}[{}], beyond the parallelism {p} it records for '{}'",
+                key.task, key.subtask, key.task
+            )),
+            None => Some(format!(
+                "{path} holds state of {}[{}], a task its metadata does not list",
+                key.task, key.subtask
+            )),
+        })
+}
+
+/// Checkpoints a restore skipped, newest first, with why.
+type Skipped = Vec<(CheckpointId, String)>;
+
+/// The newest of `ids` (ascending) that loads whole (its chains
+/// included), decodes, and, when `job` is given (a restore at start), was
+/// taken by that job and has every task's state; with the ids tried
+/// before it and why each was skipped. Older ones are tried in turn. Logs
+/// the first few skipped. (A restart within the process passes no `job`:
+/// its checkpoints may lack tasks that had finished, which count as
+/// acknowledged.)
+///
+/// # Errors
+/// A checkpoint taken with another configuration ([`check_compatible`]).
+fn newest_usable(
+    storage: &dyn CheckpointStorage,
+    ids: &[CheckpointId],
+    job: Option<&JobFingerprint>,
+) -> Result<(Option<RestoredState>, Skipped), JobError> {
+    let mut corrupt: Skipped = Vec::new();
+    let mut found = None;
+    for &id in ids.iter().rev() {
+        let loaded = match storage.load(id) {
+            Ok(l) => l,
+            Err(e) => {
+                corrupt.push((id, e.to_string()));
+                continue;
+            }
+        };
+        if let Some(job) = job {
+            check_compatible(&loaded.metadata.job, job, &loaded.handle.path)?;
+        }
+        if let Some(why) = layout_error(&loaded) {
+            corrupt.push((id, why));
+            continue;
+        }
+        let path = loaded.handle.path.clone();
+        let r = match restored_from(loaded) {
+            Ok(r) => r,
+            Err(e) => {
+                corrupt.push((id, e.to_string()));
+                continue;
+            }
+        };
+        // Every task acknowledged every checkpoint, so each has an entry
+        // (possibly empty): a missing one is a damaged checkpoint.
+        let missing = job.and_then(|_| {
+            r.parallelism
+                .iter()
+                .flat_map(|(op, p)| (0..*p as usize).map(move |i| TaskId::new(op.clone(), i)))
+                .find(|t| !r.states.contains_key(t))
+        });
+        if let Some(t) = missing {
+            corrupt.push((
+                id,
+                format!("checkpoint {} has no state for task {t}", path.display()),
+            ));
+            continue;
+        }
+        found = Some(r);
+        break;
+    }
+    // One line a skipped checkpoint, the first few only: with incremental
+    // checkpoints one bad part can spoil many.
+    for (id, err) in corrupt.iter().take(3) {
+        tracing::warn!(checkpoint = %id, error = %err, "skipping a checkpoint that does not load");
+    }
+    if corrupt.len() > 3 {
+        tracing::warn!("{} more checkpoints do not load", corrupt.len() - 3);
+    }
+    Ok((found, corrupt))
+}
+
+/// Why no checkpoint was usable, for an error message: the one cause, or
+/// how many failed with the newest and the oldest cause.
+fn why_none(corrupt: &Skipped) -> String {
+    match corrupt.as_slice() {
+        [] => String::new(),
+        [(_, e)] => format!(" ({e})"),
+        [(n, newest), .., (o, oldest)] => format!(
+            " ({} checkpoints do not load; the newest, {n}: {newest}; the oldest, {o}: {oldest})",
+            corrupt.len()
+        ),
+    }
+}
+
+/// Sets up checkpoint storage and restore, then starts the job thread.
+pub(crate) fn prepare_and_start(
+    name: String,
+    app_config: serde_json::Value,
+    graph: JobGraph,
+    config: JobConfig,
+    failures: FailurePlan,
+    mut restored: Option<RestoredState>,
+    storage: Option<Box<dyn CheckpointStorage>>,
+) -> Result<JobHandle, JobError> {
+    if let Some(f) = failures
+        .failures
+        .iter()
+        .find(|f| f.task >= graph.num_tasks())
+    {
+        return Err(JobError::Config(format!(
+            "the failure plan names task {}, but the job has {} tasks (0..{}; see JobBuilder::task_names)",
+            f.task,
+            graph.num_tasks(),
+            graph.num_tasks()
+        )));
+    }
+    let job = JobFingerprint {
+        job_name: name,
+        config: app_config,
+        parallelism: graph
+            .parallelisms()
+            .into_iter()
+            .map(|(n, p)| (n, p as u32))
+            .collect(),
+        max_parallelism: config.max_parallelism,
+    };
+    if let Some((op, p)) = job
+        .parallelism
+        .iter()
+        .find(|(_, p)| **p > config.max_parallelism)
+    {
+        return Err(JobError::Config(format!(
+            "operator '{op}' has parallelism {p}, above the job's max_parallelism of {} (the number of key groups; raise it, before the first checkpoint)",
+            config.max_parallelism
+        )));
+    }
+    let mut publisher: Option<Publisher> = None;
+    let mut next_id = None;
+    let mut restore_skipped = Vec::new();
+    if config.checkpoint.restore && storage.is_none() && config.checkpoint.dir.is_none() {
+        return Err(JobError::Config(
+            "checkpoint.restore needs checkpoint.dir (or a storage)".into(),
+        ));
+    }
+    // A folder is one job's while it runs (its lock goes with the
+    // publisher, which lives as long as the job).
+    let mut folder_lock = None;
+    let storage: Option<(Box<dyn CheckpointStorage>, String)> =
+        match (storage, &config.checkpoint.dir) {
+            (Some(s), _) => Some((s, "the job's checkpoint storage".to_string())),
+            (None, Some(dir)) => {
+                let local = LocalDirStorage::open(dir).map_err(JobError::Storage)?;
+                if config.checkpoint.mode != CheckpointMode::None {
+                    folder_lock = Some(local.lock().map_err(JobError::Storage)?);
+                }
+                Some((Box::new(local), dir.display().to_string()))
+            }
+            (None, None) => None,
+        };
+    if let Some((storage, where_)) = storage {
+        let _ = storage.clean_temporaries();
+        let existing = storage.list().map_err(JobError::Storage)?;
+        if config.checkpoint.restore {
+            let (found, corrupt) = newest_usable(&*storage, &existing, Some(&job))?;
+            let Some(r) = found else {
+                return Err(JobError::Restore(format!(
+                    "no complete checkpoint in {where_}{}",
+                    why_none(&corrupt)
+                )));
+            };
+            restored = Some(r);
+            // Newer checkpoints that do not load are kept aside, as
+            // evidence: neither restored again nor deleted by retention.
+            for (id, reason) in corrupt {
+                let kept_at = match storage.set_aside(id) {
+                    Ok(at) => at,
+                    Err(e) => {
+                        tracing::warn!(checkpoint = %id, error = %e, "cannot set aside a checkpoint that does not load");
+                        None
+                    }
+                };
+                restore_skipped.push(SkippedCheckpoint {
+                    id,
+                    reason,
+                    kept_at,
+                });
+            }
+        } else if !existing.is_empty() {
+            return Err(JobError::FolderInUse(where_));
+        }
+        next_id = existing.last().map(|id| id.next());
+        if config.checkpoint.mode != CheckpointMode::None {
+            publisher = Some(Publisher::start(
+                Arc::from(storage),
+                job,
+                config.checkpoint.retained,
+                folder_lock.take(),
+            )?);
+        }
+    } else if let Some(r) = &restored {
+        // An in-memory restore: the parallelism must match too, unless
+        // the state says what it was (then it is rescaled).
+        for task in r.states.keys() {
+            if r.parallelism.is_empty() && !graph.task_ids().contains(task) {
+                return Err(JobError::Restore(format!(
+                    "the restored state has task {task}, which this job does not have (a different parallelism or graph; rescaling is not supported)"
+                )));
+            }
+        }
+    }
+    if let Some(r) = &restored {
+        check_all_state_claimed(r, &graph, config.checkpoint.allow_non_restored_state)?;
+        check_channel_state(r, &graph, config.checkpoint.uses_priority_lanes())?;
+        publish_ingest_positions(r, &graph)?;
+    }
+    let mut coordinator = Coordinator::new(
+        config.checkpoint.clone(),
+        graph.task_ids(),
+        publisher.is_some(),
+        restored.clone(),
+    );
+    if let Some(id) = next_id {
+        coordinator.set_next_id(id);
+    }
+    Ok(start(
+        graph,
+        config,
+        failures,
+        restored,
+        coordinator,
+        publisher,
+        restore_skipped,
+    ))
+}
+
+/// Refuses, before anything runs, a restore that cannot replay the
+/// restored checkpoint's channel state (records in flight persisted by an
+/// unaligned checkpoint): in another checkpointing mode, or at another
+/// parallelism (rescaling channel state is not built). A checkpoint whose
+/// channel state is empty restores anywhere.
+fn check_channel_state(r: &RestoredState, graph: &JobGraph, lanes: bool) -> Result<(), JobError> {
+    let mut holding: Vec<String> = r
+        .states
+        .iter()
+        .filter(|(_, snaps)| {
+            snaps.iter().any(|s| {
+                s.operator == crate::checkpoint::channel_state::CHANNEL_STATE_OPERATOR
+                    && crate::checkpoint::channel_state::holds_records(&s.bytes, r.checkpoint)
+            })
+        })
+        .map(|(task, _)| task.to_string())
+        .collect();
+    if holding.is_empty() {
+        return Ok(());
+    }
+    holding.sort();
+    if !lanes {
+        return Err(JobError::Restore(format!(
+            "checkpoint {} is unaligned and holds records in flight for {}: restore it with unaligned checkpoints (--checkpoint unaligned) or with an aligned-checkpoint timeout",
+            r.checkpoint,
+            holding.join(", ")
+        )));
+    }
+    let rescaled = r.always_rescale
+        || graph.parallelisms().iter().any(|(name, p)| {
+            r.parallelism
+                .get(name)
+                .is_some_and(|&old| old as usize != *p)
+        });
+    if rescaled {
+        return Err(JobError::Restore(format!(
+            "checkpoint {} is unaligned and holds records in flight for {}, and channel state cannot be restored at another parallelism yet: restore it at the checkpoint's parallelism, or from a checkpoint without records in flight",
+            r.checkpoint,
+            holding.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses restored operator state that no operator of the job claims (an
+/// operator renamed or removed), which would otherwise be dropped in
+/// silence, unless `allow` (Flink's `allowNonRestoredState`).
+fn check_all_state_claimed(
+    r: &RestoredState,
+    graph: &JobGraph,
+    allow: bool,
+) -> Result<(), JobError> {
+    let mut unclaimed: Vec<String> = r
+        .states
+        .iter()
+        .flat_map(|(task, snaps)| {
+            snaps
+                .iter()
+                .filter(|s| {
+                    !graph.operator_names.contains(&s.operator)
+                        && s.operator != crate::checkpoint::channel_state::CHANNEL_STATE_OPERATOR
+                })
+                .map(move |s| format!("{} (task {task})", s.operator))
+        })
+        .collect();
+    if unclaimed.is_empty() {
+        return Ok(());
+    }
+    unclaimed.sort();
+    unclaimed.dedup();
+    if allow {
+        tracing::warn!(operators = ?unclaimed, "restored state that no operator claims is dropped (allow_non_restored_state)");
+        return Ok(());
+    }
+    Err(JobError::Restore(format!(
+        "checkpoint {} holds state of operators this job does not have: {}; rename them back, or set checkpoint.allow_non_restored_state to drop that state",
+        r.checkpoint,
+        unclaimed.join(", ")
+    )))
+}
+
+/// Tells each ingest handle the position its source restores, before the
+/// job starts, so that an application reading
+/// [`crate::Ingest::restored_position`] right after `start` pushes from
+/// the right record.
+fn publish_ingest_positions(r: &RestoredState, graph: &JobGraph) -> Result<(), JobError> {
+    for (name, cell) in &graph.ingest_positions {
+        let snaps = r.states_of(&TaskId::new(name.clone(), 0));
+        let Some(s) = snaps.iter().find(|s| &s.operator == name) else {
+            continue;
+        };
+        let bytes: [u8; 8] = s.bytes.as_slice().try_into().map_err(|_| {
+            JobError::Restore(format!(
+                "the position of ingest source '{name}' is {} bytes, not 8",
+                s.bytes.len()
+            ))
+        })?;
+        cell.store(
+            u64::from_le_bytes(bytes),
+            std::sync::atomic::Ordering::Release,
+        );
+    }
+    Ok(())
+}
+
+/// Refuses a checkpoint taken by a job with another name, configuration,
+/// operators or number of key groups. A different parallelism is
+/// accepted: the tasks are then restored rescaled (each operator
+/// redistributes its state, or refuses, see
+/// [`crate::Checkpointed::restore_rescaled`]).
+fn check_compatible(
+    stored: &JobFingerprint,
+    now: &JobFingerprint,
+    path: &std::path::Path,
+) -> Result<(), JobError> {
+    if stored.job_name != now.job_name {
+        return Err(JobError::Restore(format!(
+            "{} was taken by job '{}', not '{}'",
+            path.display(),
+            stored.job_name,
+            now.job_name
+        )));
+    }
+    if stored.max_parallelism == 0 || stored.max_parallelism > UPPER_MAX_PARALLELISM {
+        return Err(JobError::Restore(format!(
+            "{} records max_parallelism {}, not between 1 and {UPPER_MAX_PARALLELISM} (a damaged or edited _metadata?)",
+            path.display(),
+            stored.max_parallelism
+        )));
+    }
+    if stored.max_parallelism != now.max_parallelism {
+        return Err(JobError::Restore(format!(
+            "{} was taken with max_parallelism {} (key groups), {} now; it cannot change on restore (keyed state is stored by key group)",
+            path.display(),
+            stored.max_parallelism,
+            now.max_parallelism
+        )));
+    }
+    for op in now.parallelism.keys() {
+        if !stored.parallelism.contains_key(op) {
+            return Err(JobError::Restore(format!(
+                "operator '{op}' is not in {}; the job graph differs",
+                path.display()
+            )));
+        }
+    }
+    if stored.parallelism.len() != now.parallelism.len() {
+        return Err(JobError::Restore(format!(
+            "{} has operators this job does not have; the job graph differs",
+            path.display()
+        )));
+    }
+    // A key that is absent on one side and null on the other is no
+    // difference (a setting added later, unset), as `config_differences`
+    // shows them: refuse exactly when it names one.
+    let differences = config_differences(&stored.config, &now.config);
+    if !differences.is_empty() {
+        return Err(JobError::Restore(format!(
+            "{} was taken with another configuration: {}",
+            path.display(),
+            differences.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// What differs between two application configs, as `key: stored → now`
+/// per differing key of an object (nested objects as `a.b`), or the two
+/// values whole: the words of a restore refused for another configuration,
+/// for applications that check before they start a job too. Empty when
+/// they are the same; a key absent on one side and null on the other is
+/// no difference.
+///
+/// # Examples
+/// ```
+/// use serde_json::json;
+/// let d = lockgate::config_differences(&json!({"a": 1, "b": "x"}), &json!({"a": 2, "b": "x"}));
+/// assert_eq!(d, ["a: 1 → 2"]);
+/// assert!(lockgate::config_differences(&json!({"a": 1, "b": null}), &json!({"a": 1})).is_empty());
+/// assert!(lockgate::config_differences(&json!(null), &json!(null)).is_empty());
+/// ```
+pub fn config_differences(stored: &serde_json::Value, now: &serde_json::Value) -> Vec<String> {
+    fn walk(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+        use serde_json::Value;
+        match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+                for k in keys {
+                    let name = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    let (va, vb) = (
+                        x.get(k).unwrap_or(&Value::Null),
+                        y.get(k).unwrap_or(&Value::Null),
+                    );
+                    if va != vb {
+                        walk(&name, va, vb, out);
+                    }
+                }
+            }
+            _ => {
+                let shown = |v: &Value| match v {
+                    Value::String(s) => s.clone(),
+                    Value::Null => "(none)".into(),
+                    other => other.to_string(),
+                };
+                let name = if prefix.is_empty() { "config" } else { prefix };
+                // Values that read the same differ in type: show them as JSON.
+                let (x, y) = match (shown(a), shown(b)) {
+                    (x, y) if x == y => (a.to_string(), b.to_string()),
+                    other => other,
+                };
+                out.push(format!("{name}: {x} → {y}"));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if stored != now {
+        walk("", stored, now, &mut out);
+    }
+    out
+}

@@ -115,9 +115,11 @@ pub struct CheckpointConfig {
     pub tolerable_failures: u32,
     /// Completed checkpoints kept in storage. Default 3.
     pub retained: usize,
-    /// Where checkpoints are written (`chk-<n>/` folders). `None` (the
-    /// default): kept in memory only (enough for restarts within the
-    /// process).
+    /// Where checkpoints are written (`chk-<n>/` folders): the shorthand
+    /// of [`crate::JobBuilder::with_storage`] with a
+    /// [`crate::LocalDirStorage`]. `None` (the default): kept in a
+    /// [`crate::MemoryStorage`] of the job's own (enough for restarts
+    /// within the process).
     pub dir: Option<PathBuf>,
     /// Resume from the latest complete checkpoint in `dir` (default
     /// false; a folder that holds checkpoints without it is an error).

@@ -398,17 +398,35 @@ impl JobBuilder {
         self
     }
 
-    /// Writes completed checkpoints to `storage` instead of the folder of
-    /// [`crate::CheckpointConfig::dir`] (e.g. another store, or a shared
-    /// [`crate::checkpoint::MemoryStorage`] in tests). With
-    /// [`crate::CheckpointConfig::restore`] the job restores from it.
+    /// Keeps the job's checkpoints in `storage` (any [`CheckpointStorage`]:
+    /// another store, or a shared [`MemoryStorage`] a test inspects).
+    /// [`CheckpointConfig::dir`] is the shorthand for the common case, a
+    /// [`LocalDirStorage`] on that folder; without either a job that
+    /// checkpoints keeps its checkpoints in a [`MemoryStorage`] of its own
+    /// (enough for restarts within the process). With
+    /// [`CheckpointConfig::restore`] the job restores from `storage`.
+    ///
+    /// [`CheckpointStorage`]: crate::CheckpointStorage
+    /// [`MemoryStorage`]: crate::MemoryStorage
+    /// [`LocalDirStorage`]: crate::LocalDirStorage
+    /// [`CheckpointConfig::dir`]: crate::CheckpointConfig::dir
+    /// [`CheckpointConfig::restore`]: crate::CheckpointConfig::restore
     pub fn with_storage(mut self, storage: Box<dyn crate::checkpoint::CheckpointStorage>) -> Self {
         self.storage = Some(storage);
         self
     }
 
-    /// Starts the job from this in-memory state instead of from scratch (the
-    /// state of a checkpoint taken by an earlier job with the same graph).
+    /// Starts the job from `state`, given whole, instead of from scratch: a
+    /// checkpoint's state read by the application, e.g. several jobs'
+    /// checkpoints merged ([`RestoredState::merge`], as `lockgate kafka
+    /// run --restore` does for several processes). For one folder,
+    /// [`CheckpointConfig::restore`] is the shorthand: it picks the
+    /// newest checkpoint there whose whole chain loads
+    /// ([`load_restorable`]) and checks that this job took it.
+    ///
+    /// [`RestoredState::merge`]: crate::RestoredState::merge
+    /// [`CheckpointConfig::restore`]: crate::CheckpointConfig::restore
+    /// [`load_restorable`]: crate::load_restorable
     pub fn with_restored_state(mut self, state: crate::checkpoint::RestoredState) -> Self {
         self.restore = Some(state);
         self

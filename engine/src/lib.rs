@@ -43,9 +43,10 @@ pub use barrier::{
     INLINE_CHANNELS, MAX_PENDING_CHECKPOINTS,
 };
 pub use checkpoint::{
-    set_after_snapshot_hook, unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStats,
-    CheckpointStatus, CheckpointStorage, FolderLock, JobFingerprint, LatestValid, LoadedCheckpoint,
-    LocalDirStorage, MemoryStorage, OperatorSnapshot, PartHandle, RestoredState, StorageError,
+    config_differences, load_restorable, set_after_snapshot_hook, unix_time_ms, CheckpointHandle,
+    CheckpointMetadata, CheckpointStats, CheckpointStatus, CheckpointStorage, FolderLock,
+    JobFingerprint, LatestValid, LoadedCheckpoint, LocalDirStorage, MemoryStorage,
+    OperatorSnapshot, PartHandle, RestoredState, SkippedCheckpoint, StorageError,
     SubtaskCheckpointStats, TaskStateKey, FORMAT_VERSION, MAGIC, MAX_CHECKPOINT_ID,
 };
 pub use config::{
@@ -53,10 +54,7 @@ pub use config::{
     MAX_BATCH_SIZE, MAX_CHANNEL_CAPACITY, MAX_PARALLELISM, MAX_PIN_CORE, MAX_TIME, MAX_WORKERS,
 };
 pub use graph::{Connected, Data, Exchange, JobBuilder, Stream};
-pub use job::{
-    config_differences, load_restorable, JobFailure, JobHandle, JobMetrics, RestoredAtStart,
-    SkippedCheckpoint,
-};
+pub use job::{JobFailure, JobHandle, JobMetrics, RestoredAtStart};
 pub use operator::two_phase::{TwoPhaseCommit, TwoPhaseCommitSink};
 pub use operator::{
     Checkpointed, Context, Either, EncodedState, Operator, Sink, SnapshotRequest, Source,

@@ -18,26 +18,47 @@
 //!   against `tolerable_failures` (Flink's `CheckpointFailureManager`);
 //!   subsumption, cancellation and the alignment limit do not;
 //! - when every source has ended, a final checkpoint is taken (FLIP-147) so
-//!   that two-phase-commit sinks commit the tail of the output.
+//!   that two-phase-commit sinks commit the tail of the output;
+//! - in unaligned mode, and for aligned checkpoints with a timeout, the
+//!   coordinator says when each pending checkpoint's barrier is due on the
+//!   priority lanes ([`CoordinatorOutput::PriorityBarrier`]): at the
+//!   trigger, or the timeout after it (rule 19).
+//!
+//! The coordinator is the one owner of a checkpoint's state while it is
+//! pending (its acknowledgements, parts, statistics and deadlines); the
+//! job thread delivers its outputs, the publisher thread
+//! (`super::publisher`) carries out its storage requests.
 
 use super::{CheckpointStats, CheckpointStatus, PartHandle, RestoredState, SubtaskCheckpointStats};
 use crate::barrier::AbortReason;
-use crate::checkpoint::task_state::OperatorSnapshot;
 use crate::config::CheckpointConfig;
 use crate::types::control::Control;
 use crate::types::element::{CheckpointBarrier, CheckpointId, CheckpointOptions, SnapshotKind};
-use crate::types::task_id::TaskId;
 use crossbeam_channel::Sender;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-/// What the coordinator asks the job thread to do: controls go to tasks,
-/// the rest to the publisher thread, in order.
+/// What the coordinator asks the job thread to do, in order: controls go
+/// to tasks, priority barriers on every channel's priority lane, storage
+/// requests to the publisher thread.
 #[derive(Debug)]
 pub(crate) enum CoordinatorOutput {
     /// Send `msg` to task `task`.
     Control { task: usize, msg: Control },
-    /// Every part of `id` is durable: write its metadata and publish it
-    /// (off the job thread), then answer with [`Coordinator::published`].
+    /// Put this barrier on every channel's priority lane now (unaligned
+    /// mode, or an aligned checkpoint past its timeout): it overtakes
+    /// everything in flight (FLIP-76; FLINK-27251 for the timeout, as
+    /// barriers still queued in outputs overtake too). A full lane drops
+    /// its copy: the in-band barrier then switches each task on arrival.
+    PriorityBarrier(CheckpointBarrier),
+    /// Work for the publisher thread.
+    Storage(StorageRequest),
+}
+
+/// What the publisher thread does for the coordinator, off the job thread.
+#[derive(Debug)]
+pub(crate) enum StorageRequest {
+    /// Every part of `id` is durable: write its metadata and publish it,
+    /// then answer with [`Coordinator::published`].
     Publish {
         id: CheckpointId,
         kind: SnapshotKind,
@@ -56,10 +77,13 @@ struct Pending {
     kind: SnapshotKind,
     is_final: bool,
     trigger_ns: u64,
+    barrier: CheckpointBarrier,
+    /// When its barrier is due on the priority lanes (ns on the engine's
+    /// clock), until it is put there.
+    priority_due_ns: Option<u64>,
     /// Tasks whose acknowledgement is still missing.
     waiting: Vec<bool>,
     num_waiting: usize,
-    states: HashMap<TaskId, Vec<OperatorSnapshot>>,
     parts: Vec<PartHandle>,
     subtasks: Vec<SubtaskCheckpointStats>,
     /// Every task acknowledged; the metadata is being written.
@@ -67,21 +91,30 @@ struct Pending {
     reply: Option<Sender<Result<CheckpointId, AbortReason>>>,
 }
 
+/// What a restart restores from.
+#[derive(Clone, Debug)]
+pub(crate) enum RestorePoint {
+    /// The state the job was started from (given whole, e.g. merged from
+    /// several folders): no checkpoint of this job completed since.
+    Initial(RestoredState),
+    /// A checkpoint this job completed, to read back from storage.
+    Completed(CheckpointId),
+}
+
 /// The coordinator (see the module docs).
 pub(crate) struct Coordinator {
     config: CheckpointConfig,
     enabled: bool,
-    task_names: Vec<TaskId>,
     sources: Vec<usize>,
     finished: Vec<bool>,
     drained: Vec<bool>,
     next_id: u64,
     pending: BTreeMap<CheckpointId, Pending>,
     stats: Vec<CheckpointStats>,
-    latest: Option<RestoredState>,
-    /// True when completed checkpoints go to storage (parts written by the
-    /// tasks' snapshot threads, published by the job's publisher).
-    storage: bool,
+    latest: Option<RestorePoint>,
+    /// Unaligned mode or an aligned-checkpoint timeout: how long after its
+    /// trigger a checkpoint's barrier goes on the priority lanes.
+    priority_after_ns: Option<u64>,
     last_trigger_ns: u64,
     last_end_ns: u64,
     consecutive_failures: u32,
@@ -95,24 +128,22 @@ pub(crate) struct Coordinator {
 impl Coordinator {
     pub(crate) fn new(
         config: CheckpointConfig,
-        task_names: Vec<TaskId>,
-        storage: bool,
+        num_tasks: usize,
         restored: Option<RestoredState>,
     ) -> Self {
-        let n = task_names.len();
+        let n = num_tasks;
         let next_id = restored.as_ref().map_or(1, |r| r.checkpoint.get() + 1);
         Coordinator {
             enabled: config.mode != crate::CheckpointMode::None,
+            priority_after_ns: config.unaligned_after_ns(),
             config,
-            task_names,
             sources: Vec::new(),
             finished: vec![false; n],
             drained: vec![false; n],
             next_id,
             pending: BTreeMap::new(),
             stats: Vec::new(),
-            latest: restored,
-            storage,
+            latest: restored.map(RestorePoint::Initial),
             last_trigger_ns: 0,
             last_end_ns: 0,
             consecutive_failures: 0,
@@ -164,7 +195,8 @@ impl Coordinator {
         })
     }
 
-    pub(crate) fn latest_restore_point(&self) -> Option<RestoredState> {
+    /// What a restart restores from (`None`: the beginning).
+    pub(crate) fn latest_restore_point(&self) -> Option<RestorePoint> {
         self.latest.clone()
     }
 
@@ -207,15 +239,27 @@ impl Coordinator {
             .map(|t| !self.finished[t])
             .collect();
         let num_waiting = waiting.iter().filter(|w| **w).count();
+        let barrier = CheckpointBarrier {
+            id,
+            timestamp_ns: now,
+            options: CheckpointOptions { kind, is_final },
+        };
+        // Savepoints and the final checkpoint stay aligned
+        // (`CheckpointBarrier::must_align`, rule 18).
+        let priority_due_ns = self
+            .priority_after_ns
+            .filter(|_| !barrier.must_align())
+            .map(|t| now.saturating_add(t));
         self.pending.insert(
             id,
             Pending {
                 kind,
                 is_final,
                 trigger_ns: now,
+                barrier,
+                priority_due_ns,
                 waiting,
                 num_waiting,
-                states: HashMap::new(),
                 parts: Vec::new(),
                 subtasks: Vec::new(),
                 publishing: false,
@@ -237,11 +281,9 @@ impl Coordinator {
             incremental: false,
             unaligned: false,
         });
-        let barrier = CheckpointBarrier {
-            id,
-            timestamp_ns: now,
-            options: CheckpointOptions { kind, is_final },
-        };
+        // Due at once in unaligned mode (T = 0): on the lanes before any
+        // task hears of the checkpoint.
+        self.due_priority_barriers(now, &mut out);
         for &task in &self.sources {
             if !self.finished[task] {
                 out.push(CoordinatorOutput::Control {
@@ -286,7 +328,13 @@ impl Coordinator {
         let expiry = self
             .pending
             .values()
-            .map(|p| p.trigger_ns.saturating_add(timeout + 1))
+            .flat_map(|p| {
+                [
+                    Some(p.trigger_ns.saturating_add(timeout + 1)),
+                    p.priority_due_ns,
+                ]
+            })
+            .flatten()
             .min();
         let trigger = if self.all_drained() {
             // the final checkpoint is triggered once nothing is pending
@@ -314,6 +362,7 @@ impl Coordinator {
             return out;
         }
         let now = crate::util::clock::now_ns();
+        self.due_priority_barriers(now, &mut out);
         let timeout = self.config.timeout.as_nanos() as u64;
         let expired: Vec<CheckpointId> = self
             .pending
@@ -344,14 +393,23 @@ impl Coordinator {
         out
     }
 
-    /// Task `task`'s part of `id` is complete (durable in `part` when the
-    /// job has storage).
+    /// Puts on the priority lanes the barrier of every pending checkpoint
+    /// due by `now`, once each.
+    fn due_priority_barriers(&mut self, now: u64, out: &mut Vec<CoordinatorOutput>) {
+        for p in self.pending.values_mut() {
+            if p.priority_due_ns.is_some_and(|due| due <= now) {
+                p.priority_due_ns = None;
+                out.push(CoordinatorOutput::PriorityBarrier(p.barrier));
+            }
+        }
+    }
+
+    /// Task `task`'s part of `id` is complete and durable in `part`.
     pub(crate) fn ack(
         &mut self,
         task: usize,
         id: CheckpointId,
-        states: Vec<OperatorSnapshot>,
-        part: Option<PartHandle>,
+        part: PartHandle,
         stats: SubtaskCheckpointStats,
     ) -> Vec<CoordinatorOutput> {
         let Some(p) = self.pending.get_mut(&id) else {
@@ -362,11 +420,7 @@ impl Coordinator {
         }
         p.waiting[task] = false;
         p.num_waiting -= 1;
-        if !self.storage {
-            // Kept for a restart; with storage the restart reads it back.
-            p.states.insert(self.task_names[task].clone(), states);
-        }
-        p.parts.extend(part);
+        p.parts.push(part);
         p.subtasks.push(stats);
         if p.num_waiting == 0 {
             self.all_acknowledged(id)
@@ -375,22 +429,18 @@ impl Coordinator {
         }
     }
 
-    /// Every task acknowledged `id`: publish it, or complete it at once
-    /// without storage.
+    /// Every task acknowledged `id`: publish it.
     fn all_acknowledged(&mut self, id: CheckpointId) -> Vec<CoordinatorOutput> {
-        if !self.storage {
-            return self.complete(id, 0);
-        }
         let Some(p) = self.pending.get_mut(&id) else {
             return Vec::new();
         };
         p.publishing = true;
-        vec![CoordinatorOutput::Publish {
+        vec![CoordinatorOutput::Storage(StorageRequest::Publish {
             id,
             kind: p.kind,
             trigger_ns: p.trigger_ns,
             parts: p.parts.clone(),
-        }]
+        })]
     }
 
     /// The publisher's answer for `id`: its bytes written, or what the
@@ -403,7 +453,7 @@ impl Coordinator {
     ) -> Vec<CoordinatorOutput> {
         let publishing = self.pending.get(&id).is_some_and(|p| p.publishing);
         match result {
-            Ok(_) if !publishing => vec![CoordinatorOutput::Remove { id }],
+            Ok(_) if !publishing => vec![CoordinatorOutput::Storage(StorageRequest::Remove { id })],
             Err(_) if !publishing => Vec::new(),
             Ok(bytes) => self.complete(id, bytes),
             Err(e) => {
@@ -433,24 +483,13 @@ impl Coordinator {
             // channel state, which `persisted_bytes` counts.
             s.checkpointed_bytes = written_bytes.saturating_sub(s.persisted_bytes);
         }
-        // With storage a restart reads the checkpoint back (its chains of
-        // incremental parts are there): only the id is kept.
-        self.latest = Some(RestoredState {
-            checkpoint: id,
-            states: if self.storage {
-                HashMap::new()
-            } else {
-                p.states
-            },
-            parallelism: BTreeMap::new(),
-            always_rescale: false,
-        });
+        // A restart reads the checkpoint back (its chains of incremental
+        // parts are in storage): only the id is kept.
+        self.latest = Some(RestorePoint::Completed(id));
         if let Some(r) = p.reply {
             let _ = r.send(Ok(id));
         }
-        if self.storage {
-            out.push(CoordinatorOutput::Retain);
-        }
+        out.push(CoordinatorOutput::Storage(StorageRequest::Retain));
         // Completing n subsumes every older pending checkpoint.
         let older: Vec<CheckpointId> = self.pending.range(..id).map(|(k, _)| *k).collect();
         for o in older {
@@ -480,9 +519,7 @@ impl Coordinator {
             let _ = r.send(Err(reason));
         }
         tracing::debug!(checkpoint = %id, %reason, "checkpoint aborted");
-        if self.storage {
-            out.push(CoordinatorOutput::Discard { id });
-        }
+        out.push(CoordinatorOutput::Storage(StorageRequest::Discard { id }));
         self.notify_all(id, false, &mut out);
         out
     }

@@ -61,12 +61,11 @@ pub(crate) struct ChainPolicy {
 /// that this layer does not know the runtime's protocol.
 #[derive(Debug)]
 pub(crate) enum SnapshotOutcome {
-    /// The task's part of checkpoint `id` is complete (durable, in `part`,
-    /// when the job has storage).
+    /// The task's part of checkpoint `id` is complete and durable, in
+    /// `part`.
     Ack {
         id: CheckpointId,
-        states: Vec<OperatorSnapshot>,
-        part: Option<PartHandle>,
+        part: PartHandle,
         stats: SubtaskCheckpointStats,
     },
     /// The task gives up checkpoint `id` (`detail`: what the storage said).
@@ -83,7 +82,7 @@ pub(crate) enum SnapshotOutcome {
 pub(crate) struct WorkerSetup<E> {
     pub(crate) task: usize,
     pub(crate) key: TaskStateKey,
-    pub(crate) storage: Option<Arc<dyn CheckpointStorage>>,
+    pub(crate) storage: Arc<dyn CheckpointStorage>,
     pub(crate) events: Sender<E>,
     /// Armed only for [`FailurePoint::DuringAsyncSnapshot`].
     pub(crate) failure: Option<InjectedFailure>,
@@ -329,13 +328,7 @@ fn finish<E>(
 ) -> SnapshotOutcome {
     let start = crate::util::clock::now_ns();
     let fail = SnapshotOutcome::Failed;
-    // Without storage every snapshot is full: a restart restores from the
-    // acknowledgements kept in memory, one part per task.
-    let base = if setup.storage.is_some() {
-        chain.base(&setup.policy, job.id, job.full)
-    } else {
-        None
-    };
+    let base = chain.base(&setup.policy, job.id, job.full);
     let req = SnapshotRequest { id: job.id, base };
     let mut states = Vec::with_capacity(job.parts.len());
     let mut delta = false;
@@ -385,8 +378,8 @@ fn finish<E>(
     stats.state_bytes = full_size;
     stats.persisted_bytes = persisted;
     stats.incremental = delta;
-    let mut part = None;
-    if let Some(storage) = &setup.storage {
+    let part = {
+        let storage = &setup.storage;
         crate::util::background::yield_point();
         let mut buf = std::mem::take(scratch);
         buf.clear();
@@ -425,7 +418,7 @@ fn finish<E>(
                 h.base = base;
                 stats.checkpointed_bytes = h.written_bytes.saturating_sub(persisted);
                 chain.wrote(job.id, base, h.written_bytes, full_size);
-                part = Some(h);
+                h
             }
             Err(e) => {
                 return SnapshotOutcome::Decline {
@@ -435,11 +428,10 @@ fn finish<E>(
                 }
             }
         }
-    }
+    };
     stats.async_ns = crate::util::clock::now_ns().saturating_sub(start);
     SnapshotOutcome::Ack {
         id: job.id,
-        states,
         part,
         stats,
     }

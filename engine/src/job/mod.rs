@@ -13,13 +13,11 @@
 
 use crate::barrier::{AbortReason, CheckpointMode};
 use crate::checkpoint::coordinator::{Coordinator, CoordinatorOutput};
+use crate::checkpoint::publisher::Publisher;
+use crate::checkpoint::restore::{self, SkippedCheckpoint};
 use crate::checkpoint::snapshot::{ChainPolicy, SnapshotWorker, WorkerSetup};
-use crate::checkpoint::task_state::{OperatorSnapshot, TaskRestore};
-use crate::checkpoint::{
-    CheckpointMetadata, CheckpointStorage, JobFingerprint, LoadedCheckpoint, LocalDirStorage,
-    TaskStateKey,
-};
-use crate::checkpoint::{CheckpointStats, RestoredState};
+use crate::checkpoint::TaskStateKey;
+use crate::checkpoint::{CheckpointStats, CheckpointStorage, JobFingerprint, RestoredState};
 use crate::config::JobConfig;
 use crate::runtime::events::TaskEvent;
 use crate::runtime::plan::{JobGraph, PlanTask, SubtaskCtx, TaskBody, TaskRt, Wiring};
@@ -30,11 +28,9 @@ use crate::testing::InjectedFailure;
 use crate::types::control::Control;
 use crate::types::element::{CheckpointId, SnapshotKind};
 use crate::types::error::{JobError, TaskError};
-use crate::types::key_groups::{Rescale, UPPER_MAX_PARALLELISM};
 use crate::types::metrics::{TaskMetrics, TaskMetricsSnapshot};
 use crate::types::task_id::TaskId;
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -72,18 +68,6 @@ pub struct RestoredAtStart {
     /// The tasks restored at another parallelism (a rescale), by name:
     /// `(task, parallelism in the checkpoint, parallelism now)`.
     pub rescaled: Vec<(String, u32, u32)>,
-}
-
-/// A checkpoint a restore at start skipped because it did not load.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SkippedCheckpoint {
-    /// Its id.
-    pub id: CheckpointId,
-    /// Why it was skipped (the storage's or the decoder's message).
-    pub reason: String,
-    /// Where the storage kept it, out of the way of restores and retention
-    /// ([`CheckpointStorage::set_aside`]); `None` where it is left as it was.
-    pub kept_at: Option<String>,
 }
 
 /// A task failure, as [`JobMetrics::failures`] lists it; displays as
@@ -306,12 +290,11 @@ pub(crate) fn start(
                 commands: cmd_rx,
                 coordinator,
                 publisher,
-                alignment_deadlines: Vec::new(),
             };
             let result = driver.run(restored);
-            if let Some(p) = driver.publisher.take() {
-                p.finish();
-            }
+            // Lets the publisher finish what was asked (retention,
+            // discards) and release the folder.
+            drop(driver.publisher.take());
             result
         })
         .expect("spawning the job thread");
@@ -348,11 +331,6 @@ struct Driver {
     coordinator: Coordinator,
     /// Where checkpoints go, with the thread that publishes them.
     publisher: Option<Publisher>,
-    /// Unaligned mode and aligned checkpoints with a timeout (rule 19):
-    /// when each pending checkpoint's barrier is due on the priority lanes
-    /// (ns on the engine's clock; its trigger in unaligned mode), and the
-    /// barrier.
-    alignment_deadlines: Vec<(u64, crate::types::element::CheckpointBarrier)>,
 }
 
 impl Driver {
@@ -452,30 +430,12 @@ impl Driver {
         Ok(self.shared.snapshot())
     }
 
-    /// The state to restart from: the latest completed checkpoint, read
-    /// back from storage when the job has one (its chains of incremental
-    /// parts are there), else the acknowledgements kept in memory.
+    /// The state to restart from (see [`restore::restart_point`]).
     fn restore_point(&self) -> Result<Option<RestoredState>, JobError> {
-        let latest = self.coordinator.latest_restore_point();
-        let (Some(p), Some(r)) = (&self.publisher, &latest) else {
-            return Ok(latest);
-        };
-        // The latest completed one, or, if it does not load, the newest
-        // older one that does.
-        let ids: Vec<CheckpointId> = p
-            .storage
-            .list()
-            .map_err(JobError::Storage)?
-            .into_iter()
-            .filter(|id| *id <= r.checkpoint)
-            .collect();
-        match newest_usable(&*p.storage, &ids, None)? {
-            (Some(found), _) => Ok(Some(found)),
-            (None, corrupt) => Err(JobError::Restore(format!(
-                "no completed checkpoint loads for the restart{}",
-                why_none(&corrupt)
-            ))),
-        }
+        restore::restart_point(
+            self.publisher.as_ref().map(Publisher::storage),
+            self.coordinator.latest_restore_point(),
+        )
     }
 
     fn publish_stats(&self) {
@@ -485,7 +445,6 @@ impl Driver {
     fn spawn(&mut self, restored: Option<RestoredState>) -> Result<Attempt, JobError> {
         let mut wiring = Wiring::default();
         let lanes = self.config.checkpoint.uses_priority_lanes();
-        self.alignment_deadlines.clear();
         self.graph
             .wire(&mut wiring, self.config.channel_capacity, lanes);
         let (cancel_tx, cancel_rx) = crossbeam_channel::bounded::<()>(0);
@@ -524,13 +483,14 @@ impl Driver {
                     index,
                     at: self.failures.point(index),
                 });
-            let snapshots = if checkpointing {
+            // A job that checkpoints has storage (memory at least).
+            let snapshots = if let Some(p) = self.publisher.as_ref().filter(|_| checkpointing) {
                 Some(
                     SnapshotWorker::spawn(WorkerSetup {
                         task,
                         // A subtask index is below MAX_PARALLELISM, so it fits a u32.
                         key: TaskStateKey::new(name.operator.clone(), name.subtask as u32),
-                        storage: self.publisher.as_ref().map(|p| p.storage.clone()),
+                        storage: p.shared_storage(),
                         events: ev_tx.clone(),
                         failure: failure.filter(|f| f.at == FailurePoint::DuringAsyncSnapshot),
                         policy: ChainPolicy {
@@ -550,9 +510,9 @@ impl Driver {
                 task_id: name.clone(),
                 snapshots,
                 events: ev_tx.clone(),
-                restored: restored
-                    .as_ref()
-                    .map(|r| task_restore(r, &name, ctx_parallelism, self.config.max_parallelism)),
+                restored: restored.as_ref().map(|r| {
+                    restore::task_restore(r, &name, ctx_parallelism, self.config.max_parallelism)
+                }),
                 restored_checkpoint: restored.as_ref().map(|r| r.checkpoint),
                 checkpointing,
                 failure,
@@ -620,43 +580,26 @@ impl Driver {
     }
 
     fn send_outputs(&mut self, attempt: &Attempt, out: Vec<CoordinatorOutput>) {
-        let mut injected = None;
-        let unaligned_after = self.config.checkpoint.unaligned_after_ns();
         for o in out {
             match o {
                 CoordinatorOutput::Control { task, msg } => {
-                    if let Control::Done(id, _) = &msg {
-                        self.alignment_deadlines.retain(|(_, b)| b.id != *id);
-                    }
-                    if let Control::Trigger(b) = &msg {
-                        // The barrier overtakes everything in flight on the
-                        // priority lanes, put there by the job thread, not
-                        // forwarded by each task (a task blocked on a full
-                        // output cannot forward): at once in unaligned mode
-                        // (FLIP-76, T = 0), T after the trigger with an
-                        // aligned-checkpoint timeout (rule 19, FLINK-27251:
-                        // barriers still queued in outputs overtake too).
-                        // The in-band barriers that the sources and then
-                        // each task emit after their snapshots still end
-                        // each channel's state. A full lane drops its copy
-                        // (`channel::PRIORITY_LANE_CAPACITY`). Savepoints
-                        // and the final checkpoint stay aligned
-                        // (`CheckpointBarrier::must_align`).
-                        if let Some(t) = unaligned_after {
-                            if injected != Some(b.id) && !b.must_align() {
-                                injected = Some(b.id);
-                                self.alignment_deadlines
-                                    .push((b.timestamp_ns.saturating_add(t), *b));
-                                // T = 0: due now, before any task hears of it.
-                                self.inject_timed_out(attempt);
-                            }
-                        }
-                    }
                     let _ = attempt.controls[task].send(msg);
                 }
-                other => {
+                // The barrier overtakes everything in flight on the
+                // priority lanes, put there by the job thread, not
+                // forwarded by each task (a task blocked on a full output
+                // cannot forward). The in-band barriers that the sources
+                // and then each task emit after their snapshots still end
+                // each channel's state. A full lane drops its copy
+                // (`channel::PRIORITY_LANE_CAPACITY`).
+                CoordinatorOutput::PriorityBarrier(b) => {
+                    for lane in &attempt.priority_lanes {
+                        let _ = lane.try_send(b);
+                    }
+                }
+                CoordinatorOutput::Storage(req) => {
                     if let Some(p) = &self.publisher {
-                        p.send(other);
+                        p.send(req);
                     }
                 }
             }
@@ -664,31 +607,14 @@ impl Driver {
         self.publish_stats();
     }
 
-    /// Puts the barrier of every checkpoint due by now (see
-    /// `alignment_deadlines`) on every channel's priority lane (a full lane drops its
-    /// copy; the in-band barrier then switches each task on arrival).
-    fn inject_timed_out(&mut self, attempt: &Attempt) {
-        if self.alignment_deadlines.is_empty() {
-            return;
-        }
-        let now = crate::util::clock::now_ns();
-        self.alignment_deadlines.retain(|(deadline, b)| {
-            if *deadline > now {
-                return true;
-            }
-            for lane in &attempt.priority_lanes {
-                let _ = lane.try_send(*b);
-            }
-            false
-        });
-    }
-
     /// Hands the storage work of `out` to the publisher (tasks' controls
     /// are dropped: no attempt runs).
     fn storage_outputs(&mut self, out: Vec<CoordinatorOutput>) {
         if let Some(p) = &self.publisher {
             for o in out {
-                p.send(o);
+                if let CoordinatorOutput::Storage(req) = o {
+                    p.send(req);
+                }
             }
         }
     }
@@ -705,16 +631,12 @@ impl Driver {
         loop {
             // The coordinator sleeps until its next deadline (a trigger or a
             // timeout), not on a fixed tick: an idle job thread costs nothing.
-            let deadline = self.alignment_deadlines.iter().map(|(d, _)| *d).min();
-            let tick = match crate::runtime::chain::earliest(
-                self.coordinator.next_wakeup_ns(),
-                deadline,
-            ) {
+            let tick = match self.coordinator.next_wakeup_ns() {
                 Some(t) => crossbeam_channel::at(crate::util::clock::instant_of(t)),
                 None => crossbeam_channel::never(),
             };
             let published = match &self.publisher {
-                Some(p) => p.results.clone(),
+                Some(p) => p.results().clone(),
                 None => crossbeam_channel::never(),
             };
             select! {
@@ -742,8 +664,8 @@ impl Driver {
                         TaskEvent::Failed { task, error } => {
                             return AttemptEnd::Failed { task, error };
                         }
-                        TaskEvent::Ack { task, id, states, part, stats } => {
-                            let out = self.coordinator.ack(task, id, states, part, stats);
+                        TaskEvent::Ack { task, id, part, stats } => {
+                            let out = self.coordinator.ack(task, id, part, stats);
                             self.send_outputs(attempt, out);
                         }
                         TaskEvent::Decline { task, id, reason, detail } => {
@@ -771,7 +693,6 @@ impl Driver {
                     Err(_) => {}
                 },
                 recv(tick) -> _ => {
-                    self.inject_timed_out(attempt);
                     let out = self.coordinator.tick();
                     if let Some(why) = self.coordinator.too_many_failures() {
                         return AttemptEnd::TooManyCheckpointFailures(why);
@@ -833,300 +754,6 @@ impl Driver {
     }
 }
 
-/// The job's storage and its publisher thread (`lg-publish`), which writes
-/// every checkpoint's metadata, publishes it and applies retention, in the
-/// order asked, so the job thread never waits on a write. Requests are
-/// handled one at a time: a checkpoint's metadata write is short (one
-/// file), and its parts were written side by side by the tasks' snapshot
-/// threads before.
-pub(crate) struct Publisher {
-    storage: Arc<dyn CheckpointStorage>,
-    requests: Option<Sender<CoordinatorOutput>>,
-    results: Receiver<(CheckpointId, Result<u64, String>)>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Publisher {
-    fn start(
-        storage: Arc<dyn CheckpointStorage>,
-        job: JobFingerprint,
-        retained: usize,
-        lock: Option<crate::checkpoint::FolderLock>,
-    ) -> Result<Self, JobError> {
-        let (tx, rx) = unbounded::<CoordinatorOutput>();
-        let (res_tx, res_rx) = unbounded();
-        let st = storage.clone();
-        let thread = std::thread::Builder::new()
-            .name("lg-publish".into())
-            .spawn(move || {
-                // The checkpoint folder's lock (if any) is released when
-                // the last request is done.
-                let _lock = lock;
-                // Its metadata writes, renames and deletions must not hold
-                // a core that a task waits for ([`crate::yield_point`]).
-                crate::util::background::mark_background_thread();
-                for req in rx {
-                    let _busy = crate::util::background::busy();
-                    crate::util::background::yield_point();
-                    match req {
-                        CoordinatorOutput::Control { .. } => {}
-                        CoordinatorOutput::Publish {
-                            id,
-                            kind,
-                            trigger_ns,
-                            parts,
-                        } => {
-                            let meta = CheckpointMetadata::new(id, kind, trigger_ns, job.clone());
-                            let r = st
-                                .publish(&meta, &parts)
-                                .map(|h| h.total_bytes)
-                                .map_err(|e| e.to_string());
-                            if r.is_err() {
-                                let _ = st.discard(id);
-                            }
-                            let _ = res_tx.send((id, r));
-                        }
-                        CoordinatorOutput::Discard { id } => {
-                            if let Err(e) = st.discard(id) {
-                                tracing::warn!(checkpoint = %id, error = %e, "dropping the parts of an aborted checkpoint failed");
-                            }
-                        }
-                        CoordinatorOutput::Remove { id } => {
-                            if let Err(e) = st.remove(id) {
-                                tracing::warn!(checkpoint = %id, error = %e, "deleting a checkpoint published too late failed");
-                            }
-                        }
-                        CoordinatorOutput::Retain => {
-                            if let Err(e) = st.retain(retained.max(1)) {
-                                tracing::warn!(error = %e, "removing old checkpoints failed");
-                            }
-                        }
-                    }
-                }
-            })
-            .map_err(|e| JobError::Internal(format!("spawning the publisher thread: {e}")))?;
-        Ok(Publisher {
-            storage,
-            requests: Some(tx),
-            results: res_rx,
-            thread: Some(thread),
-        })
-    }
-
-    fn send(&self, req: CoordinatorOutput) {
-        if let Some(tx) = &self.requests {
-            let _ = tx.send(req);
-        }
-    }
-
-    /// Lets the thread finish what was asked (retention, discards), then
-    /// joins it (as dropping does).
-    fn finish(self) {
-        drop(self);
-    }
-}
-
-impl Drop for Publisher {
-    /// Joins the thread, so that the checkpoint folder's lock it holds is
-    /// released when the publisher is gone (a job refused after its
-    /// publisher started must not keep the folder).
-    fn drop(&mut self) {
-        self.requests = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// What task `task` (of `parallelism` subtasks now) restores from `r`:
-/// its own snapshots, or, when the checkpoint was taken at another
-/// parallelism, those of every old subtask, to redistribute.
-fn task_restore(
-    r: &RestoredState,
-    task: &TaskId,
-    parallelism: usize,
-    max_parallelism: u32,
-) -> TaskRestore {
-    match r.parallelism.get(&task.operator) {
-        Some(&old) if old as usize != parallelism || r.always_rescale => TaskRestore::Rescaled {
-            old: (0..old as usize)
-                .map(|j| r.states_of(&TaskId::new(task.operator.clone(), j)))
-                .collect(),
-            rescale: Rescale {
-                subtask: task.subtask,
-                parallelism,
-                old_parallelism: old as usize,
-                max_parallelism,
-            },
-        },
-        _ => TaskRestore::Same(r.states_of(task)),
-    }
-}
-
-/// Decodes a stored checkpoint into the state tasks restore from: per
-/// task, the operator snapshots of its chain in order (the parts its delta
-/// builds on first).
-fn restored_from(loaded: LoadedCheckpoint) -> Result<RestoredState, JobError> {
-    let mut states = HashMap::new();
-    let decode = |key: &TaskStateKey, bytes: &[u8]| -> Result<Vec<OperatorSnapshot>, JobError> {
-        postcard::from_bytes(bytes).map_err(|e| {
-            JobError::Restore(format!(
-                "state of {}[{}] in {} does not decode: {e}",
-                key.task,
-                key.subtask,
-                loaded.handle.path.display()
-            ))
-        })
-    };
-    for (key, bytes) in &loaded.states {
-        let mut snaps = Vec::new();
-        for base in loaded.bases.get(key).into_iter().flatten() {
-            snaps.extend(decode(key, base)?);
-        }
-        snaps.extend(decode(key, bytes)?);
-        states.insert(TaskId::new(key.task.clone(), key.subtask as usize), snaps);
-    }
-    Ok(RestoredState {
-        checkpoint: loaded.metadata.id,
-        states,
-        parallelism: loaded.metadata.job.parallelism.clone(),
-        always_rescale: false,
-    })
-}
-
-/// The newest checkpoint in `storage` whose whole chain loads and
-/// decodes, as a restore at start would pick it (newer ones that do not
-/// load are skipped, logged, and left in place), for a job that restores
-/// from several folders at once ([`RestoredState::merge`], handed to
-/// [`crate::JobBuilder::with_restored_state`]). `Ok(None)`: no checkpoint
-/// loads (the error of each is logged).
-///
-/// # Errors
-/// The storage cannot be listed.
-pub fn load_restorable(storage: &dyn CheckpointStorage) -> Result<Option<RestoredState>, JobError> {
-    let ids = storage.list().map_err(JobError::Storage)?;
-    Ok(newest_usable(storage, &ids, None)?.0)
-}
-
-/// Why a loaded checkpoint's state files do not fit its recorded
-/// parallelism (a damaged or edited `_metadata`): a task with parallelism
-/// 0 or above the number of key groups, or state of a subtask that the
-/// recorded parallelism does not have (it would be dropped in silence by
-/// a restore, rescaled or not).
-fn layout_error(loaded: &LoadedCheckpoint) -> Option<String> {
-    let job = &loaded.metadata.job;
-    let path = loaded.handle.path.display();
-    if let Some((task, p)) = job
-        .parallelism
-        .iter()
-        .find(|(_, p)| **p == 0 || **p > job.max_parallelism)
-    {
-        return Some(format!(
-            "{path} records parallelism {p} for '{task}', not between 1 and its max_parallelism {}",
-            job.max_parallelism
-        ));
-    }
-    loaded
-        .states
-        .keys()
-        .find_map(|key| match job.parallelism.get(&key.task) {
-            Some(p) if key.subtask < *p => None,
-            Some(p) => Some(format!(
-                "{path} holds state of {}[{}], beyond the parallelism {p} it records for '{}'",
-                key.task, key.subtask, key.task
-            )),
-            None => Some(format!(
-                "{path} holds state of {}[{}], a task its metadata does not list",
-                key.task, key.subtask
-            )),
-        })
-}
-
-/// Checkpoints a restore skipped, newest first, with why.
-type Skipped = Vec<(CheckpointId, String)>;
-
-/// The newest of `ids` (ascending) that loads whole (its chains
-/// included), decodes, and, when `job` is given (a restore at start), was
-/// taken by that job and has every task's state; with the ids tried
-/// before it and why each was skipped. Older ones are tried in turn. Logs
-/// the first few skipped. (A restart within the process passes no `job`:
-/// its checkpoints may lack tasks that had finished, which count as
-/// acknowledged.)
-///
-/// # Errors
-/// A checkpoint taken with another configuration ([`check_compatible`]).
-fn newest_usable(
-    storage: &dyn CheckpointStorage,
-    ids: &[CheckpointId],
-    job: Option<&JobFingerprint>,
-) -> Result<(Option<RestoredState>, Skipped), JobError> {
-    let mut corrupt: Skipped = Vec::new();
-    let mut found = None;
-    for &id in ids.iter().rev() {
-        let loaded = match storage.load(id) {
-            Ok(l) => l,
-            Err(e) => {
-                corrupt.push((id, e.to_string()));
-                continue;
-            }
-        };
-        if let Some(job) = job {
-            check_compatible(&loaded.metadata.job, job, &loaded.handle.path)?;
-        }
-        if let Some(why) = layout_error(&loaded) {
-            corrupt.push((id, why));
-            continue;
-        }
-        let path = loaded.handle.path.clone();
-        let r = match restored_from(loaded) {
-            Ok(r) => r,
-            Err(e) => {
-                corrupt.push((id, e.to_string()));
-                continue;
-            }
-        };
-        // Every task acknowledged every checkpoint, so each has an entry
-        // (possibly empty): a missing one is a damaged checkpoint.
-        let missing = job.and_then(|_| {
-            r.parallelism
-                .iter()
-                .flat_map(|(op, p)| (0..*p as usize).map(move |i| TaskId::new(op.clone(), i)))
-                .find(|t| !r.states.contains_key(t))
-        });
-        if let Some(t) = missing {
-            corrupt.push((
-                id,
-                format!("checkpoint {} has no state for task {t}", path.display()),
-            ));
-            continue;
-        }
-        found = Some(r);
-        break;
-    }
-    // One line a skipped checkpoint, the first few only: with incremental
-    // checkpoints one bad part can spoil many.
-    for (id, err) in corrupt.iter().take(3) {
-        tracing::warn!(checkpoint = %id, error = %err, "skipping a checkpoint that does not load");
-    }
-    if corrupt.len() > 3 {
-        tracing::warn!("{} more checkpoints do not load", corrupt.len() - 3);
-    }
-    Ok((found, corrupt))
-}
-
-/// Why no checkpoint was usable, for an error message: the one cause, or
-/// how many failed with the newest and the oldest cause.
-fn why_none(corrupt: &Skipped) -> String {
-    match corrupt.as_slice() {
-        [] => String::new(),
-        [(_, e)] => format!(" ({e})"),
-        [(n, newest), .., (o, oldest)] => format!(
-            " ({} checkpoints do not load; the newest, {n}: {newest}; the oldest, {o}: {oldest})",
-            corrupt.len()
-        ),
-    }
-}
-
 /// Sets up checkpoint storage and restore, then starts the job thread.
 pub(crate) fn prepare_and_start(
     name: String,
@@ -1134,7 +761,7 @@ pub(crate) fn prepare_and_start(
     graph: JobGraph,
     config: JobConfig,
     failures: FailurePlan,
-    mut restored: Option<RestoredState>,
+    restored: Option<RestoredState>,
     storage: Option<Box<dyn CheckpointStorage>>,
 ) -> Result<JobHandle, JobError> {
     if let Some(f) = failures
@@ -1169,72 +796,9 @@ pub(crate) fn prepare_and_start(
             config.max_parallelism
         )));
     }
-    let mut publisher: Option<Publisher> = None;
-    let mut next_id = None;
-    let mut restore_skipped = Vec::new();
-    if config.checkpoint.restore && storage.is_none() && config.checkpoint.dir.is_none() {
-        return Err(JobError::Config(
-            "checkpoint.restore needs checkpoint.dir (or a storage)".into(),
-        ));
-    }
-    // A folder is one job's while it runs (its lock goes with the
-    // publisher, which lives as long as the job).
-    let mut folder_lock = None;
-    let storage: Option<(Box<dyn CheckpointStorage>, String)> =
-        match (storage, &config.checkpoint.dir) {
-            (Some(s), _) => Some((s, "the job's checkpoint storage".to_string())),
-            (None, Some(dir)) => {
-                let local = LocalDirStorage::open(dir).map_err(JobError::Storage)?;
-                if config.checkpoint.mode != CheckpointMode::None {
-                    folder_lock = Some(local.lock().map_err(JobError::Storage)?);
-                }
-                Some((Box::new(local), dir.display().to_string()))
-            }
-            (None, None) => None,
-        };
-    if let Some((storage, where_)) = storage {
-        let _ = storage.clean_temporaries();
-        let existing = storage.list().map_err(JobError::Storage)?;
-        if config.checkpoint.restore {
-            let (found, corrupt) = newest_usable(&*storage, &existing, Some(&job))?;
-            let Some(r) = found else {
-                return Err(JobError::Restore(format!(
-                    "no complete checkpoint in {where_}{}",
-                    why_none(&corrupt)
-                )));
-            };
-            restored = Some(r);
-            // Newer checkpoints that do not load are kept aside, as
-            // evidence: neither restored again nor deleted by retention.
-            for (id, reason) in corrupt {
-                let kept_at = match storage.set_aside(id) {
-                    Ok(at) => at,
-                    Err(e) => {
-                        tracing::warn!(checkpoint = %id, error = %e, "cannot set aside a checkpoint that does not load");
-                        None
-                    }
-                };
-                restore_skipped.push(SkippedCheckpoint {
-                    id,
-                    reason,
-                    kept_at,
-                });
-            }
-        } else if !existing.is_empty() {
-            return Err(JobError::FolderInUse(where_));
-        }
-        next_id = existing.last().map(|id| id.next());
-        if config.checkpoint.mode != CheckpointMode::None {
-            publisher = Some(Publisher::start(
-                Arc::from(storage),
-                job,
-                config.checkpoint.retained,
-                folder_lock.take(),
-            )?);
-        }
-    } else if let Some(r) = &restored {
-        // An in-memory restore: the parallelism must match too, unless
-        // the state says what it was (then it is rescaled).
+    if let Some(r) = &restored {
+        // A state given whole must match the graph's parallelism, unless
+        // it says what it was (then it is rescaled).
         for task in r.states.keys() {
             if r.parallelism.is_empty() && !graph.task_ids().contains(task) {
                 return Err(JobError::Restore(format!(
@@ -1243,110 +807,37 @@ pub(crate) fn prepare_and_start(
             }
         }
     }
-    if let Some(r) = &restored {
-        check_all_state_claimed(r, &graph, config.checkpoint.allow_non_restored_state)?;
-        check_channel_state(r, &graph, config.checkpoint.uses_priority_lanes())?;
+    let opened = restore::open(job, &config, storage, restored)?;
+    if let Some(r) = &opened.restored {
+        restore::check_all_state_claimed(
+            r,
+            &graph.operator_names,
+            config.checkpoint.allow_non_restored_state,
+        )?;
+        restore::check_channel_state(
+            r,
+            &graph.parallelisms(),
+            config.checkpoint.uses_priority_lanes(),
+        )?;
         publish_ingest_positions(r, &graph)?;
     }
     let mut coordinator = Coordinator::new(
         config.checkpoint.clone(),
-        graph.task_ids(),
-        publisher.is_some(),
-        restored.clone(),
+        graph.num_tasks(),
+        opened.restored.clone(),
     );
-    if let Some(id) = next_id {
+    if let Some(id) = opened.next_id {
         coordinator.set_next_id(id);
     }
     Ok(start(
         graph,
         config,
         failures,
-        restored,
+        opened.restored,
         coordinator,
-        publisher,
-        restore_skipped,
+        opened.publisher,
+        opened.skipped,
     ))
-}
-
-/// Refuses, before anything runs, a restore that cannot replay the
-/// restored checkpoint's channel state (records in flight persisted by an
-/// unaligned checkpoint): in another checkpointing mode, or at another
-/// parallelism (rescaling channel state is not built). A checkpoint whose
-/// channel state is empty restores anywhere.
-fn check_channel_state(r: &RestoredState, graph: &JobGraph, lanes: bool) -> Result<(), JobError> {
-    let mut holding: Vec<String> = r
-        .states
-        .iter()
-        .filter(|(_, snaps)| {
-            snaps.iter().any(|s| {
-                s.operator == crate::checkpoint::channel_state::CHANNEL_STATE_OPERATOR
-                    && crate::checkpoint::channel_state::holds_records(&s.bytes, r.checkpoint)
-            })
-        })
-        .map(|(task, _)| task.to_string())
-        .collect();
-    if holding.is_empty() {
-        return Ok(());
-    }
-    holding.sort();
-    if !lanes {
-        return Err(JobError::Restore(format!(
-            "checkpoint {} is unaligned and holds records in flight for {}: restore it with unaligned checkpoints (--checkpoint unaligned) or with an aligned-checkpoint timeout",
-            r.checkpoint,
-            holding.join(", ")
-        )));
-    }
-    let rescaled = r.always_rescale
-        || graph.parallelisms().iter().any(|(name, p)| {
-            r.parallelism
-                .get(name)
-                .is_some_and(|&old| old as usize != *p)
-        });
-    if rescaled {
-        return Err(JobError::Restore(format!(
-            "checkpoint {} is unaligned and holds records in flight for {}, and channel state cannot be restored at another parallelism yet: restore it at the checkpoint's parallelism, or from a checkpoint without records in flight",
-            r.checkpoint,
-            holding.join(", ")
-        )));
-    }
-    Ok(())
-}
-
-/// Refuses restored operator state that no operator of the job claims (an
-/// operator renamed or removed), which would otherwise be dropped in
-/// silence, unless `allow` (Flink's `allowNonRestoredState`).
-fn check_all_state_claimed(
-    r: &RestoredState,
-    graph: &JobGraph,
-    allow: bool,
-) -> Result<(), JobError> {
-    let mut unclaimed: Vec<String> = r
-        .states
-        .iter()
-        .flat_map(|(task, snaps)| {
-            snaps
-                .iter()
-                .filter(|s| {
-                    !graph.operator_names.contains(&s.operator)
-                        && s.operator != crate::checkpoint::channel_state::CHANNEL_STATE_OPERATOR
-                })
-                .map(move |s| format!("{} (task {task})", s.operator))
-        })
-        .collect();
-    if unclaimed.is_empty() {
-        return Ok(());
-    }
-    unclaimed.sort();
-    unclaimed.dedup();
-    if allow {
-        tracing::warn!(operators = ?unclaimed, "restored state that no operator claims is dropped (allow_non_restored_state)");
-        return Ok(());
-    }
-    Err(JobError::Restore(format!(
-        "checkpoint {} holds state of operators this job does not have: {}; rename them back, or set checkpoint.allow_non_restored_state to drop that state",
-        r.checkpoint,
-        unclaimed.join(", ")
-    )))
 }
 
 /// Tells each ingest handle the position its source restores, before the
@@ -1371,124 +862,4 @@ fn publish_ingest_positions(r: &RestoredState, graph: &JobGraph) -> Result<(), J
         );
     }
     Ok(())
-}
-
-/// Refuses a checkpoint taken by a job with another name, configuration,
-/// operators or number of key groups. A different parallelism is
-/// accepted: the tasks are then restored rescaled (each operator
-/// redistributes its state, or refuses, see
-/// [`crate::Checkpointed::restore_rescaled`]).
-fn check_compatible(
-    stored: &JobFingerprint,
-    now: &JobFingerprint,
-    path: &std::path::Path,
-) -> Result<(), JobError> {
-    if stored.job_name != now.job_name {
-        return Err(JobError::Restore(format!(
-            "{} was taken by job '{}', not '{}'",
-            path.display(),
-            stored.job_name,
-            now.job_name
-        )));
-    }
-    if stored.max_parallelism == 0 || stored.max_parallelism > UPPER_MAX_PARALLELISM {
-        return Err(JobError::Restore(format!(
-            "{} records max_parallelism {}, not between 1 and {UPPER_MAX_PARALLELISM} (a damaged or edited _metadata?)",
-            path.display(),
-            stored.max_parallelism
-        )));
-    }
-    if stored.max_parallelism != now.max_parallelism {
-        return Err(JobError::Restore(format!(
-            "{} was taken with max_parallelism {} (key groups), {} now; it cannot change on restore (keyed state is stored by key group)",
-            path.display(),
-            stored.max_parallelism,
-            now.max_parallelism
-        )));
-    }
-    for op in now.parallelism.keys() {
-        if !stored.parallelism.contains_key(op) {
-            return Err(JobError::Restore(format!(
-                "operator '{op}' is not in {}; the job graph differs",
-                path.display()
-            )));
-        }
-    }
-    if stored.parallelism.len() != now.parallelism.len() {
-        return Err(JobError::Restore(format!(
-            "{} has operators this job does not have; the job graph differs",
-            path.display()
-        )));
-    }
-    // A key that is absent on one side and null on the other is no
-    // difference (a setting added later, unset), as `config_differences`
-    // shows them: refuse exactly when it names one.
-    let differences = config_differences(&stored.config, &now.config);
-    if !differences.is_empty() {
-        return Err(JobError::Restore(format!(
-            "{} was taken with another configuration: {}",
-            path.display(),
-            differences.join(", ")
-        )));
-    }
-    Ok(())
-}
-
-/// What differs between two application configs, as `key: stored → now`
-/// per differing key of an object (nested objects as `a.b`), or the two
-/// values whole: the words of a restore refused for another configuration,
-/// for applications that check before they start a job too. Empty when
-/// they are the same; a key absent on one side and null on the other is
-/// no difference.
-///
-/// # Examples
-/// ```
-/// use serde_json::json;
-/// let d = lockgate::config_differences(&json!({"a": 1, "b": "x"}), &json!({"a": 2, "b": "x"}));
-/// assert_eq!(d, ["a: 1 → 2"]);
-/// assert!(lockgate::config_differences(&json!({"a": 1, "b": null}), &json!({"a": 1})).is_empty());
-/// assert!(lockgate::config_differences(&json!(null), &json!(null)).is_empty());
-/// ```
-pub fn config_differences(stored: &serde_json::Value, now: &serde_json::Value) -> Vec<String> {
-    fn walk(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
-        use serde_json::Value;
-        match (a, b) {
-            (Value::Object(x), Value::Object(y)) => {
-                let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
-                for k in keys {
-                    let name = if prefix.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{prefix}.{k}")
-                    };
-                    let (va, vb) = (
-                        x.get(k).unwrap_or(&Value::Null),
-                        y.get(k).unwrap_or(&Value::Null),
-                    );
-                    if va != vb {
-                        walk(&name, va, vb, out);
-                    }
-                }
-            }
-            _ => {
-                let shown = |v: &Value| match v {
-                    Value::String(s) => s.clone(),
-                    Value::Null => "(none)".into(),
-                    other => other.to_string(),
-                };
-                let name = if prefix.is_empty() { "config" } else { prefix };
-                // Values that read the same differ in type: show them as JSON.
-                let (x, y) = match (shown(a), shown(b)) {
-                    (x, y) if x == y => (a.to_string(), b.to_string()),
-                    other => other,
-                };
-                out.push(format!("{name}: {x} → {y}"));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    if stored != now {
-        walk("", stored, now, &mut out);
-    }
-    out
 }

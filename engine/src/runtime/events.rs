@@ -3,7 +3,6 @@
 
 use crate::barrier::AbortReason;
 use crate::checkpoint::snapshot::SnapshotOutcome;
-use crate::checkpoint::task_state::OperatorSnapshot;
 use crate::checkpoint::{PartHandle, SubtaskCheckpointStats};
 use crate::types::element::CheckpointId;
 use crate::types::error::TaskError;
@@ -11,13 +10,12 @@ use crate::types::error::TaskError;
 /// A message from a task to the job thread.
 #[derive(Debug)]
 pub(crate) enum TaskEvent {
-    /// The task's snapshot for checkpoint `id` is complete (durable, in
-    /// `part`, when the job has storage); sent by its snapshot thread.
+    /// The task's snapshot for checkpoint `id` is complete and durable, in
+    /// `part`; sent by its snapshot thread.
     Ack {
         task: usize,
         id: CheckpointId,
-        states: Vec<OperatorSnapshot>,
-        part: Option<PartHandle>,
+        part: PartHandle,
         stats: SubtaskCheckpointStats,
     },
     /// The task gave up checkpoint `id` (`detail`: what the storage said,
@@ -40,15 +38,9 @@ pub(crate) enum TaskEvent {
 impl From<(usize, SnapshotOutcome)> for TaskEvent {
     fn from((task, outcome): (usize, SnapshotOutcome)) -> Self {
         match outcome {
-            SnapshotOutcome::Ack {
-                id,
-                states,
-                part,
-                stats,
-            } => TaskEvent::Ack {
+            SnapshotOutcome::Ack { id, part, stats } => TaskEvent::Ack {
                 task,
                 id,
-                states,
                 part,
                 stats,
             },

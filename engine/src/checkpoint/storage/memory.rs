@@ -1,4 +1,5 @@
-//! [`MemoryStorage`]: checkpoints kept in memory, for tests.
+//! [`MemoryStorage`]: checkpoints kept in memory. A job that checkpoints
+//! without a folder or a storage of its own keeps them in one.
 
 use super::api::{
     validate_id, validate_parts, CheckpointHandle, CheckpointMetadata, CheckpointStorage,
@@ -22,9 +23,12 @@ struct MemoryEntry {
     total_bytes: u64,
 }
 
-/// An in-memory store for tests: same rules as [`LocalDirStorage`](crate::LocalDirStorage) (ids,
-/// duplicates, retention), no durability, no checksums. It can be told to
-/// fail writes, to test a coordinator's handling of storage failures.
+/// An in-memory store: the same rules as
+/// [`LocalDirStorage`](crate::LocalDirStorage) (ids, duplicates, chains of
+/// incremental parts, retention), no durability, no checksums. A job
+/// without a checkpoint folder keeps its checkpoints in one; a test can
+/// share one with a job to inspect what it wrote, or tell it to fail
+/// writes, to test the handling of storage failures.
 #[derive(Debug, Default)]
 pub struct MemoryStorage {
     checkpoints: Mutex<BTreeMap<CheckpointId, MemoryEntry>>,

@@ -61,7 +61,7 @@ pub use operator::{
     SourcePoll, StateSnapshot,
 };
 pub use state::{
-    key_group, KeyedState, ListState, Managed, ManagedState, StateError, StateKey,
+    key_group, KeyedFold, KeyedState, ListState, Managed, ManagedState, StateError, StateKey,
     StatefulOperator, UnionListState, ValueState,
 };
 pub use testing::{FailurePlan, FailurePoint, PlannedFailure};

@@ -21,7 +21,7 @@ fn sum_job(config: JobConfig, n: u64, keys: u64) -> (JobBuilder, Finals) {
     })
     .key_by(move |x| x % keys)
     .task("keyed_sum", 2)
-    .process("keyed_sum", move |_| KeyedSum::new(keys))
+    .process("keyed_sum", move |_| keyed_sum(keys))
     .rebalance()
     .task("sink", 1)
     .sink("sink", move |_| MaxSink(f2.clone()));
@@ -55,7 +55,7 @@ fn held_sum_job(
     })
     .key_by(move |x| x % keys)
     .task("keyed_sum", 2)
-    .process("keyed_sum", move |_| KeyedSum::new(keys))
+    .process("keyed_sum", move |_| keyed_sum(keys))
     .rebalance()
     .task("sink", 1)
     .sink("sink", move |_| MaxSink(f2.clone()));
@@ -253,7 +253,7 @@ fn a_job_restores_from_its_checkpoint_folder() {
     })
     .key_by(|x| x % 10)
     .task("keyed_sum", 2)
-    .process("keyed_sum", |_| KeyedSum::new(10))
+    .process("keyed_sum", |_| keyed_sum(10))
     .rebalance()
     .task("sink", 1)
     .sink("sink", |_| MaxSink(Arc::default()));
@@ -379,7 +379,7 @@ fn many_channels_align_under_frequent_checkpoints() {
         })
         .key_by(|x| x % 5)
         .task("keyed_sum", 1)
-        .process("keyed_sum", |_| KeyedSum::new(5))
+        .process("keyed_sum", |_| keyed_sum(5))
         .sink("sink", move |_| MaxSink(f2.clone()));
         let m = job.start().unwrap().wait().unwrap();
         assert_eq!(*finals.lock().unwrap(), expected_sums(n, 5), "{mode:?}");
@@ -485,7 +485,7 @@ fn pushed_job(mode: CheckpointMode, n: u64, replay_capacity: usize) -> (JobMetri
     input
         .key_by(|x| x % 10)
         .task("keyed_sum", 2)
-        .process("keyed_sum", |_| KeyedSum::new(10))
+        .process("keyed_sum", |_| keyed_sum(10))
         .rebalance()
         .task("sink", 1)
         .sink("sink", move |_| MaxSink(f2.clone()));
@@ -677,7 +677,7 @@ fn alignment_over_the_limit_aborts_the_checkpoint_and_the_job_goes_on() {
     fast.rebalance()
         .union(slow.rebalance())
         .task("keyed_sum", 1)
-        .process("keyed_sum", |_| KeyedSum::new(4))
+        .process("keyed_sum", |_| keyed_sum(4))
         .sink("sink", |_| MaxSink(Arc::default()));
     let h = job.start().unwrap();
     assert!(wait_for(30, || h.metrics().checkpoints.iter().any(|c| c
@@ -921,7 +921,7 @@ fn a_union_with_an_empty_input_runs_to_the_end_with_the_right_result() {
         })
         .key_by(|x| x % 10)
         .task("keyed_sum", 2)
-        .process("keyed_sum", |_| KeyedSum::new(10))
+        .process("keyed_sum", |_| keyed_sum(10))
         .rebalance();
     let empty = job
         .source("empty", 1, |i| Counter::part(i.index, i.parallelism, 0))
@@ -1068,7 +1068,7 @@ fn a_split_stream_feeds_both_branches_exactly_across_failures() {
         })
         .key_by(|x| x % 10)
         .task("keyed_sum", 2)
-        .process("keyed_sum", |_| KeyedSum::new(10));
+        .process("keyed_sum", |_| keyed_sum(10));
     let (to_max, to_count) = sums.split();
     to_max
         .rebalance()
@@ -1214,7 +1214,7 @@ fn pushed_into(config: JobConfig, op: &str) -> (JobBuilder, Ingest<u64>, Finals)
     input
         .key_by(|x| x % 10)
         .task("keyed_sum", 2)
-        .process(op, |_| KeyedSum::new(10))
+        .process(op, |_| keyed_sum(10))
         .rebalance()
         .task("sink", 1)
         .sink("sink", move |_| MaxSink(f2.clone()));

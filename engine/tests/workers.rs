@@ -27,7 +27,7 @@ fn job(
     job.source("numbers", 2, move |i| source(i.index, i.parallelism))
         .key_by(move |x| x % keys)
         .task("keyed_sum", 3)
-        .process("keyed_sum", move |_| KeyedSum::new(keys))
+        .process("keyed_sum", move |_| keyed_sum(keys))
         .rebalance()
         .task("sink", 1)
         .sink("sink", move |_| MaxSink(f2.clone()));

@@ -102,52 +102,19 @@ impl Checkpointed for Counter {
     }
 }
 
-/// Running sum per key `x % keys`; emits `(key, sum)`; state = the sums.
-pub(crate) struct KeyedSum {
-    pub keys: u64,
-    pub sums: KeyedState<u64, u64>,
+/// Running sum per key `x % keys`; emits `(key, sum)`; its state (the
+/// sums, in managed keyed state) is snapshotted incrementally.
+pub(crate) fn keyed_sum(keys: u64) -> impl Operator<u64, (u64, u64)> + 'static {
+    Managed::new(KeyedFold::new(
+        move |x: &u64| x % keys,
+        move |sum: &mut u64, x: u64| {
+            *sum += x;
+            (x % keys, *sum)
+        },
+    ))
 }
 
-impl KeyedSum {
-    pub(crate) fn new(keys: u64) -> Self {
-        KeyedSum {
-            keys,
-            sums: KeyedState::new(),
-        }
-    }
-}
-
-impl Operator<u64, (u64, u64)> for KeyedSum {
-    fn process(
-        &mut self,
-        input: &mut Vec<u64>,
-        ctx: &mut Context<'_, (u64, u64)>,
-    ) -> Result<(), BoxError> {
-        for x in input.drain(..) {
-            let s = self.sums.get_or_default(x % self.keys);
-            *s += x;
-            ctx.emit((x % self.keys, *s));
-        }
-        Ok(())
-    }
-}
-
-/// Incremental: a snapshot copies the keys changed since the last one.
-impl Checkpointed for KeyedSum {
-    fn snapshot_state_async(
-        &mut self,
-        _id: CheckpointId,
-    ) -> Result<Option<StateSnapshot>, BoxError> {
-        Ok(Some(self.sums.snapshot_async()))
-    }
-
-    fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
-        self.sums = KeyedState::restore_chain(chain)?;
-        Ok(())
-    }
-}
-
-/// The closed form of `KeyedSum` over `0..n`.
+/// The closed form of [`keyed_sum`] over `0..n`.
 pub(crate) fn expected_sums(n: u64, keys: u64) -> HashMap<u64, u64> {
     let mut m = HashMap::new();
     for x in 0..n {

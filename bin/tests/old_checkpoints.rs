@@ -1,0 +1,120 @@
+//! Checkpoint folders written by an earlier build (`0cb9f06`, kept in
+//! `testdata/checkpoints-0cb9f06/`, see its README) restore with this one:
+//! the run goes on from the checkpoint and its result is exact.
+
+mod common;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+fn archive(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/checkpoints-0cb9f06")
+        .join(name)
+}
+
+/// Unpacks `name` (a `.tar.gz`) into `into`.
+fn unpack(name: &str, into: &Path) {
+    let file = File::open(archive(name)).expect("the archive is in testdata");
+    tar::Archive::new(flate2::read::GzDecoder::new(file))
+        .unpack(into)
+        .expect("the archive unpacks");
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The newest `chk-<n>` in `dir`.
+fn newest(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            e.ok()?
+                .file_name()
+                .to_str()?
+                .strip_prefix("chk-")?
+                .parse()
+                .ok()
+        })
+        .max()
+        .expect("the folder holds checkpoints")
+}
+
+fn restores_loadgen_folder(archive_name: &str, folder: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    unpack(archive_name, tmp.path());
+    let dir = tmp.path().join(folder);
+    let newest_before = newest(&dir);
+    let json = tmp.path().join("run.json");
+    let _machine = common::heavy();
+    let o = common::bin()
+        .args(["loadgen", "--restore"])
+        .arg(&dir)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "{archive_name}: {out}\n{err}");
+    assert!(out.contains("result: ok"), "{archive_name}: {out}\n{err}");
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(
+        j["restored_checkpoint"].as_u64(),
+        Some(newest_before),
+        "{archive_name}: the newest checkpoint of the old folder is restored"
+    );
+    assert!(
+        j["restored_records"].as_u64().unwrap() > 0,
+        "{archive_name}: the old checkpoint was taken mid-run"
+    );
+    // The run went on writing checkpoints into the old folder.
+    assert!(newest(&dir) > newest_before, "{archive_name}: {out}");
+}
+
+#[test]
+fn a_w1_folder_of_0cb9f06_restores_exactly() {
+    restores_loadgen_folder("loadgen-w1.tar.gz", "w1");
+}
+
+#[test]
+fn a_w2_folder_of_0cb9f06_restores_exactly() {
+    restores_loadgen_folder("loadgen-w2.tar.gz", "w2");
+}
+
+#[test]
+fn an_unaligned_w2_folder_of_0cb9f06_restores_exactly() {
+    restores_loadgen_folder("loadgen-w2u.tar.gz", "w2u");
+}
+
+/// The flights job restores only into the output folder it wrote to, and
+/// the checkpoint records its absolute path: the archive is unpacked where
+/// it was made.
+#[test]
+fn a_flights_folder_of_0cb9f06_restores_to_the_golden_output() {
+    let base = Path::new("/tmp/lockgate-testdata-0cb9f06");
+    if base.exists() {
+        std::fs::remove_dir_all(base).unwrap();
+    }
+    std::fs::create_dir_all(base).unwrap();
+    unpack("flights.tar.gz", base);
+    let _machine = common::heavy();
+    let o = common::bin()
+        .args(["flights", "--restore"])
+        .arg(base.join("flights-chk"))
+        .arg("--out")
+        .arg(base.join("flights-out"))
+        .output()
+        .unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "{out}\n{err}");
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/flights");
+    for f in ["daily.csv", "by_visibility.csv"] {
+        assert_eq!(
+            std::fs::read(base.join("flights-out").join(f)).unwrap(),
+            std::fs::read(golden.join(f)).unwrap(),
+            "{f} after the restore differs from the golden output\n{out}\n{err}"
+        );
+    }
+    std::fs::remove_dir_all(base).unwrap();
+}

@@ -1,0 +1,466 @@
+//! What a reference job reports: the handle to its shared results
+//! ([`RefJobResults`]), a live view for progress lines ([`RefProgress`]),
+//! and, once it ended, the [`RefJobReport`]: latencies merged over the
+//! sink's recordings, the sources against their schedule, the check
+//! against the closed form, failures and recoveries.
+
+use super::config::{RefJobConfig, RefJobError};
+use super::shared::{lock, Recorded, Shared, SinkSlot, SourceStats};
+use crate::latency::{merge, new_interval_histogram, LatencyError, Percentiles};
+use crate::workload::{CheckReport, ExpectedResult, KeySpace, SinkCheck, Workload};
+use hdrhistogram::Histogram;
+use lockgate::{CheckpointId, CheckpointMode, JobError, JobFailure, JobMetrics};
+use serde::Serialize;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A live view of a running reference job, for progress lines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RefProgress {
+    /// Records the sources emitted so far (replays included).
+    pub emitted: u64,
+    /// Records the sink received so far (replays included).
+    pub delivered: u64,
+    /// Latencies recorded so far (after the warm-up).
+    pub recorded: u64,
+    /// The 99th percentile of the latencies so far, ns.
+    pub p99_ns: u64,
+    /// When the job's first record was emitted, ns on the engine clock (0:
+    /// not yet).
+    pub started_ns: u64,
+}
+
+/// The results a running reference job fills in (histograms, counters, the
+/// sink's check), shared with the job's tasks. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct RefJobResults {
+    pub(super) shared: Arc<Shared>,
+    expected: Arc<OnceLock<ExpectedResult>>,
+}
+
+/// How the sources did against their schedule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct SourceSummary {
+    /// Records emitted, replays included.
+    pub emitted: u64,
+    /// First emission to last emission, ns.
+    pub span_ns: u64,
+    /// `emitted / span` in records/s (0 for an instant run).
+    pub achieved_rate: f64,
+    /// The most a record was sent after its schedule time, ns (W2/W3; 0
+    /// for W1, whose schedule is its send time).
+    pub max_behind_ns: u64,
+}
+
+/// Everything a finished (or stopped) reference job measured.
+#[derive(Clone, Debug)]
+pub struct RefJobReport {
+    /// What ran.
+    pub config: RefJobConfig,
+    /// The checkpointing mode.
+    pub mode: CheckpointMode,
+    /// Records the job emits when complete.
+    pub total_records: u64,
+    /// The sink's check against the closed form.
+    pub check: CheckReport,
+    /// Records the sink received, replays included.
+    pub delivered: u64,
+    /// Sequence numbers the sink never received.
+    pub lost: u64,
+    /// Records the sink received more than once.
+    pub duplicated: u64,
+    /// Latency `now - intended send time` (after the warm-up), merged over
+    /// recording threads.
+    pub latency: Histogram<u64>,
+    /// Latency `now - actual send time`, the uncorrected figure.
+    pub latency_uncorrected: Histogram<u64>,
+    /// Latency per [`INTERVAL_NS`](super::INTERVAL_NS) since [`RefJobReport::intervals_start_ns`]
+    /// (index = interval), merged; W2/W3 only ([`new_interval_histogram`]s:
+    /// 2 significant digits).
+    pub intervals: Vec<Histogram<u64>>,
+    /// Where interval 0 starts, ns on the clock of [`lockgate::now_ns`] (0:
+    /// nothing recorded).
+    pub intervals_start_ns: u64,
+    /// Records in the recorded window (post-warm-up deliveries; W1: all).
+    pub recorded_records: u64,
+    /// The recorded window, s: W1, first emission to last delivery; W2/W3,
+    /// first recorded delivery to last delivery.
+    pub recorded_seconds: f64,
+    /// The sources against their schedule.
+    pub sources: SourceSummary,
+    /// The engine's metrics (tasks, checkpoints, restarts).
+    pub metrics: JobMetrics,
+    /// The job ended with this error (no restart left, ...).
+    pub job_error: Option<String>,
+    /// The job was stopped before the end (Ctrl-C).
+    pub interrupted: bool,
+    /// Failures planned by the failure plan.
+    pub failures_planned: usize,
+    /// Planned failures that struck.
+    pub failures_struck: usize,
+    /// The sources restored a checkpoint (after a failure in this process,
+    /// or a `--restore` of a folder left by another one).
+    pub restored: bool,
+    /// Every task failure, oldest first, with its recovery time.
+    pub recoveries: Vec<Recovery>,
+    /// The run's first emission, ns on the clock of [`lockgate::now_ns`]
+    /// (0: nothing was emitted).
+    pub started_ns: u64,
+    /// With a restore in a new process: the checkpoint restored and the
+    /// records the sink had received before it (distinct).
+    pub restored_from: Option<(CheckpointId, u64)>,
+    /// With a restore at another parallelism: the sources' parallelism in
+    /// the checkpoint restored.
+    pub rescaled_from: Option<usize>,
+}
+
+/// A task failure of the run and how long the job took to recover.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Recovery {
+    /// The failure as the engine reports it.
+    pub failure: JobFailure,
+    /// From the failure to the first record the sink received after it, ns
+    /// (the restart, the restore and the replay's first hop); `None` when
+    /// none was received after it (the job ended with it).
+    pub recovery_ns: Option<u64>,
+}
+
+impl RefJobReport {
+    /// `records / seconds` of the recorded window (0 when empty).
+    pub fn records_per_s(&self) -> f64 {
+        if self.recorded_seconds > 0.0 {
+            self.recorded_records as f64 / self.recorded_seconds
+        } else {
+            0.0
+        }
+    }
+
+    /// The latency percentiles.
+    pub fn percentiles(&self) -> Percentiles {
+        Percentiles::from_histogram(&self.latency)
+    }
+
+    /// `None` when the correctness check passed, else why not: runs without
+    /// failures and exactly-once runs must match the closed form exactly
+    /// (count, per-key sums, fingerprint, 0 lost, 0 duplicated);
+    /// at-least-once runs that restored a checkpoint (after a failure in
+    /// this process or a restore of another process's folder) must lose
+    /// nothing, and may apply records twice: that is what at-least-once
+    /// allows.
+    pub fn failure(&self) -> Option<String> {
+        if self.interrupted {
+            return Some("interrupted".into());
+        }
+        if let Some(e) = &self.job_error {
+            return Some(format!("the job failed: {e}"));
+        }
+        let relaxed = self.mode == CheckpointMode::AtLeastOnce
+            && (self.metrics.restarts > 0 || self.restored);
+        if relaxed {
+            if self.check.lost > 0 || self.check.out_of_range > 0 {
+                return Some(format!(
+                    "{} records lost in an at-least-once run ({})",
+                    self.check.lost, self.check
+                ));
+            }
+            None
+        } else if !self.check.is_exact() {
+            Some(self.check.to_string())
+        } else {
+            None
+        }
+    }
+
+    /// True when [`RefJobReport::failure`] is `None`.
+    pub fn ok(&self) -> bool {
+        self.failure().is_none()
+    }
+}
+
+impl RefJobResults {
+    pub(super) fn new(cfg: &RefJobConfig, mode: CheckpointMode) -> Result<Self, RefJobError> {
+        cfg.validate()?;
+        let total = cfg.total_records();
+        let slots = vec![Mutex::new(SinkSlot {
+            check: SinkCheck::new(total, cfg.keys)?,
+            recorded: Recorded::new(),
+            merged: Arc::new(Mutex::new(Recorded::new())),
+            settled: Vec::new(),
+            unsettled: Default::default(),
+            open_interval: (mode != CheckpointMode::None).then(Recorded::new),
+            deliveries: 0,
+            first_recorded_ns: 0,
+            last_delivery_ns: 0,
+            attempts: 0,
+            attempt_starts: Vec::new(),
+            // The first checkpoint's fresh interval: made here, not by the
+            // sink's synchronous part (two histograms allocated and
+            // faulted in there took 0.8-13 ms at W1's first checkpoint;
+            // later ones come from the snapshot thread).
+            spare: (mode != CheckpointMode::None).then(Recorded::new),
+            spare_changes: None,
+        })];
+        Ok(RefJobResults {
+            shared: Arc::new(Shared {
+                cfg: cfg.clone(),
+                mode,
+                restored: std::sync::atomic::AtomicBool::new(false),
+                total,
+                first_recorded_n: cfg.first_recorded_n(),
+                t0: OnceLock::new(),
+                process_restore: OnceLock::new(),
+                rescaled_from: OnceLock::new(),
+                intervals_start: OnceLock::new(),
+                record_from: OnceLock::new(),
+                sources: (0..cfg.parallelism)
+                    .map(|_| SourceStats::default())
+                    .collect(),
+                slots,
+            }),
+            expected: Arc::new(OnceLock::new()),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RefJobConfig {
+        &self.shared.cfg
+    }
+
+    /// Counters and the p99 so far (locks the sink's slot briefly).
+    pub fn progress(&self) -> RefProgress {
+        let emitted = self
+            .shared
+            .sources
+            .iter()
+            .map(|s| s.emitted.load(Relaxed))
+            .sum();
+        let started_ns = self
+            .shared
+            .sources
+            .iter()
+            .map(|s| s.first_emit_ns.load(Relaxed))
+            .filter(|t| *t > 0)
+            .min()
+            .unwrap_or(0);
+        let (mut delivered, mut recorded) = (0, 0);
+        let mut hists = Vec::new();
+        for slot in &self.shared.slots {
+            let s = lock(slot);
+            delivered += s.deliveries;
+            let mut h = s.recorded.latency.histogram().clone();
+            let _ = h.add(lock(&s.merged).latency.histogram());
+            for r in s
+                .settled
+                .iter()
+                .chain(s.unsettled.values())
+                .chain(s.open_interval.iter())
+            {
+                let _ = h.add(r.latency.histogram());
+            }
+            recorded += h.len();
+            hists.push(h);
+        }
+        let p99_ns = merge(hists.iter())
+            .map(|h| Percentiles::from_histogram(&h).p99)
+            .unwrap_or(0);
+        RefProgress {
+            emitted,
+            delivered,
+            recorded,
+            p99_ns,
+            started_ns,
+        }
+    }
+
+    /// The closed-form answer of this run (computed once, O(records)).
+    ///
+    /// For W4 (sources that stop at their time) it is the records below the
+    /// sources' positions now: final once the job ended, and not cached.
+    pub fn expected(&self) -> std::borrow::Cow<'_, ExpectedResult> {
+        let keys = || {
+            KeySpace::new(self.shared.cfg.keys, self.shared.cfg.key_dist)
+                .expect("validated in RefJobResults::new")
+        };
+        if self.shared.cfg.workload == Workload::W4 {
+            let positions: Vec<u64> = self
+                .shared
+                .sources
+                .iter()
+                .map(|s| s.position.load(Relaxed))
+                .collect();
+            return std::borrow::Cow::Owned(ExpectedResult::of_positions(
+                &positions,
+                self.shared.total,
+                &keys(),
+            ));
+        }
+        std::borrow::Cow::Borrowed(
+            self.expected
+                .get_or_init(|| ExpectedResult::compute(self.shared.total, &keys())),
+        )
+    }
+
+    /// Planned failures that struck (the engine reports each as an
+    /// injected failure).
+    fn failures_struck(&self, failures: &[JobFailure]) -> usize {
+        failures
+            .iter()
+            .filter(|f| f.cause.contains("injected failure: planned"))
+            .count()
+    }
+
+    /// Each failure with its recovery time: from the failure to the first
+    /// record delivered after it (`None`: nothing was delivered after it).
+    fn recoveries(&self, failures: &[JobFailure]) -> Vec<Recovery> {
+        let mut starts: Vec<u64> = self
+            .shared
+            .slots
+            .iter()
+            .flat_map(|s| lock(s).attempt_starts.clone())
+            .collect();
+        starts.sort_unstable();
+        failures
+            .iter()
+            .map(|f| Recovery {
+                failure: f.clone(),
+                recovery_ns: starts.iter().find(|t| **t >= f.at_ns).map(|t| t - f.at_ns),
+            })
+            .collect()
+    }
+
+    fn source_summary(&self) -> SourceSummary {
+        let s = &self.shared.sources;
+        let emitted: u64 = s.iter().map(|s| s.emitted.load(Relaxed)).sum();
+        let first = s
+            .iter()
+            .map(|s| s.first_emit_ns.load(Relaxed))
+            .filter(|t| *t > 0)
+            .min()
+            .unwrap_or(0);
+        let last = s
+            .iter()
+            .map(|s| s.last_emit_ns.load(Relaxed))
+            .max()
+            .unwrap_or(0);
+        let span_ns = last.saturating_sub(first);
+        SourceSummary {
+            emitted,
+            span_ns,
+            achieved_rate: if span_ns > 0 {
+                // n records emitted over a span hold n - 1 gaps.
+                emitted.saturating_sub(1) as f64 * 1e9 / span_ns as f64
+            } else {
+                0.0
+            },
+            max_behind_ns: s
+                .iter()
+                .map(|s| s.max_behind_ns.load(Relaxed))
+                .max()
+                .unwrap_or(0),
+        }
+    }
+
+    /// Collects the report once the job ended (or was stopped):
+    /// `outcome` is what [`JobHandle::wait`](lockgate::JobHandle::wait) returned, `last_metrics` the
+    /// metrics read just before (used when the job failed).
+    ///
+    /// # Errors
+    /// [`RefJobError::Latency`] when histograms cannot be merged.
+    pub fn finish(
+        &self,
+        outcome: Result<JobMetrics, JobError>,
+        last_metrics: JobMetrics,
+        interrupted: bool,
+        failures_planned: usize,
+    ) -> Result<RefJobReport, RefJobError> {
+        let (metrics, job_error) = match outcome {
+            Ok(m) => (m, None),
+            Err(e) => (last_metrics, Some(e.to_string())),
+        };
+        let metrics_failures = metrics.failures.clone();
+        let expected = self.expected();
+        let sources = self.source_summary();
+        let mut lat = Vec::new();
+        let mut unc = Vec::new();
+        let mut intervals: Vec<Histogram<u64>> = Vec::new();
+        let (mut delivered, mut recorded) = (0, 0);
+        let (mut first_rec, mut last_del) = (u64::MAX, 0);
+        let mut check: Option<CheckReport> = None;
+        for slot in &self.shared.slots {
+            let s = lock(slot);
+            let total = s.total().map_err(|e| LatencyError::Merge(e.to_string()))?;
+            let r = &total;
+            lat.push(r.latency.histogram().clone());
+            // W1's records carry their actual send time as intended time:
+            // both figures are the same histogram, recorded once.
+            unc.push(if self.shared.cfg.workload.is_paced() {
+                r.uncorrected.histogram().clone()
+            } else {
+                r.latency.histogram().clone()
+            });
+            for (&i, h) in &r.intervals {
+                if intervals.len() <= i {
+                    intervals.resize_with(i + 1, new_interval_histogram);
+                }
+                intervals[i]
+                    .add(h)
+                    .map_err(|e| LatencyError::Merge(format!("{e:?}")))?;
+            }
+            delivered += s.deliveries;
+            recorded += r.latency.count();
+            if s.first_recorded_ns > 0 {
+                first_rec = first_rec.min(s.first_recorded_ns);
+            }
+            last_del = last_del.max(s.last_delivery_ns);
+            check = Some(s.check.verify(&expected));
+        }
+        let check = check.expect("one sink slot");
+        let first_emit = self
+            .shared
+            .sources
+            .iter()
+            .map(|s| s.first_emit_ns.load(Relaxed))
+            .filter(|t| *t > 0)
+            .min()
+            .unwrap_or(0);
+        let window_start = if self.shared.cfg.workload.is_timed() {
+            first_rec
+        } else {
+            first_emit
+        };
+        let recorded_seconds = if window_start == u64::MAX || window_start == 0 {
+            0.0
+        } else {
+            last_del.saturating_sub(window_start) as f64 / 1e9
+        };
+        Ok(RefJobReport {
+            restored: self
+                .shared
+                .restored
+                .load(std::sync::atomic::Ordering::Relaxed),
+            config: self.shared.cfg.clone(),
+            mode: self.shared.mode,
+            total_records: expected.total_records(),
+            lost: check.lost,
+            duplicated: check.duplicates,
+            check,
+            delivered,
+            latency: merge(lat.iter())?,
+            latency_uncorrected: merge(unc.iter())?,
+            intervals,
+            recorded_records: recorded,
+            recorded_seconds,
+            sources,
+            metrics,
+            job_error,
+            interrupted,
+            failures_planned,
+            failures_struck: self.failures_struck(&metrics_failures),
+            recoveries: self.recoveries(&metrics_failures),
+            started_ns: first_emit,
+            intervals_start_ns: self.shared.intervals_start.get().copied().unwrap_or(0),
+            restored_from: self.shared.process_restore.get().copied(),
+            rescaled_from: self.shared.rescaled_from.get().copied(),
+        })
+    }
+}

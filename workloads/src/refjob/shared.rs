@@ -1,0 +1,255 @@
+//! What the reference job's tasks share across the run's attempts
+//! ([`Shared`]): each source's counters and schedule start, and the
+//! sink's slot ([`SinkSlot`]) with its check and its latency recordings
+//! ([`Recorded`]), rolled back with the sink's state on a restart. The
+//! report (`report`) is collected from it.
+
+use super::config::RefJobConfig;
+use crate::latency::{new_interval_histogram, LatencyRecorder};
+use crate::workload::{SinkChanges, SinkCheck};
+use hdrhistogram::Histogram;
+use lockgate::{BoxError, CheckpointId, CheckpointMode};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// One source subtask's counters (over all attempts).
+#[derive(Debug, Default)]
+pub(super) struct SourceStats {
+    /// Records emitted, replays included.
+    pub(super) emitted: AtomicU64,
+    /// First emission, ns (0: none yet).
+    pub(super) first_emit_ns: AtomicU64,
+    /// Last emission, ns.
+    pub(super) last_emit_ns: AtomicU64,
+    /// Most a batch's first record was late on its schedule, ns.
+    pub(super) max_behind_ns: AtomicU64,
+    /// This source's schedule start in this process (see `RefSource::t0`):
+    /// an in-process restart keeps it.
+    pub(super) t0: OnceLock<i128>,
+    /// True once a first attempt of this source started (a later instance
+    /// is a restart and shifts its schedule).
+    pub(super) started: AtomicBool,
+    /// The next record's `n` after the last poll (W4's expected records
+    /// are those below each source's final position).
+    pub(super) position: AtomicU64,
+}
+
+/// Latencies recorded over a span of deliveries: the run's, or one
+/// checkpoint interval's (kept apart until it is settled, dropped if a
+/// restart rolls the sink back before it). Two full histograms (about 210 KiB each) and
+/// one [`new_interval_histogram`] (about 27 KiB) per interval touched,
+/// zeroed lazily by the allocator.
+#[derive(Debug)]
+pub(super) struct Recorded {
+    /// From the intended send time.
+    pub(super) latency: LatencyRecorder,
+    /// From the actual send time (W2/W3).
+    pub(super) uncorrected: LatencyRecorder,
+    /// From the intended send time, per [`INTERVAL_NS`](super::INTERVAL_NS) since the job's
+    /// start (W2/W3).
+    pub(super) intervals: std::collections::BTreeMap<usize, Histogram<u64>>,
+}
+
+impl Recorded {
+    pub(super) fn new() -> Self {
+        Recorded {
+            latency: LatencyRecorder::new(),
+            uncorrected: LatencyRecorder::new(),
+            intervals: Default::default(),
+        }
+    }
+
+    /// Empties it for reuse, keeping the memory of its two main
+    /// histograms (no allocation, no page fault on the fresh memory).
+    fn reset(&mut self) {
+        self.latency.reset();
+        self.uncorrected.reset();
+        self.intervals.clear();
+    }
+
+    /// Adds `other` in (O(histogram size): ~26 K slots each, tens of µs).
+    fn add(&mut self, other: &Recorded) -> Result<(), BoxError> {
+        let e = |e: hdrhistogram::AdditionError| format!("the sink's latency intervals: {e:?}");
+        self.latency
+            .merge_from(&other.latency)
+            .map_err(|x| x.to_string())?;
+        self.uncorrected
+            .merge_from(&other.uncorrected)
+            .map_err(|x| x.to_string())?;
+        for (interval, h) in &other.intervals {
+            self.intervals
+                .entry(*interval)
+                .or_insert_with(new_interval_histogram)
+                .add(h)
+                .map_err(e)?;
+        }
+        Ok(())
+    }
+}
+
+/// What the sink keeps outside its operator (one per sink subtask, i.e.
+/// per recording thread), across the run's attempts.
+///
+/// Each latency is recorded once: without checkpoints into `recorded`;
+/// with them into `open_interval`, the interval since the sink's last
+/// snapshot. A snapshot of `id` closes that interval into `unsettled`; when
+/// `id` completes, the intervals up to it move to `settled`, and the sink's
+/// snapshot thread adds them into `merged` (off the sink's thread); a
+/// restart from `c` settles the intervals up to `c` and drops the later
+/// ones. The report's latencies are `recorded`, `merged` and every
+/// interval not merged yet ([`SinkSlot::total`]).
+#[derive(Debug)]
+pub(super) struct SinkSlot {
+    pub(super) check: SinkCheck,
+    /// Without checkpoints: every latency (no restart takes any out).
+    pub(super) recorded: Recorded,
+    /// With checkpoints: the intervals of completed checkpoints, merged.
+    /// The sink's snapshot thread merges [`SinkSlot::settled`] into it
+    /// (locking this slot only to take them), so the sink's thread never
+    /// spends a completed checkpoint's merge on the record path: 100-300
+    /// µs a checkpoint at W2 (measured with a temporary timer around
+    /// `settle`), when it merged there. A restart from nothing replaces it
+    /// (a merge under way goes to the replaced one).
+    pub(super) merged: Arc<Mutex<Recorded>>,
+    /// With checkpoints: the intervals of completed checkpoints not yet
+    /// in `merged` (moved here by the completion, in no time).
+    pub(super) settled: Vec<Recorded>,
+    /// With checkpoints: what was recorded before the sink's snapshot of
+    /// each checkpoint not yet known complete (and after the one before).
+    pub(super) unsettled: std::collections::BTreeMap<CheckpointId, Recorded>,
+    /// With checkpoints: what was recorded since the last snapshot.
+    pub(super) open_interval: Option<Recorded>,
+    /// An empty [`Recorded`] made by the snapshot thread for the next
+    /// interval, so that the sink's synchronous snapshot part allocates
+    /// and zeroes nothing (two full histograms: ~420 KiB).
+    pub(super) spare: Option<Recorded>,
+    /// A [`SinkChanges`] the snapshot thread is done with, for
+    /// the sink's next synchronous snapshot part to fill
+    /// ([`SinkCheck::take_changes_into`]): its lists keep their capacity,
+    /// so that part allocates nothing.
+    pub(super) spare_changes: Option<SinkChanges>,
+    pub(super) deliveries: u64,
+    pub(super) first_recorded_ns: u64,
+    pub(super) last_delivery_ns: u64,
+    /// Sink instances made so far (one per attempt of the job).
+    pub(super) attempts: u32,
+    /// The first delivery of every attempt after the first, ns.
+    pub(super) attempt_starts: Vec<u64>,
+}
+
+impl SinkSlot {
+    /// Rolls the recordings back to the sink's snapshot of `to` (`None`:
+    /// to nothing, a restart from the beginning).
+    pub(super) fn roll_back(&mut self, to: Option<CheckpointId>) -> Result<(), BoxError> {
+        let Some(to) = to else {
+            self.recorded = Recorded::new();
+            self.merged = Arc::new(Mutex::new(Recorded::new()));
+            self.settled.clear();
+            self.unsettled.clear();
+            self.open_interval = self.open_interval.take().map(|_| Recorded::new());
+            return Ok(());
+        };
+        // Up to `to`: part of the restored state; after it: replayed.
+        self.settle(to);
+        self.unsettled.clear();
+        self.open_interval = self.open_interval.take().map(|_| Recorded::new());
+        Ok(())
+    }
+
+    /// Settles the intervals up to `id` (checkpoint `id` completed: no
+    /// restart goes back before it): they move to `settled`, for the
+    /// snapshot thread to merge ([`SinkSlot::merge_settled`]).
+    pub(super) fn settle(&mut self, id: CheckpointId) {
+        let later = self.unsettled.split_off(&id.next());
+        let settled = std::mem::replace(&mut self.unsettled, later);
+        self.settled.extend(settled.into_values());
+    }
+
+    /// Merges the settled intervals into `merged`, holding this slot's
+    /// lock (`slot`) only to take them: the merge itself runs under
+    /// `merged`'s lock, which the sink's thread does not take. Lock order
+    /// slot → merged, as every reader's ([`SinkSlot::total`] runs with
+    /// the slot held and takes `merged`).
+    ///
+    /// Returns one of the merged intervals, emptied, for reuse as the next
+    /// spare (`None` when nothing was settled).
+    pub(super) fn merge_settled(slot: &Mutex<SinkSlot>) -> Result<Option<Recorded>, BoxError> {
+        let mut s = lock(slot);
+        if s.settled.is_empty() {
+            return Ok(None);
+        }
+        let settled = std::mem::take(&mut s.settled);
+        let merged = s.merged.clone();
+        let mut m = lock(&merged);
+        drop(s);
+        for r in &settled {
+            // Each add is some 100 µs on a snapshot thread.
+            lockgate::yield_point();
+            m.add(r)?;
+        }
+        drop(m);
+        Ok(settled.into_iter().next().map(|mut r| {
+            r.reset();
+            r
+        }))
+    }
+
+    /// Every latency recorded and not rolled back: the report's (a copy).
+    pub(super) fn total(&self) -> Result<Recorded, BoxError> {
+        let mut t = Recorded::new();
+        t.add(&self.recorded)?;
+        t.add(&lock(&self.merged))?;
+        for r in self
+            .settled
+            .iter()
+            .chain(self.unsettled.values())
+            .chain(self.open_interval.iter())
+        {
+            t.add(r)?;
+        }
+        Ok(t)
+    }
+
+    /// The sink's snapshot of `id`: what was recorded since the last one
+    /// is kept for a rollback until `id` completes.
+    pub(super) fn close_interval(&mut self, id: CheckpointId) {
+        if self.open_interval.is_some() {
+            let fresh = self.spare.take().unwrap_or_else(Recorded::new);
+            if let Some(open) = self.open_interval.replace(fresh) {
+                self.unsettled.insert(id, open);
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Shared {
+    pub(super) cfg: RefJobConfig,
+    pub(super) mode: CheckpointMode,
+    /// Set when a source restored a position from a checkpoint (after an
+    /// in-process restart, or in a new process restoring a folder).
+    pub(super) restored: std::sync::atomic::AtomicBool,
+    pub(super) total: u64,
+    pub(super) first_recorded_n: u64,
+    /// The schedule's `t0` of a fresh job (first poll of any source).
+    pub(super) t0: OnceLock<u64>,
+    /// What the first attempt's sink restored (a `--restore` in a new
+    /// process): the checkpoint and the distinct records it had received.
+    pub(super) process_restore: OnceLock<(CheckpointId, u64)>,
+    /// The sources' parallelism in the checkpoint that the first rescaled
+    /// restore read (set by the sources' `restore_rescaled`).
+    pub(super) rescaled_from: OnceLock<usize>,
+    /// Where the sink's interval 0 starts (its first delivery's view of
+    /// the schedule's start).
+    pub(super) intervals_start: OnceLock<u64>,
+    /// W4: the first send time recorded (after the warm-up), ns.
+    pub(super) record_from: OnceLock<u64>,
+    pub(super) sources: Vec<SourceStats>,
+    pub(super) slots: Vec<Mutex<SinkSlot>>,
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned slot means the sink panicked mid-batch; its data is still
+    // the best we have for the report.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,258 @@
+//! The reference job's `sink` operator ([`RefSink`]): it checks every
+//! record against the closed form (with a checkpointed `SinkCheck`) and
+//! records latencies into its slot of the shared results; its state's
+//! parts are `sink_state`'s.
+
+use super::config::INTERVAL_NS;
+use super::records::{Payload, RefSum};
+use super::shared::{lock, Recorded, Shared, SinkSlot};
+use super::sink_state::{
+    check_of_chain, decode_sink_state, encode_full_part, seeded_replica, SinkReplica,
+};
+use crate::latency::new_interval_histogram;
+use crate::workload::{SinkCheck, SumRecord};
+use lockgate::now_ns;
+use lockgate::Checkpointed;
+use lockgate::{BoxError, CheckpointId, Sink, StateSnapshot};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The checking, latency-recording sink.
+pub(super) struct RefSink {
+    pub(super) slot: usize,
+    pub(super) shared: Arc<Shared>,
+    /// The snapshot thread's copy of the check, from the first snapshot of
+    /// the run attempt on.
+    pub(super) replica: Option<Arc<Mutex<SinkReplica>>>,
+    /// A later attempt's sink before its restore or first record: the
+    /// slot's recordings are rolled back to the restored checkpoint (or,
+    /// with none restored, to nothing) before it records.
+    pub(super) roll_back: bool,
+    /// No record received yet in this attempt.
+    pub(super) first_write: bool,
+}
+
+/// Sink `slot`'s slot, rolled back first when `roll_back` (this attempt
+/// restored nothing).
+fn open_slot<'a>(
+    shared: &'a Shared,
+    slot: usize,
+    roll_back: &mut bool,
+) -> Result<MutexGuard<'a, SinkSlot>, BoxError> {
+    let mut s = lock(&shared.slots[slot]);
+    if std::mem::take(roll_back) {
+        s.roll_back(None)?;
+    }
+    Ok(s)
+}
+
+impl<P: Payload> Sink<RefSum<P>> for RefSink {
+    fn write(&mut self, input: &mut Vec<RefSum<P>>) -> Result<(), BoxError> {
+        let now = now_ns();
+        let first_rec = self.shared.first_recorded_n;
+        let start = *self.shared.intervals_start.get_or_init(|| {
+            self.shared.t0.get().copied().unwrap_or_else(|| {
+                self.shared
+                    .sources
+                    .iter()
+                    .map(|s| s.first_emit_ns.load(Relaxed))
+                    .filter(|t| *t > 0)
+                    .min()
+                    .unwrap_or(now)
+            })
+        });
+        let interval = (now.saturating_sub(start) / INTERVAL_NS) as usize;
+        let paced = self.shared.cfg.workload.is_paced();
+        let first_write = std::mem::take(&mut self.first_write);
+        let work_ns = self.shared.cfg.workload.sink_work_ns();
+        if work_ns > 0 {
+            // W4: the sink is slower than the sources (workloads.md), by
+            // `work_ns` a record, spent before the slot's lock is taken:
+            // the snapshot thread takes that lock too (`merge_settled`),
+            // and std's mutex is not fair, so a lock held through the
+            // batch's work and taken again at once starved it for seconds
+            // (measured: the sink's asynchronous part 0.1-2.2 s under W4).
+            let began = now_ns();
+            let batch_ns = work_ns.saturating_mul(input.len() as u64);
+            while now_ns().saturating_sub(began) < batch_ns {
+                std::hint::spin_loop();
+            }
+        }
+        let mut s = open_slot(&self.shared, self.slot, &mut self.roll_back)?;
+        if first_write && s.attempts > 1 {
+            s.attempt_starts.push(now);
+        }
+        let s = &mut *s;
+        let mut recorded = false;
+        // W4's warm-up is a time: records sent before it are not recorded
+        // (none after a restore in a new process: its warm-up was spent; an
+        // in-process restart keeps the run's).
+        let record_from = if work_ns > 0 {
+            *self.shared.record_from.get_or_init(|| {
+                if self.shared.process_restore.get().is_some() {
+                    0
+                } else {
+                    start.saturating_add(self.shared.cfg.warmup.as_nanos() as u64)
+                }
+            })
+        } else {
+            0
+        };
+        s.deliveries += input.len() as u64;
+        // One target a batch: the open interval with checkpoints, else the
+        // run's histograms (a branch a record costs W1 a few percent).
+        let (check, target) = match &mut s.open_interval {
+            Some(open) => (&mut s.check, open),
+            None => (&mut s.check, &mut s.recorded),
+        };
+        let observe = |check: &mut SinkCheck, r: &RefSum<P>| {
+            check.observe(&SumRecord {
+                key: r.key,
+                sum: r.sum,
+                n: r.n,
+                ts_ns: r.ts_ns,
+            })
+        };
+        if work_ns == 0 {
+            // The batch's interval histogram, looked up once (W2/W3).
+            let Recorded {
+                latency,
+                uncorrected,
+                intervals,
+            } = target;
+            let mut in_interval = paced.then(|| {
+                intervals
+                    .entry(interval)
+                    .or_insert_with(new_interval_histogram)
+            });
+            // By reference, then one clear: no 40-byte move a record.
+            for r in input.iter() {
+                observe(check, r);
+                if r.n >= first_rec {
+                    let lat = now.saturating_sub(r.ts_ns);
+                    latency.record_latency(lat);
+                    // W1 is not a latency test: one histogram, as the raw
+                    // baseline keeps; no intervals.
+                    if let Some(h) = &mut in_interval {
+                        h.saturating_record(lat);
+                        uncorrected.record(now, r.sent_ns);
+                    }
+                    recorded = true;
+                }
+            }
+            input.clear();
+        } else {
+            for r in input.drain(..) {
+                observe(check, &r);
+                if r.ts_ns >= record_from {
+                    target.latency.record_latency(now.saturating_sub(r.ts_ns));
+                    recorded = true;
+                }
+            }
+        }
+        if recorded && s.first_recorded_ns == 0 {
+            s.first_recorded_ns = now;
+        }
+        s.last_delivery_ns = now;
+        Ok(())
+    }
+}
+
+impl Checkpointed for RefSink {
+    fn snapshot_state(&mut self, id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        let mut s = open_slot(&self.shared, self.slot, &mut self.roll_back)?;
+        s.close_interval(id);
+        Ok(Some(encode_full_part(id, &s.check)?))
+    }
+
+    /// The check is state like any other, checkpointed incrementally: the
+    /// synchronous part takes the words and keys changed since the last
+    /// snapshot (O(changes), the first one too: the snapshot thread's
+    /// replica is seeded when the attempt starts or restores).
+    fn snapshot_state_async(
+        &mut self,
+        id: CheckpointId,
+    ) -> Result<Option<StateSnapshot>, BoxError> {
+        let shared = self.shared.clone();
+        let mut slot = open_slot(&shared, self.slot, &mut self.roll_back)?;
+        slot.close_interval(id);
+        let (replica, changes) = match &self.replica {
+            Some(r) => {
+                let mut changes = slot.spare_changes.take().unwrap_or_default();
+                slot.check.take_changes_into(&mut changes);
+                (r.clone(), Some(changes))
+            }
+            // Not seeded at the start (checkpoints were off then): seed now.
+            None => {
+                let r = seeded_replica(&mut slot.check);
+                self.replica = Some(r.clone());
+                (r, None)
+            }
+        };
+        drop(slot);
+        let index = self.slot;
+        Ok(Some(StateSnapshot::incremental(move |req| {
+            // The completed checkpoints' intervals are merged here, off
+            // the sink's thread; one of them, emptied, becomes the next
+            // interval's recordings, else a new one is allocated here (a
+            // fresh one each checkpoint cost this thread 0.5 MB of page
+            // faults, `perf record`, BENCHMARKS.md). Neither holds the
+            // slot's lock.
+            let recycled = SinkSlot::merge_settled(&shared.slots[index])?;
+            lockgate::yield_point();
+            if lock(&shared.slots[index]).spare.is_none() {
+                let spare = recycled.unwrap_or_else(Recorded::new);
+                lock(&shared.slots[index]).spare.get_or_insert(spare);
+            }
+            // One snapshot at a time takes the lock (the task's snapshot
+            // thread runs them in order); a panic in one leaves the
+            // replica as good as the changes it had applied.
+            let (encoded, done) = replica
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .snapshot(req, changes)?;
+            // Refilled (emptied first) by the next `take_changes_into`.
+            if let Some(done) = done {
+                lock(&shared.slots[index]).spare_changes.get_or_insert(done);
+            }
+            Ok(encoded)
+        })))
+    }
+
+    fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
+        let mut parts = Vec::with_capacity(chain.len());
+        for (i, bytes) in chain.iter().enumerate() {
+            parts.push(decode_sink_state(bytes, i, chain.len())?);
+        }
+        let restored = parts.last().map(|p| p.id);
+        let sizes = lock(&self.shared.slots[self.slot]).check.sizes();
+        let check = check_of_chain(parts, sizes)?;
+        let mut slot = lock(&self.shared.slots[self.slot]);
+        if check.sizes() != slot.check.sizes() {
+            let ((r, k), (jr, jk)) = (check.sizes(), slot.check.sizes());
+            return Err(format!(
+                "the checkpointed sink check is for {r} records over {k} keys, this job's for {jr} over {jk}"
+            )
+            .into());
+        }
+        if let (1, Some(id)) = (slot.attempts, restored) {
+            let _ = self.shared.process_restore.set((id, check.distinct()));
+        }
+        slot.check = check;
+        if std::mem::take(&mut self.roll_back) {
+            slot.roll_back(restored)?;
+        }
+        // A new replica from the restored check, before any record (the
+        // first snapshot after a restore is full: the replica's log starts
+        // here).
+        self.replica = Some(seeded_replica(&mut slot.check));
+        Ok(())
+    }
+
+    fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), BoxError> {
+        // A restart restores `id` or a later checkpoint: what was recorded
+        // before its snapshot stays.
+        lock(&self.shared.slots[self.slot]).settle(id);
+        Ok(())
+    }
+}

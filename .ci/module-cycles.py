@@ -4,7 +4,10 @@
 Usage: module-cycles.py SRC_DIR [--graph]
 
 Every file under SRC_DIR is a module (`lib.rs` is the crate root, `a/mod.rs`
-and `a.rs` are `a`, `a/b.rs` is `a::b`). Module A depends on module B when
+and `a.rs` are `a`, `a/b.rs` is `a::b`). A package with both `lib.rs` and
+`main.rs` has two crate roots: they are read as one root (their modules are
+distinct files; the binary reaches the library only by the crate's name,
+which is not an edge). Module A depends on module B when
 A's code names an item that B defines: through `use crate::..`,
 `use super::..`, `use self::..`, a path written inline (`crate::b::C`), or a
 name that reaches B through a facade's re-export (`pub use`). A parent's
@@ -116,7 +119,7 @@ def expand_use(tree):
 class Crate:
     def __init__(self, root):
         self.root = root
-        self.files = {}  # module tuple -> path
+        self.files = {}  # module tuple -> paths (two for lib.rs + main.rs)
         for dirpath, _, names in os.walk(root):
             for name in names:
                 if not name.endswith(".rs"):
@@ -131,14 +134,16 @@ class Crate:
                     mod = tuple(rel[:-1])
                 else:
                     mod = tuple(rel)
-                self.files[mod] = full
+                self.files.setdefault(mod, []).append(full)
         self.text = {}
         self.items = {}
         self.children = {}
         self.reexports = {}
-        for mod, path in self.files.items():
-            with open(path, encoding="utf-8") as f:
-                text = strip(f.read())
+        for mod, paths in self.files.items():
+            text = ""
+            for path in sorted(paths):
+                with open(path, encoding="utf-8") as f:
+                    text += strip(f.read()) + "\n"
             text = re.sub(r"\s+as\s+\w+", "", text)
             self.text[mod] = text
             self.children[mod] = set(MOD_RE.findall(text))

@@ -17,10 +17,10 @@ use clap::{Subcommand, ValueEnum};
 use lockgate::{
     CheckpointMode, CheckpointStorage, JobBuilder, JobConfig, JobError, LocalDirStorage,
 };
+use lockgate_cli::kafka::{build_job, KafkaJobSpec, SinkGuarantee};
 use lockgate_kafka::{
-    build_job, connect_check, create_topic, end_offsets, partition_count, partition_of_key,
-    read_topic, ClientSettings, InputRecord, KafkaError, KafkaJobSpec, KafkaSourceConfig,
-    OutputRecord, SinkGuarantee, TopicWriter,
+    connect_check, create_topic, end_offsets, partition_count, partition_of_key, read_topic,
+    ClientSettings, InputRecord, KafkaError, KafkaSourceConfig, OutputRecord, TopicWriter,
 };
 use lockgate_workloads::workload::{ExpectedResult, KeySpace, XorShift64Star, DEFAULT_KEYS};
 use serde_json::{json, Value};

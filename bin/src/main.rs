@@ -10,6 +10,10 @@
 //! To add a subcommand: a module `<name>_cmd.rs` with its clap `Args`
 //! struct and a `run` function returning the exit code, one variant in
 //! [`Command`], one arm in `main`.
+//!
+//! What the integration tests drive directly too is in the crate's library
+//! (`lib.rs`, `lockgate_cli`): the reference topology over Kafka that
+//! `kafka run` builds, and the tansu test broker.
 
 mod flights_cmd;
 mod incremental_args;

@@ -1,11 +1,11 @@
 //! `lockgate kafka produce | run | verify` driven as a user drives them,
-//! against tansu (a Kafka-API broker, see `lockgate_kafka::TestBroker`):
+//! against tansu (a Kafka-API broker, see `lockgate_cli::kafka::TestBroker`):
 //! several processes sharing a topic's partitions, one killed with
 //! SIGKILL mid-run and restored from its folder. Skipped, saying so, when
 //! tansu is not installed, unless `LOCKGATE_REQUIRE_KAFKA=1`. The input
 //! errors that need no broker run everywhere.
 
-use lockgate_kafka::TestBroker;
+use lockgate_cli::kafka::TestBroker;
 use std::path::Path;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};

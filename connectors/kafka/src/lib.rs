@@ -6,9 +6,13 @@
 //! Modules, bottom to top: `error` and `encoding` (the vocabulary: records
 //! on the topics), `partitions` (ownership, watermarks), `txn` (the
 //! exactly-once protocol, sans-I/O) and `fake` (its model for tests),
-//! `client` (rdkafka set-up and topic administration), `source`, `sink`,
-//! and `job` (the reference topology over Kafka, as `lockgate kafka run`
-//! drives it).
+//! `client` (rdkafka set-up and topic administration), `source` and
+//! `sink`.
+//!
+//! This crate is the reusable connector only: the reference topology over
+//! Kafka (what `lockgate kafka run` runs) and the tansu test broker live
+//! in the CLI crate (`lockgate-cli`, `bin/src/kafka/`), so that this one
+//! depends on no workload.
 //!
 //! # Records on the topics
 //! All integers 8 bytes big-endian ([`InputRecord`], [`OutputRecord`]):
@@ -28,11 +32,9 @@ mod client;
 mod encoding;
 mod error;
 mod fake;
-mod job;
 mod partitions;
 mod sink;
 mod source;
-mod test_broker;
 mod txn;
 
 pub use client::{
@@ -45,11 +47,9 @@ pub use encoding::{
 };
 pub use error::KafkaError;
 pub use fake::{Crash, FakeCluster, FakeProducer};
-pub use job::{build_job, KafkaJobSpec, SinkGuarantee};
 pub use partitions::{
     owned_partitions, partition_of_key, process_owns, subtask_owns, PartitionWatermarks,
 };
 pub use sink::{KafkaSink, RdKafkaLog, TopicWriter};
 pub use source::{KafkaSource, KafkaSourceConfig};
-pub use test_broker::TestBroker;
 pub use txn::{LogFactory, Marker, TransactionalLog, WriteAheadOutput, WriteAheadTxn};

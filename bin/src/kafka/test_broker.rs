@@ -6,10 +6,11 @@
 //! --version 0.6.0 --features libsql --locked`; `.ci/run` installs it).
 //! Its SQLite engine is used, never `memory://`, which skips records when a
 //! consumer seeks into the middle of a batch. tansu has no transactions
-//! (`EndTxn`): the exactly-once sink is tested against [`crate::FakeCluster`]
-//! and, when `LOCKGATE_KAFKA_BOOTSTRAP` names a real Kafka, against it.
+//! (`EndTxn`): the exactly-once sink is tested against
+//! [`lockgate_kafka::FakeCluster`] and, when `LOCKGATE_KAFKA_BOOTSTRAP`
+//! names a real Kafka, against it.
 
-use crate::client::{connect_check, ClientSettings};
+use lockgate_kafka::{connect_check, ClientSettings};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

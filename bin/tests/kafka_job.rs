@@ -1,12 +1,13 @@
 //! The Kafka source and the at-least-once sink against a real Kafka-API
-//! broker (tansu, see `TestBroker`): skipped, saying so, when tansu is
+//! broker (tansu, see `TestBroker`), in the reference topology over Kafka
+//! (`lockgate_cli::kafka::build_job`): skipped, saying so, when tansu is
 //! not installed, unless `LOCKGATE_REQUIRE_KAFKA=1` (then they fail).
 
 use lockgate::{CheckpointMode, FailurePlan, FailurePoint, JobBuilder, JobConfig, RestartStrategy};
+use lockgate_cli::kafka::{build_job, KafkaJobSpec, SinkGuarantee, TestBroker};
 use lockgate_kafka::{
-    build_job, create_topic, end_offsets, partition_of_key, read_topic, ClientSettings,
-    InputRecord, KafkaJobSpec, KafkaSourceConfig, OutputRecord, SinkGuarantee, TestBroker,
-    TopicWriter,
+    create_topic, end_offsets, partition_of_key, read_topic, ClientSettings, InputRecord,
+    KafkaSourceConfig, OutputRecord, TopicWriter,
 };
 use std::collections::HashMap;
 use std::time::Duration;

@@ -2,18 +2,18 @@
 //! a Kafka source with the chained map (`value = 2n + 1`), `key_by(key)`,
 //! `keyed_sum` (a running sum per key in managed keyed state) and a Kafka
 //! sink chained behind it, each output record written to its input
-//! record's partition of the output topic.
+//! record's partition of the output topic. Built from `lockgate-kafka`'s
+//! connector and `lockgate-workloads`' chained map, here so that the
+//! connector depends on no workload.
 
-use crate::client::ClientSettings;
-use crate::encoding::{OutputRecord, SinkRecord, SourceRecord};
-use crate::error::KafkaError;
-use crate::partitions::{partition_of_key, process_owns};
-use crate::sink::{KafkaSink, RdKafkaLog};
-use crate::source::{KafkaSource, KafkaSourceConfig};
-use crate::txn::{LogFactory, WriteAheadOutput};
 use lockgate::{
     BoxError, CheckpointId, Checkpointed, Context, JobBuilder, KeyedState, Operator, Rescale,
     StateSnapshot, TwoPhaseCommitSink,
+};
+use lockgate_kafka::{
+    partition_of_key, process_owns, ClientSettings, KafkaError, KafkaSink, KafkaSource,
+    KafkaSourceConfig, LogFactory, OutputRecord, RdKafkaLog, SinkRecord, SourceRecord,
+    WriteAheadOutput,
 };
 use std::sync::Arc;
 
@@ -25,8 +25,9 @@ pub enum SinkGuarantee {
     /// duplicates).
     AtLeastOnce,
     /// `read_committed` readers see each record once: output is written in
-    /// Kafka transactions after its checkpoint completes (see the `txn`
-    /// module's protocol). Needs brokers with transactions.
+    /// Kafka transactions after its checkpoint completes (see the protocol
+    /// of `lockgate-kafka`'s `txn` module). Needs brokers with
+    /// transactions.
     ExactlyOnce,
 }
 

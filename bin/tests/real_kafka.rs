@@ -4,9 +4,10 @@
 //! named after the time, so runs never share them.
 
 use lockgate::{CheckpointMode, FailurePlan, FailurePoint, JobBuilder, JobConfig, RestartStrategy};
+use lockgate_cli::kafka::{build_job, KafkaJobSpec, SinkGuarantee};
 use lockgate_kafka::{
-    build_job, create_topic, end_offsets, partition_of_key, read_topic, ClientSettings,
-    InputRecord, KafkaJobSpec, KafkaSourceConfig, OutputRecord, SinkGuarantee, TopicWriter,
+    create_topic, end_offsets, partition_of_key, read_topic, ClientSettings, InputRecord,
+    KafkaSourceConfig, OutputRecord, TopicWriter,
 };
 use std::collections::HashMap;
 use std::time::Duration;

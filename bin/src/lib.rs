@@ -1,0 +1,10 @@
+//! The library half of the `lockgate` command: what its subcommands and
+//! its integration tests share and drive directly.
+//!
+//! - [`kafka`]: the reference topology over Kafka, which `lockgate kafka
+//!   run` runs, and the tansu test broker harness. They live here, not in
+//!   `lockgate-kafka` (which keeps the reusable connector and depends on
+//!   no workload), nor in `lockgate-workloads` (which would then pull
+//!   librdkafka into every bench).
+
+pub mod kafka;

@@ -115,7 +115,7 @@ def main(argv):
     for p in problems:
         print(p)
     if problems:
-        print(f"{len(problems)} import(s) against the layer order of {config}")
+        print(f"{len(problems)} problem(s) with the layer order of {config}")
         return 1
     print(f"{len(crates)} crates keep the layer order of {os.path.basename(config)}")
     return 0

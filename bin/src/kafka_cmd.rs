@@ -666,7 +666,7 @@ fn run_job(a: &RunArgs) -> ExitCode {
     }
     if checkpoints {
         let mut s = String::new();
-        crate::loadgen::report::CheckpointsJson::from_stats(&metrics.checkpoints).write_summary(
+        crate::loadgen::report::CheckpointsJson::from_metrics(&metrics).write_summary(
             &mut s,
             match a.checkpoint {
                 CheckpointArg::AtLeastOnce => "at-least-once",

@@ -115,6 +115,12 @@ pub struct CheckpointConfig {
     pub tolerable_failures: u32,
     /// Completed checkpoints kept in storage. Default 3.
     pub retained: usize,
+    /// Checkpoints whose statistics [`crate::JobHandle::metrics`] lists in
+    /// full (the newest); the counts and summaries cover every checkpoint,
+    /// so memory and the cost of a checkpoint stay the same however long
+    /// the job runs. Default 1,000.
+    #[serde(default = "default_history")]
+    pub history: usize,
     /// Where checkpoints are written (`chk-<n>/` folders): the shorthand
     /// of [`crate::JobBuilder::with_storage`] with a
     /// [`crate::LocalDirStorage`]. `None` (the default): kept in a
@@ -166,6 +172,10 @@ pub struct CheckpointConfig {
 
 fn default_true() -> bool {
     true
+}
+
+fn default_history() -> usize {
+    1000
 }
 
 fn default_full_every() -> u32 {
@@ -291,6 +301,7 @@ impl Default for CheckpointConfig {
             min_pause: Duration::ZERO,
             tolerable_failures: 3,
             retained: 3,
+            history: default_history(),
             dir: None,
             restore: false,
             allow_non_restored_state: false,

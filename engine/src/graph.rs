@@ -77,6 +77,7 @@ struct GraphState {
     operator_names: HashSet<String>,
     task_names: HashSet<String>,
     ingest_positions: Vec<(String, Arc<std::sync::atomic::AtomicU64>)>,
+    checkpoint_events: Option<crate::transport::handoff::OutputSender<crate::CheckpointStats>>,
     errors: Vec<String>,
     anon: usize,
 }
@@ -432,6 +433,36 @@ impl JobBuilder {
         self
     }
 
+    /// The statistics of every checkpoint of the job as it ends (completed
+    /// or aborted), in the order they end, for an application that keeps
+    /// more than [`crate::JobHandle::metrics`]'s last
+    /// [`crate::CheckpointConfig::history`] (a timeline, a log). Unbounded,
+    /// as [`Stream::collect`]: read it, or drop it (then nothing more is
+    /// sent). Asking again replaces the earlier subscription.
+    ///
+    /// # Examples
+    /// ```
+    /// use lockgate::{CheckpointConfig, JobBuilder, JobConfig};
+    /// use std::time::Duration;
+    ///
+    /// let mut config = JobConfig::default();
+    /// config.checkpoint = CheckpointConfig::exactly_once(Duration::from_millis(5), None);
+    /// let job = JobBuilder::new("events", config);
+    /// let events = job.checkpoint_events();
+    /// let (stream, ingest) = job.ingest::<u64>("in", 64);
+    /// let _out = stream.collect();
+    /// let handle = job.start().unwrap();
+    /// let first = events.recv().expect("a checkpoint ends while the job runs");
+    /// assert!(first.id.get() >= 1);
+    /// drop(ingest);
+    /// handle.wait().unwrap();
+    /// ```
+    pub fn checkpoint_events(&self) -> Output<crate::CheckpointStats> {
+        let (tx, rx) = crate::transport::handoff::output_channel();
+        self.g.borrow_mut().checkpoint_events = Some(tx);
+        rx
+    }
+
     /// A source with `parallelism` subtasks; `factory(&info)` makes each
     /// subtask's source (again after each restart), told its [`SubtaskInfo`].
     pub fn source<T, S, F>(&self, name: &str, parallelism: usize, factory: F) -> Stream<T>
@@ -586,15 +617,17 @@ impl JobBuilder {
             plan.ingest_positions = std::mem::take(&mut g.ingest_positions);
             plan
         };
-        crate::job::prepare_and_start(
-            self.name,
-            self.app_config,
+        let events = self.g.borrow_mut().checkpoint_events.take();
+        crate::job::prepare_and_start(crate::job::JobSpec {
+            name: self.name,
+            app_config: self.app_config,
             graph,
-            self.config,
-            self.failures,
-            self.restore,
-            self.storage,
-        )
+            config: self.config,
+            failures: self.failures,
+            restored: self.restore,
+            storage: self.storage,
+            events,
+        })
     }
 }
 

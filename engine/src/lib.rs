@@ -43,11 +43,11 @@ pub use barrier::{
     INLINE_CHANNELS, MAX_PENDING_CHECKPOINTS,
 };
 pub use checkpoint::{
-    config_differences, load_restorable, set_after_snapshot_hook, unix_time_ms, CheckpointHandle,
-    CheckpointMetadata, CheckpointStats, CheckpointStatus, CheckpointStorage, FolderLock,
-    JobFingerprint, LatestValid, LoadedCheckpoint, LocalDirStorage, MemoryStorage,
-    OperatorSnapshot, PartHandle, RestoredState, SkippedCheckpoint, StorageError,
-    SubtaskCheckpointStats, TaskStateKey, FORMAT_VERSION, MAGIC, MAX_CHECKPOINT_ID,
+    config_differences, load_restorable, set_after_snapshot_hook, unix_time_ms, CheckpointCounts,
+    CheckpointHandle, CheckpointMetadata, CheckpointStats, CheckpointStatus, CheckpointStorage,
+    CheckpointSummary, Distribution, FolderLock, JobFingerprint, LatestValid, LoadedCheckpoint,
+    LocalDirStorage, MemoryStorage, OperatorSnapshot, PartHandle, RestoredState, SkippedCheckpoint,
+    StorageError, SubtaskCheckpointStats, TaskStateKey, FORMAT_VERSION, MAGIC, MAX_CHECKPOINT_ID,
 };
 pub use config::{
     CheckpointConfig, IngestConfig, JobConfig, PinPolicy, RestartStrategy, DEFAULT_TIMER_SLACK_NS,

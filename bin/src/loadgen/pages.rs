@@ -116,21 +116,40 @@ pub(crate) fn timeline_svg(name: &str, r: &RunReport) -> Result<String, String> 
     }
     let start = t.start_ns;
     let rel = |ns: u64| ns.saturating_sub(start);
-    let mut bands: Vec<Band> = r
-        .checkpoints
-        .list
-        .iter()
-        .filter(|c| c.status != "pending" && c.trigger_ns >= start)
-        .map(|c| Band {
-            start_ns: rel(c.trigger_ns),
-            end_ns: rel(c.trigger_ns).saturating_add(c.duration_ns),
-            kind: if c.status == "completed" {
-                BandKind::Checkpoint
-            } else {
-                BandKind::AbortedCheckpoint
-            },
-        })
-        .collect();
+    let mut bands: Vec<Band> = match &t.checkpoint_bands {
+        Some(b) => {
+            let of = |spans: &[(u64, u64)], kind: BandKind| -> Vec<Band> {
+                spans
+                    .iter()
+                    .filter(|(s, _)| *s >= start)
+                    .map(|&(s, e)| Band {
+                        start_ns: rel(s),
+                        end_ns: rel(e),
+                        kind,
+                    })
+                    .collect()
+            };
+            let mut v = of(&b.completed, BandKind::Checkpoint);
+            v.extend(of(&b.aborted, BandKind::AbortedCheckpoint));
+            v
+        }
+        // A file of an older build: every checkpoint is in the list.
+        None => r
+            .checkpoints
+            .list
+            .iter()
+            .filter(|c| c.status != "pending" && c.trigger_ns >= start)
+            .map(|c| Band {
+                start_ns: rel(c.trigger_ns),
+                end_ns: rel(c.trigger_ns).saturating_add(c.duration_ns),
+                kind: if c.status == "completed" {
+                    BandKind::Checkpoint
+                } else {
+                    BandKind::AbortedCheckpoint
+                },
+            })
+            .collect(),
+    };
     bands.extend(
         r.failures
             .iter()

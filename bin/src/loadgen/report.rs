@@ -1,7 +1,6 @@
 //! The saved form of a run (`--json`), built from the reference job's
 //! report, and its human summary (also used by `lockgate report show`).
 
-use lockgate::CheckpointStats;
 use lockgate::CheckpointStatus;
 use lockgate::SubtaskCheckpointStats;
 use lockgate_workloads::latency::{histogram_to_base64, Percentiles};
@@ -79,17 +78,13 @@ pub(crate) struct Spread {
 }
 
 impl Spread {
-    /// Nearest-rank percentiles of `v` (all 0 when empty).
-    fn of(mut v: Vec<u64>) -> Self {
-        if v.is_empty() {
-            return Spread::default();
-        }
-        v.sort_unstable();
-        let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    /// The engine's summary of a figure over the whole run (quantiles
+    /// within 0.1 %).
+    fn of_summary(d: &lockgate::Distribution) -> Self {
         Spread {
-            p50: rank(0.5),
-            p99: rank(0.99),
-            max: *v.last().expect("not empty"),
+            p50: d.quantile(0.5),
+            p99: d.quantile(0.99),
+            max: d.max(),
         }
     }
 }
@@ -183,8 +178,13 @@ pub(crate) struct CheckpointsJson {
     /// whose alignment timed out).
     #[serde(default)]
     pub unaligned_completed: u64,
-    /// Every checkpoint.
+    /// The last checkpoints (the engine's `checkpoint.history`, 1,000 by
+    /// default), oldest first; the counts and spreads above cover every
+    /// checkpoint of the run.
     pub list: Vec<CheckpointJson>,
+    /// True when the run had more checkpoints than `list` holds.
+    #[serde(default)]
+    pub list_truncated: bool,
 }
 
 impl CheckpointsJson {
@@ -299,36 +299,38 @@ impl CheckpointsJson {
         }
     }
 
-    pub(crate) fn from_stats(stats: &[CheckpointStats]) -> Self {
-        let mut c = CheckpointsJson::default();
-        let mut align = Vec::new();
-        let mut dur = Vec::new();
-        let (mut sync, mut asyn, mut written) = (Vec::new(), Vec::new(), Vec::new());
-        let mut persisted = Vec::new();
-        for s in stats {
+    pub(crate) fn from_metrics(m: &lockgate::JobMetrics) -> Self {
+        let counts = &m.checkpoint_counts;
+        let sum = &m.checkpoint_summary;
+        let mut c = CheckpointsJson {
+            completed: counts.completed,
+            aborted: counts.aborted,
+            aborted_by_reason: counts
+                .aborted_by_reason
+                .iter()
+                .map(|(r, n)| (r.as_str().to_string(), *n))
+                .collect(),
+            alignment_ns: Spread::of_summary(&sum.alignment_ns),
+            duration_ns: Spread::of_summary(&sum.duration_ns),
+            buffered_bytes_max: sum.buffered_bytes.max(),
+            state_bytes_last: m
+                .last_completed_checkpoint
+                .as_ref()
+                .map_or(0, |l| l.state_bytes),
+            sync_ns: Spread::of_summary(&sum.sync_ns),
+            async_ns: Spread::of_summary(&sum.async_ns),
+            checkpointed_bytes: Spread::of_summary(&sum.checkpointed_bytes),
+            persisted_bytes: Spread::of_summary(&sum.persisted_bytes),
+            unaligned_completed: counts.unaligned_completed,
+            list_truncated: counts.triggered > m.checkpoints.len() as u64,
+            list: Vec::new(),
+        };
+        for s in &m.checkpoints {
             let (status, reason) = match s.status {
-                CheckpointStatus::Completed => {
-                    c.completed += 1;
-                    align.push(s.max_alignment_ns());
-                    dur.push(s.duration_ns);
-                    c.state_bytes_last = s.state_bytes;
-                    written.push(s.checkpointed_bytes);
-                    persisted.push(s.persisted_bytes);
-                    c.unaligned_completed += u64::from(s.unaligned);
-                    sync.extend(s.subtasks.iter().map(|t| t.sync_ns));
-                    asyn.extend(s.subtasks.iter().map(|t| t.async_ns));
-                    ("completed", None)
-                }
-                CheckpointStatus::Aborted(r) => {
-                    c.aborted += 1;
-                    *c.aborted_by_reason
-                        .entry(r.as_str().to_string())
-                        .or_default() += 1;
-                    ("aborted", Some(r.as_str().to_string()))
-                }
+                CheckpointStatus::Completed => ("completed", None),
+                CheckpointStatus::Aborted(r) => ("aborted", Some(r.as_str().to_string())),
                 CheckpointStatus::Pending => ("pending", None),
             };
-            c.buffered_bytes_max = c.buffered_bytes_max.max(s.max_buffered_bytes());
             let kind = match s.kind {
                 lockgate::SnapshotKind::Savepoint => "savepoint",
                 _ => "checkpoint",
@@ -354,12 +356,6 @@ impl CheckpointsJson {
                 unaligned: s.unaligned,
             });
         }
-        c.alignment_ns = Spread::of(align);
-        c.duration_ns = Spread::of(dur);
-        c.sync_ns = Spread::of(sync);
-        c.async_ns = Spread::of(asyn);
-        c.checkpointed_bytes = Spread::of(written);
-        c.persisted_bytes = Spread::of(persisted);
         c
     }
 }
@@ -373,6 +369,11 @@ pub(crate) struct TimelineJson {
     pub interval_ns: u64,
     /// One per interval from the start, empty ones included (count 0).
     pub points: Vec<lockgate_workloads::charts::TimelinePoint>,
+    /// Every checkpoint of the run as a band, trigger to end, on the clock
+    /// of `trigger_ns` (bands under 1 ms apart merged); absent in files of
+    /// older builds, whose bands come from `checkpoints.list`.
+    #[serde(default)]
+    pub checkpoint_bands: Option<lockgate_workloads::refjob::CheckpointBands>,
 }
 
 /// A task failure of a run, as the JSON lists it.
@@ -530,7 +531,7 @@ impl RunReport {
                 ),
                 _ => None,
             },
-            checkpoints: CheckpointsJson::from_stats(&r.metrics.checkpoints),
+            checkpoints: CheckpointsJson::from_metrics(&r.metrics),
             failures_injected: r.failures_struck as u64,
             failures_planned: r.failures_planned as u64,
             recoveries: u64::from(r.metrics.restarts),
@@ -561,6 +562,7 @@ impl RunReport {
                         )
                     })
                     .collect(),
+                checkpoint_bands: Some(r.checkpoint_bands.clone()),
             },
             restored_checkpoint: r.restored_from.map(|(id, _)| id.get()),
             restored_records: r.restored_from.map(|(_, n)| n),

@@ -9,7 +9,7 @@ use std::fmt;
 
 /// Why a checkpoint was aborted. The first three are decided by a barrier
 /// handler; the others by the checkpoint coordinator or a task.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AbortReason {
     /// A barrier of a newer checkpoint arrived during the alignment

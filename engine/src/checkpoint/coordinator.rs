@@ -29,13 +29,16 @@
 //! job thread delivers its outputs, the publisher thread
 //! (`super::publisher`) carries out its storage requests.
 
+use super::stats::CheckpointHistory;
 use super::{CheckpointStats, CheckpointStatus, PartHandle, RestoredState, SubtaskCheckpointStats};
 use crate::barrier::AbortReason;
 use crate::config::CheckpointConfig;
+use crate::transport::handoff::OutputSender;
 use crate::types::control::Control;
 use crate::types::element::{CheckpointBarrier, CheckpointId, CheckpointOptions, SnapshotKind};
 use crossbeam_channel::Sender;
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 /// What the coordinator asks the job thread to do, in order: controls go
 /// to tasks, priority barriers on every channel's priority lane, storage
@@ -110,7 +113,12 @@ pub(crate) struct Coordinator {
     drained: Vec<bool>,
     next_id: u64,
     pending: BTreeMap<CheckpointId, Pending>,
-    stats: Vec<CheckpointStats>,
+    /// The statistics a [`crate::JobHandle`] reads: pending checkpoints,
+    /// the last few ended ones, counts and summaries of all.
+    history: Arc<Mutex<CheckpointHistory>>,
+    /// Where each ended checkpoint's statistics go, when asked
+    /// ([`crate::JobBuilder::checkpoint_events`]).
+    events: Option<OutputSender<CheckpointStats>>,
     latest: Option<RestorePoint>,
     /// Unaligned mode or an aligned-checkpoint timeout: how long after its
     /// trigger a checkpoint's barrier goes on the priority lanes.
@@ -130,6 +138,8 @@ impl Coordinator {
         config: CheckpointConfig,
         num_tasks: usize,
         restored: Option<RestoredState>,
+        history: Arc<Mutex<CheckpointHistory>>,
+        events: Option<OutputSender<CheckpointStats>>,
     ) -> Self {
         let n = num_tasks;
         let next_id = restored.as_ref().map_or(1, |r| r.checkpoint.get() + 1);
@@ -142,7 +152,8 @@ impl Coordinator {
             drained: vec![false; n],
             next_id,
             pending: BTreeMap::new(),
-            stats: Vec::new(),
+            history,
+            events,
             latest: restored.map(RestorePoint::Initial),
             last_trigger_ns: 0,
             last_end_ns: 0,
@@ -173,8 +184,16 @@ impl Coordinator {
         self.last_trigger_ns = crate::util::clock::now_ns();
     }
 
-    pub(crate) fn stats(&self) -> Vec<CheckpointStats> {
-        self.stats.clone()
+    /// Records that `stats`'s checkpoint ended, and sends it to whoever
+    /// subscribed.
+    fn ended(&mut self, stats: CheckpointStats) {
+        if let Some(tx) = &self.events {
+            if tx.send(stats.clone()).is_err() {
+                // The application dropped its end: no more events.
+                self.events = None;
+            }
+        }
+        lock(&self.history).ended(stats);
     }
 
     /// `Some(why)` once more checkpoints failed in a row than tolerated.
@@ -266,7 +285,7 @@ impl Coordinator {
                 reply,
             },
         );
-        self.stats.push(CheckpointStats {
+        lock(&self.history).triggered(CheckpointStats {
             id,
             kind,
             is_final,
@@ -466,7 +485,7 @@ impl Coordinator {
 
     fn complete(&mut self, id: CheckpointId, written_bytes: u64) -> Vec<CoordinatorOutput> {
         let mut out = Vec::new();
-        let Some(p) = self.pending.remove(&id) else {
+        let Some(mut p) = self.pending.remove(&id) else {
             return out;
         };
         let now = crate::util::clock::now_ns();
@@ -475,14 +494,11 @@ impl Coordinator {
         if p.is_final {
             self.final_done = true;
         }
-        if let Some(s) = self.stats.iter_mut().find(|s| s.id == id) {
-            s.status = CheckpointStatus::Completed;
-            s.duration_ns = now.saturating_sub(p.trigger_ns);
-            fill_from_subtasks(s, p.subtasks);
-            // Everything written (parts, headers, `_metadata`), less the
-            // channel state, which `persisted_bytes` counts.
-            s.checkpointed_bytes = written_bytes.saturating_sub(s.persisted_bytes);
-        }
+        let mut s = p.stats(CheckpointStatus::Completed, now);
+        // Everything written (parts, headers, `_metadata`), less the
+        // channel state, which `persisted_bytes` counts.
+        s.checkpointed_bytes = written_bytes.saturating_sub(s.persisted_bytes);
+        self.ended(s);
         // A restart reads the checkpoint back (its chains of incremental
         // parts are in storage): only the id is kept.
         self.latest = Some(RestorePoint::Completed(id));
@@ -501,7 +517,7 @@ impl Coordinator {
 
     fn abort(&mut self, id: CheckpointId, reason: AbortReason) -> Vec<CoordinatorOutput> {
         let mut out = Vec::new();
-        let Some(p) = self.pending.remove(&id) else {
+        let Some(mut p) = self.pending.remove(&id) else {
             return out;
         };
         let now = crate::util::clock::now_ns();
@@ -510,11 +526,8 @@ impl Coordinator {
             self.consecutive_failures += 1;
             self.last_failure = Some(reason);
         }
-        if let Some(s) = self.stats.iter_mut().find(|s| s.id == id) {
-            s.status = CheckpointStatus::Aborted(reason);
-            s.duration_ns = now.saturating_sub(p.trigger_ns);
-            fill_from_subtasks(s, p.subtasks);
-        }
+        let s = p.stats(CheckpointStatus::Aborted(reason), now);
+        self.ended(s);
         if let Some(r) = p.reply {
             let _ = r.send(Err(reason));
         }
@@ -582,14 +595,32 @@ impl Coordinator {
     }
 }
 
-/// The checkpoint-level figures from its subtasks' (Flink's rules: the
-/// start delay is the largest subtask's; sizes add up).
-fn fill_from_subtasks(s: &mut CheckpointStats, subtasks: Vec<SubtaskCheckpointStats>) {
-    s.start_delay_ns = subtasks.iter().map(|t| t.start_delay_ns).max().unwrap_or(0);
-    s.state_bytes = subtasks.iter().map(|t| t.state_bytes).sum();
-    s.persisted_bytes = subtasks.iter().map(|t| t.persisted_bytes).sum();
-    s.checkpointed_bytes = subtasks.iter().map(|t| t.checkpointed_bytes).sum();
-    s.incremental = subtasks.iter().any(|t| t.incremental);
-    s.unaligned = subtasks.iter().any(|t| t.unaligned);
-    s.subtasks = subtasks;
+impl Pending {
+    /// The checkpoint's final statistics, ended now (`now_ns`) with
+    /// `status`; the checkpoint-level figures from its subtasks' (Flink's
+    /// rules: the start delay is the largest subtask's; sizes add up).
+    fn stats(&mut self, status: CheckpointStatus, now_ns: u64) -> CheckpointStats {
+        let subtasks = std::mem::take(&mut self.subtasks);
+        CheckpointStats {
+            id: self.barrier.id,
+            kind: self.kind,
+            is_final: self.is_final,
+            status,
+            trigger_ns: self.trigger_ns,
+            duration_ns: now_ns.saturating_sub(self.trigger_ns),
+            start_delay_ns: subtasks.iter().map(|t| t.start_delay_ns).max().unwrap_or(0),
+            state_bytes: subtasks.iter().map(|t| t.state_bytes).sum(),
+            persisted_bytes: subtasks.iter().map(|t| t.persisted_bytes).sum(),
+            checkpointed_bytes: subtasks.iter().map(|t| t.checkpointed_bytes).sum(),
+            incremental: subtasks.iter().any(|t| t.incremental),
+            unaligned: subtasks.iter().any(|t| t.unaligned),
+            subtasks,
+        }
+    }
+}
+
+/// The history's lock; a panic while it was held cannot leave it
+/// half-updated in a way that matters for statistics.
+fn lock(h: &Mutex<CheckpointHistory>) -> std::sync::MutexGuard<'_, CheckpointHistory> {
+    h.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -35,7 +35,7 @@ pub(crate) mod coordinator;
 pub(crate) mod publisher;
 pub(crate) mod restore;
 pub(crate) mod snapshot;
-mod stats;
+pub(crate) mod stats;
 mod storage;
 pub(crate) mod task_state;
 
@@ -43,7 +43,10 @@ pub use restore::{config_differences, load_restorable, SkippedCheckpoint};
 pub use snapshot::set_after_snapshot_hook;
 pub use task_state::{OperatorSnapshot, RestoredState};
 
-pub use stats::{CheckpointStats, CheckpointStatus, SubtaskCheckpointStats};
+pub use stats::{
+    CheckpointCounts, CheckpointStats, CheckpointStatus, CheckpointSummary, Distribution,
+    SubtaskCheckpointStats,
+};
 
 pub use storage::{
     unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStorage, FolderLock,

@@ -16,8 +16,12 @@ use crate::checkpoint::coordinator::{Coordinator, CoordinatorOutput};
 use crate::checkpoint::publisher::Publisher;
 use crate::checkpoint::restore::{self, SkippedCheckpoint};
 use crate::checkpoint::snapshot::{ChainPolicy, SnapshotWorker, WorkerSetup};
+use crate::checkpoint::stats::CheckpointHistory;
 use crate::checkpoint::TaskStateKey;
-use crate::checkpoint::{CheckpointStats, CheckpointStorage, JobFingerprint, RestoredState};
+use crate::checkpoint::{
+    CheckpointCounts, CheckpointStats, CheckpointStorage, CheckpointSummary, JobFingerprint,
+    RestoredState,
+};
 use crate::config::JobConfig;
 use crate::runtime::events::TaskEvent;
 use crate::runtime::plan::{JobGraph, PlanTask, SubtaskCtx, TaskBody, TaskRt, Wiring};
@@ -25,6 +29,7 @@ use crate::runtime::worker::{end_task, panic_message, run_worker, WorkerTask};
 use crate::testing::FailurePlan;
 use crate::testing::FailurePoint;
 use crate::testing::InjectedFailure;
+use crate::transport::handoff::OutputSender;
 use crate::types::control::Control;
 use crate::types::element::{CheckpointId, SnapshotKind};
 use crate::types::error::{JobError, TaskError};
@@ -45,8 +50,19 @@ pub(crate) enum Command {
 pub struct JobMetrics {
     /// One entry per task (subtask of an operator chain), in start order.
     pub tasks: Vec<TaskMetricsSnapshot>,
-    /// One entry per checkpoint triggered, oldest first.
+    /// The last [`crate::CheckpointConfig::history`] checkpoints triggered
+    /// (pending ones included), oldest first; older ones are in
+    /// [`JobMetrics::checkpoint_counts`] and
+    /// [`JobMetrics::checkpoint_summary`] only (or, every one, in
+    /// [`crate::JobBuilder::checkpoint_events`]).
     pub checkpoints: Vec<CheckpointStats>,
+    /// Exact counts of every checkpoint of the run, by outcome.
+    pub checkpoint_counts: CheckpointCounts,
+    /// Distributions of the figures of every completed checkpoint of the
+    /// run (duration, sync and async parts, alignment, bytes).
+    pub checkpoint_summary: CheckpointSummary,
+    /// The newest completed checkpoint (`None` before the first).
+    pub last_completed_checkpoint: Option<CheckpointStats>,
     /// Restarts after failures so far.
     pub restarts: u32,
     /// The task failures so far, oldest first: one per restart, and the
@@ -95,7 +111,7 @@ impl std::fmt::Display for JobFailure {
 impl JobMetrics {
     /// Checkpoints completed.
     pub fn completed_checkpoints(&self) -> usize {
-        self.checkpoints.iter().filter(|c| c.is_completed()).count()
+        self.checkpoint_counts.completed as usize
     }
 
     /// The tasks whose thread could not be pinned as the pinning policy
@@ -116,7 +132,7 @@ impl JobMetrics {
 
 pub(crate) struct Shared {
     pub(crate) metrics: Vec<Arc<TaskMetrics>>,
-    pub(crate) checkpoints: Mutex<Vec<CheckpointStats>>,
+    pub(crate) history: Arc<Mutex<CheckpointHistory>>,
     pub(crate) restarts: Mutex<(u32, Vec<JobFailure>)>,
     pub(crate) restore_skipped: Vec<SkippedCheckpoint>,
     pub(crate) restored: Option<RestoredAtStart>,
@@ -125,9 +141,16 @@ pub(crate) struct Shared {
 impl Shared {
     fn snapshot(&self) -> JobMetrics {
         let (restarts, failures) = self.restarts.lock().expect("not poisoned").clone();
+        let history = self
+            .history
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         JobMetrics {
             tasks: self.metrics.iter().map(|m| m.snapshot()).collect(),
-            checkpoints: self.checkpoints.lock().expect("not poisoned").clone(),
+            checkpoints: history.recent(),
+            checkpoint_counts: history.counts().clone(),
+            checkpoint_summary: history.summary().clone(),
+            last_completed_checkpoint: history.last_completed().cloned(),
             restarts,
             failures,
             restore_skipped: self.restore_skipped.clone(),
@@ -244,16 +267,39 @@ fn is_secondary(e: &TaskError) -> bool {
     matches!(e, TaskError::Cancelled | TaskError::Disconnected(_))
 }
 
-/// Starts the job thread.
-pub(crate) fn start(
-    graph: JobGraph,
-    config: JobConfig,
-    failures: FailurePlan,
+/// A job as the builder hands it over: the plan and everything it starts
+/// with.
+pub(crate) struct JobSpec {
+    pub(crate) name: String,
+    pub(crate) app_config: serde_json::Value,
+    pub(crate) graph: JobGraph,
+    pub(crate) config: JobConfig,
+    pub(crate) failures: FailurePlan,
+    /// A state given whole ([`crate::JobBuilder::with_restored_state`]).
+    pub(crate) restored: Option<RestoredState>,
+    pub(crate) storage: Option<Box<dyn CheckpointStorage>>,
+    /// Where ended checkpoints' statistics go.
+    pub(crate) events: Option<OutputSender<CheckpointStats>>,
+}
+
+/// What the job thread starts with, checkpoint-wise.
+struct Prepared {
     restored: Option<RestoredState>,
     coordinator: Coordinator,
     publisher: Option<Publisher>,
     restore_skipped: Vec<SkippedCheckpoint>,
-) -> JobHandle {
+    history: Arc<Mutex<CheckpointHistory>>,
+}
+
+/// Starts the job thread.
+fn start(graph: JobGraph, config: JobConfig, failures: FailurePlan, p: Prepared) -> JobHandle {
+    let Prepared {
+        restored,
+        coordinator,
+        publisher,
+        restore_skipped,
+        history,
+    } = p;
     let restored_at_start = restored.as_ref().map(|r| RestoredAtStart {
         checkpoint: r.checkpoint,
         rescaled: graph
@@ -273,7 +319,7 @@ pub(crate) fn start(
             .into_iter()
             .map(|n| Arc::new(TaskMetrics::new(n.to_string())))
             .collect(),
-        checkpoints: Mutex::new(Vec::new()),
+        history,
         restarts: Mutex::new((0, Vec::new())),
     });
     let (cmd_tx, cmd_rx) = unbounded();
@@ -361,7 +407,6 @@ impl Driver {
                 AttemptEnd::TooManyCheckpointFailures(why) => {
                     let out = self.coordinator.abort_all(AbortReason::TaskFailure);
                     self.storage_outputs(out);
-                    self.publish_stats();
                     return Err(JobError::Checkpoint(why));
                 }
                 AttemptEnd::Failed { task, error } => {
@@ -377,7 +422,6 @@ impl Driver {
                     }
                     let out = self.coordinator.abort_all(AbortReason::TaskFailure);
                     self.storage_outputs(out);
-                    self.publish_stats();
                     let used = self.shared.restarts.lock().expect("not poisoned").0;
                     if used >= self.config.restart.max_attempts
                         || stopping.is_some()
@@ -426,7 +470,6 @@ impl Driver {
                 }
             }
         }
-        self.publish_stats();
         Ok(self.shared.snapshot())
     }
 
@@ -436,10 +479,6 @@ impl Driver {
             self.publisher.as_ref().map(Publisher::storage),
             self.coordinator.latest_restore_point(),
         )
-    }
-
-    fn publish_stats(&self) {
-        *self.shared.checkpoints.lock().expect("not poisoned") = self.coordinator.stats();
     }
 
     fn spawn(&mut self, restored: Option<RestoredState>) -> Result<Attempt, JobError> {
@@ -604,7 +643,6 @@ impl Driver {
                 }
             }
         }
-        self.publish_stats();
     }
 
     /// Hands the storage work of `out` to the publisher (tasks' controls
@@ -755,15 +793,17 @@ impl Driver {
 }
 
 /// Sets up checkpoint storage and restore, then starts the job thread.
-pub(crate) fn prepare_and_start(
-    name: String,
-    app_config: serde_json::Value,
-    graph: JobGraph,
-    config: JobConfig,
-    failures: FailurePlan,
-    restored: Option<RestoredState>,
-    storage: Option<Box<dyn CheckpointStorage>>,
-) -> Result<JobHandle, JobError> {
+pub(crate) fn prepare_and_start(spec: JobSpec) -> Result<JobHandle, JobError> {
+    let JobSpec {
+        name,
+        app_config,
+        graph,
+        config,
+        failures,
+        restored,
+        storage,
+        events,
+    } = spec;
     if let Some(f) = failures
         .failures
         .iter()
@@ -821,23 +861,27 @@ pub(crate) fn prepare_and_start(
         )?;
         publish_ingest_positions(r, &graph)?;
     }
+    let history = Arc::new(Mutex::new(CheckpointHistory::new(
+        config.checkpoint.history,
+    )));
     let mut coordinator = Coordinator::new(
         config.checkpoint.clone(),
         graph.num_tasks(),
         opened.restored.clone(),
+        history.clone(),
+        events,
     );
     if let Some(id) = opened.next_id {
         coordinator.set_next_id(id);
     }
-    Ok(start(
-        graph,
-        config,
-        failures,
-        opened.restored,
+    let prepared = Prepared {
+        restored: opened.restored,
         coordinator,
-        opened.publisher,
-        opened.skipped,
-    ))
+        publisher: opened.publisher,
+        restore_skipped: opened.skipped,
+        history,
+    };
+    Ok(start(graph, config, failures, prepared))
 }
 
 /// Tells each ingest handle the position its source restores, before the

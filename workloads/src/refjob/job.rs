@@ -107,7 +107,24 @@ pub fn start_reference_job(
     let results = build_reference_job(cfg, &job)?;
     // Compute the closed form before the clock starts mattering.
     results.expected();
+    let events = job.checkpoint_events();
     let handle = job.start()?;
+    // Every checkpoint becomes a timeline band as it ends; the job's
+    // metrics keep only the last few in full.
+    let shared = results.shared.clone();
+    let collector = std::thread::Builder::new()
+        .name("lg-ckpt-bands".into())
+        .spawn(move || {
+            for c in events.iter() {
+                lock(&shared.bands).add(&c);
+            }
+        })
+        .map_err(|e| {
+            RefJobError::Job(lockgate::JobError::Internal(format!(
+                "spawning a thread: {e}"
+            )))
+        })?;
+    *lock(&results.shared.bands_thread) = Some(collector);
     Ok((handle, results))
 }
 

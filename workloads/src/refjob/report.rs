@@ -5,7 +5,7 @@
 //! against the closed form, failures and recoveries.
 
 use super::config::{RefJobConfig, RefJobError};
-use super::shared::{lock, Recorded, Shared, SinkSlot, SourceStats};
+use super::shared::{lock, CheckpointBands, Recorded, Shared, SinkSlot, SourceStats};
 use crate::latency::{merge, new_interval_histogram, LatencyError, Percentiles};
 use crate::workload::{CheckReport, ExpectedResult, KeySpace, SinkCheck, Workload};
 use hdrhistogram::Histogram;
@@ -112,6 +112,9 @@ pub struct RefJobReport {
     /// With a restore at another parallelism: the sources' parallelism in
     /// the checkpoint restored.
     pub rescaled_from: Option<usize>,
+    /// Every checkpoint of the run as timeline bands (the engine's
+    /// metrics list only the last few).
+    pub checkpoint_bands: CheckpointBands,
 }
 
 /// A task failure of the run and how long the job took to recover.
@@ -216,6 +219,8 @@ impl RefJobResults {
                     .map(|_| SourceStats::default())
                     .collect(),
                 slots,
+                bands: Mutex::new(CheckpointBands::default()),
+                bands_thread: Mutex::new(None),
             }),
             expected: Arc::new(OnceLock::new()),
         })
@@ -378,6 +383,10 @@ impl RefJobResults {
             Err(e) => (last_metrics, Some(e.to_string())),
         };
         let metrics_failures = metrics.failures.clone();
+        // The events end with the job: fold in the last ones.
+        if let Some(t) = lock(&self.shared.bands_thread).take() {
+            let _ = t.join();
+        }
         let expected = self.expected();
         let sources = self.source_summary();
         let mut lat = Vec::new();
@@ -461,6 +470,7 @@ impl RefJobResults {
             intervals_start_ns: self.shared.intervals_start.get().copied().unwrap_or(0),
             restored_from: self.shared.process_restore.get().copied(),
             rescaled_from: self.shared.rescaled_from.get().copied(),
+            checkpoint_bands: lock(&self.shared.bands).clone(),
         })
     }
 }

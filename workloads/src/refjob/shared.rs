@@ -246,6 +246,44 @@ pub(super) struct Shared {
     pub(super) record_from: OnceLock<u64>,
     pub(super) sources: Vec<SourceStats>,
     pub(super) slots: Vec<Mutex<SinkSlot>>,
+    /// Every checkpoint of the run as timeline bands, folded in as they
+    /// end by the thread that reads the job's checkpoint events.
+    pub(super) bands: Mutex<CheckpointBands>,
+    /// That thread, joined when the report is collected.
+    pub(super) bands_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// The run's checkpoints as spans of time, trigger to end: completed and
+/// aborted apart, spans less than [`CheckpointBands::MERGE_GAP_NS`] apart
+/// merged, so that a run of any length with checkpoints every millisecond
+/// keeps a bounded list (the timeline draws 100 ms intervals).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CheckpointBands {
+    /// Completed checkpoints: `(trigger_ns, end_ns)`, ascending.
+    pub completed: Vec<(u64, u64)>,
+    /// Aborted checkpoints: `(trigger_ns, end_ns)`, ascending.
+    pub aborted: Vec<(u64, u64)>,
+}
+
+impl CheckpointBands {
+    /// Spans closer than this merge (1 ms).
+    pub const MERGE_GAP_NS: u64 = 1_000_000;
+
+    /// Adds an ended checkpoint.
+    pub fn add(&mut self, c: &lockgate::CheckpointStats) {
+        let span = (c.trigger_ns, c.trigger_ns.saturating_add(c.duration_ns));
+        let list = match c.status {
+            lockgate::CheckpointStatus::Completed => &mut self.completed,
+            lockgate::CheckpointStatus::Aborted(_) => &mut self.aborted,
+            lockgate::CheckpointStatus::Pending => return,
+        };
+        match list.last_mut() {
+            Some(last) if span.0 <= last.1.saturating_add(Self::MERGE_GAP_NS) => {
+                last.1 = last.1.max(span.1);
+            }
+            _ => list.push(span),
+        }
+    }
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -118,3 +118,44 @@ fn a_flights_folder_of_0cb9f06_restores_to_the_golden_output() {
     }
     std::fs::remove_dir_all(base).unwrap();
 }
+
+/// A `kafka run` folder of 0cb9f06, with the broker's data of that run
+/// (tansu's SQLite file: the input, the output written before the kill,
+/// the consumer groups): the restore reads on from the checkpoint's
+/// offsets and, at least once, nothing is lost.
+#[test]
+fn a_kafka_folder_of_0cb9f06_restores_and_loses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    unpack("kafka.tar.gz", tmp.path());
+    let Some(broker) =
+        lockgate_cli::kafka::TestBroker::start_in(tmp.path().join("broker")).unwrap()
+    else {
+        eprintln!(
+            "skipped: tansu is not installed (LOCKGATE_REQUIRE_KAFKA=1 makes this a failure)"
+        );
+        return;
+    };
+    let bs = broker.bootstrap();
+    let _machine = common::heavy();
+    let o = common::bin()
+        .args(["kafka", "run", "--bootstrap", bs, "--restore"])
+        .arg(tmp.path().join("chk"))
+        .arg("--bounded")
+        .output()
+        .unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("restored: chk-3"), "{out}\n{err}");
+    assert!(out.contains("result: ok"), "{out}\n{err}");
+    let o = common::bin()
+        .args(["kafka", "verify", "--bootstrap", bs, "--topic", "out"])
+        .args(["--records", "10000", "--guarantee", "at-least-once"])
+        .output()
+        .unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(
+        out.contains("lost: 0\n") && out.ends_with("result: ok\n"),
+        "{out}\n{err}"
+    );
+}

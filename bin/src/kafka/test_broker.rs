@@ -23,7 +23,10 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct TestBroker {
     child: Child,
     bootstrap: String,
-    dir: tempfile::TempDir,
+    /// Its data folder (`tansu.db`, `tansu.log`).
+    path: PathBuf,
+    /// The folder when it is the broker's own, removed with it.
+    _dir: Option<tempfile::TempDir>,
 }
 
 /// The tansu binary, if installed.
@@ -48,20 +51,36 @@ impl TestBroker {
     /// tansu missing while `LOCKGATE_REQUIRE_KAFKA=1`; it does not start,
     /// or does not answer within 30 s (the message holds its log's tail).
     pub fn start() -> Result<Option<TestBroker>, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("no temporary folder: {e}"))?;
+        Self::start_with(dir.path().to_path_buf(), Some(dir))
+    }
+
+    /// Starts tansu on the data of an earlier broker: `path` holds its
+    /// `tansu.db` (topics, records, consumer groups), kept where it is.
+    ///
+    /// # Errors
+    /// As [`TestBroker::start`].
+    pub fn start_in(path: PathBuf) -> Result<Option<TestBroker>, String> {
+        Self::start_with(path, None)
+    }
+
+    fn start_with(
+        path: PathBuf,
+        dir: Option<tempfile::TempDir>,
+    ) -> Result<Option<TestBroker>, String> {
         let Some(tansu) = find_tansu() else {
             if std::env::var("LOCKGATE_REQUIRE_KAFKA").as_deref() == Ok("1") {
                 return Err("LOCKGATE_REQUIRE_KAFKA=1 but tansu is not installed (cargo install tansu --version 0.6.0 --features libsql --locked)".into());
             }
             return Ok(None);
         };
-        let dir = tempfile::tempdir().map_err(|e| format!("no temporary folder: {e}"))?;
         // A free port: bound by the OS, released, then given to tansu.
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| format!("no free port: {e}"))?
             .port();
         let url = format!("tcp://127.0.0.1:{port}");
-        let log = std::fs::File::create(dir.path().join("tansu.log"))
+        let log = std::fs::File::create(path.join("tansu.log"))
             .map_err(|e| format!("cannot create tansu's log: {e}"))?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
         let child = Command::new(&tansu)
@@ -73,7 +92,7 @@ impl TestBroker {
             // tansu reads the URL's path relative to its working folder.
             .arg("--storage-engine")
             .arg("sqlite://tansu.db")
-            .current_dir(dir.path())
+            .current_dir(&path)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)
@@ -82,7 +101,8 @@ impl TestBroker {
         let mut broker = TestBroker {
             child,
             bootstrap: format!("127.0.0.1:{port}"),
-            dir,
+            path,
+            _dir: dir,
         };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -126,7 +146,7 @@ impl TestBroker {
 
     /// The last 2,000 bytes of tansu's log.
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.dir.path().join("tansu.log")).unwrap_or_default();
+        let text = std::fs::read_to_string(self.path.join("tansu.log")).unwrap_or_default();
         let cut = text.len().saturating_sub(2_000);
         let cut = (cut..=text.len())
             .find(|&i| text.is_char_boundary(i))

@@ -154,8 +154,11 @@ impl PartialEq for Distribution {
 impl Distribution {
     /// Adds one value.
     pub fn record(&mut self, v: u64) {
-        // An auto-resizing histogram takes any u64.
-        self.hist.saturating_record(v);
+        // The histogram grows to take `v` (`saturating_record` would clamp
+        // it to the current highest value instead: grow first).
+        if self.hist.record(v).is_err() {
+            self.hist.saturating_record(v);
+        }
     }
 
     /// Values recorded.
@@ -421,6 +424,22 @@ mod tests {
         assert_eq!(s.duration_ns.max(), 999);
         assert!((495..=505).contains(&s.duration_ns.quantile(0.5)));
         assert_eq!(h.last_completed().unwrap().id, CheckpointId(99_999));
+    }
+
+    /// Values of any size are kept within 0.1 %: no clamping to what the
+    /// histogram held first.
+    #[test]
+    fn a_distribution_takes_values_of_every_size() {
+        let mut d = Distribution::default();
+        for v in [3, 2_500_000, 60_000_000_000, 7] {
+            d.record(v);
+        }
+        assert_eq!((d.count(), d.min()), (4, 3));
+        assert!(d.max().abs_diff(60_000_000_000) <= 60_000_000);
+        let p50 = d.quantile(0.5);
+        assert!(p50 == 7, "p50 {p50}");
+        let p75 = d.quantile(0.75);
+        assert!(p75.abs_diff(2_500_000) <= 2_500, "p75 {p75}");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::hash::Hash;
 use std::marker::PhantomData;
 
 /// State the runtime snapshots and restores by itself (Flink's managed
-/// state): [`KeyedState`] (incrementally), [`ValueState`], and pairs of
+/// state): [`KeyedState`] (incrementally), [`ValueState`](super::ValueState), and pairs of
 /// them. An operator that keeps its state in one (see [`Managed`]) writes
 /// no snapshot or restore code, so it cannot forget any.
 pub trait ManagedState: Send + Sized + 'static {

@@ -34,6 +34,7 @@ pub(crate) mod channel_state;
 pub(crate) mod coordinator;
 pub(crate) mod publisher;
 pub(crate) mod restore;
+mod retention;
 pub(crate) mod snapshot;
 pub(crate) mod stats;
 mod storage;

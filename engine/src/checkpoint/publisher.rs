@@ -7,17 +7,36 @@
 //! [`Publisher::results`]. Requests are handled one at a time: a
 //! checkpoint's metadata write is short (one file), and its parts were
 //! written side by side by the tasks' snapshot threads before.
+//!
+//! After a publish it reads every part back once (size and CRC32C against
+//! `_metadata`) and says which were intact, so that only those become
+//! bases of deltas; retention keeps what `super::retention` says.
 
 use super::coordinator::StorageRequest;
-use super::storage::{CheckpointMetadata, CheckpointStorage, FolderLock, JobFingerprint};
+use super::retention::{Catalog, Entry};
+use super::storage::{
+    CheckpointMetadata, CheckpointStorage, FolderLock, JobFingerprint, PartHandle, TaskStateKey,
+};
 use crate::types::element::CheckpointId;
 use crate::types::error::JobError;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-/// The answer to a publish: the bytes written, or what the storage said.
-pub(crate) type Published = (CheckpointId, Result<u64, String>);
+/// What the publisher tells the job thread.
+#[derive(Debug)]
+pub(crate) enum Published {
+    /// Checkpoint `id` is published (its bytes written), or what the
+    /// storage said.
+    Done(CheckpointId, Result<u64, String>),
+    /// Checkpoint `id`'s parts were read back: `damaged` are the subtasks
+    /// whose part did not match (with why); the others' parts may be
+    /// bases of deltas.
+    Verified {
+        id: CheckpointId,
+        damaged: Vec<(TaskStateKey, String)>,
+    },
+}
 
 /// The job's storage and its publisher thread.
 pub(crate) struct Publisher {
@@ -35,6 +54,7 @@ impl Publisher {
         job: JobFingerprint,
         retained: usize,
         lock: Option<FolderLock>,
+        restored: Option<CheckpointId>,
     ) -> Result<Self, JobError> {
         let (tx, rx) = unbounded::<StorageRequest>();
         let (res_tx, res_rx) = unbounded();
@@ -46,10 +66,16 @@ impl Publisher {
                 // Its metadata writes, renames and deletions must not hold
                 // a core that a task waits for ([`crate::yield_point`]).
                 crate::util::background::mark_background_thread();
+                let mut state = State {
+                    job,
+                    retained,
+                    catalog: None,
+                    restored,
+                };
                 for req in rx {
                     let _busy = crate::util::background::busy();
                     crate::util::background::yield_point();
-                    serve(&*st, &job, retained, req, &res_tx);
+                    state.serve(&*st, req, &res_tx);
                 }
             })
             .map_err(|e| JobError::Internal(format!("spawning the publisher thread: {e}")))?;
@@ -85,47 +111,129 @@ impl Publisher {
     }
 }
 
-/// Carries out one request.
-fn serve(
-    st: &dyn CheckpointStorage,
-    job: &JobFingerprint,
+/// The publisher thread's own state.
+struct State {
+    job: JobFingerprint,
     retained: usize,
-    req: StorageRequest,
-    results: &Sender<Published>,
-) {
-    match req {
-        StorageRequest::Publish {
-            id,
-            kind,
-            trigger_ns,
-            parts,
-        } => {
-            let meta = CheckpointMetadata::new(id, kind, trigger_ns, job.clone());
-            let r = st
-                .publish(&meta, &parts)
-                .map(|h| h.total_bytes)
-                .map_err(|e| e.to_string());
-            if r.is_err() {
-                let _ = st.discard(id);
+    /// What retention knows; read from storage at the first retention.
+    catalog: Option<Catalog>,
+    /// The checkpoint restored at start, which loaded whole: verified.
+    restored: Option<CheckpointId>,
+}
+
+impl State {
+    /// Carries out one request.
+    fn serve(
+        &mut self,
+        st: &dyn CheckpointStorage,
+        req: StorageRequest,
+        results: &Sender<Published>,
+    ) {
+        match req {
+            StorageRequest::Publish {
+                id,
+                kind,
+                trigger_ns,
+                parts,
+            } => {
+                let meta = CheckpointMetadata::new(id, kind, trigger_ns, self.job.clone());
+                let r = st
+                    .publish(&meta, &parts)
+                    .map(|h| h.total_bytes)
+                    .map_err(|e| e.to_string());
+                if r.is_err() {
+                    let _ = st.discard(id);
+                }
+                let ok = r.is_ok();
+                let _ = results.send(Published::Done(id, r));
+                if ok {
+                    let damaged = verify(st, &parts);
+                    let catalog = self.catalog(st);
+                    catalog.insert(
+                        id,
+                        Entry {
+                            kind,
+                            bases: parts.iter().map(|p| (p.key.clone(), p.base)).collect(),
+                            verified: false,
+                        },
+                    );
+                    let keys: Vec<TaskStateKey> = damaged.iter().map(|(k, _)| k.clone()).collect();
+                    catalog.verified(id, &keys);
+                    let _ = results.send(Published::Verified { id, damaged });
+                }
             }
-            let _ = results.send((id, r));
-        }
-        StorageRequest::Discard { id } => {
-            if let Err(e) = st.discard(id) {
-                tracing::warn!(checkpoint = %id, error = %e, "dropping the parts of an aborted checkpoint failed");
+            StorageRequest::Discard { id } => {
+                if let Err(e) = st.discard(id) {
+                    tracing::warn!(checkpoint = %id, error = %e, "dropping the parts of an aborted checkpoint failed");
+                }
             }
-        }
-        StorageRequest::Remove { id } => {
-            if let Err(e) = st.remove(id) {
-                tracing::warn!(checkpoint = %id, error = %e, "deleting a checkpoint published too late failed");
+            StorageRequest::Remove { id } => {
+                if let Err(e) = st.remove(id) {
+                    tracing::warn!(checkpoint = %id, error = %e, "deleting a checkpoint published too late failed");
+                }
+                if let Some(c) = &mut self.catalog {
+                    c.remove(id);
+                }
             }
-        }
-        StorageRequest::Retain => {
-            if let Err(e) = st.retain(retained.max(1)) {
-                tracing::warn!(error = %e, "removing old checkpoints failed");
+            StorageRequest::Retain => {
+                let retained = self.retained;
+                let catalog = self.catalog(st);
+                let removed = catalog.to_remove(retained);
+                if removed.is_empty() {
+                    return;
+                }
+                match st.remove_many(&removed) {
+                    Ok(()) => {
+                        for id in removed {
+                            catalog.remove(id);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "removing old checkpoints failed");
+                        // Some may be gone: read the folder again next time.
+                        self.catalog = None;
+                    }
+                }
             }
         }
     }
+
+    /// The catalog, read from storage the first time: every published
+    /// checkpoint whose metadata reads (a folder whose metadata does not
+    /// read is left alone, as the storage's own retention does).
+    fn catalog(&mut self, st: &dyn CheckpointStorage) -> &mut Catalog {
+        let restored = self.restored;
+        self.catalog.get_or_insert_with(|| {
+            let mut c = Catalog::default();
+            for id in st.list().unwrap_or_default() {
+                crate::util::background::yield_point();
+                if let (Ok(meta), Ok(bases)) = (st.load_metadata(id), st.part_bases(id)) {
+                    c.insert(
+                        id,
+                        Entry {
+                            kind: meta.kind,
+                            bases: bases.into_iter().collect(),
+                            verified: Some(id) == restored,
+                        },
+                    );
+                }
+            }
+            c
+        })
+    }
+}
+
+/// Reads every part back; returns those that did not match, with why.
+fn verify(st: &dyn CheckpointStorage, parts: &[PartHandle]) -> Vec<(TaskStateKey, String)> {
+    let mut damaged = Vec::new();
+    for p in parts {
+        crate::util::background::yield_point();
+        if let Err(e) = st.verify_part(p) {
+            tracing::warn!(checkpoint = %p.checkpoint, error = %e, "a part read back does not match what was written: it is no base, and the checkpoint is not kept for restoring");
+            damaged.push((p.key.clone(), e.to_string()));
+        }
+    }
+    damaged
 }
 
 impl Drop for Publisher {

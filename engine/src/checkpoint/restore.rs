@@ -139,6 +139,11 @@ pub(crate) fn open(
                 job,
                 config.checkpoint.retained,
                 folder_lock.take(),
+                // Restored from this storage: it loaded whole.
+                restored
+                    .as_ref()
+                    .filter(|_| config.checkpoint.restore)
+                    .map(|r| r.checkpoint),
             )?);
         }
     }

@@ -34,11 +34,34 @@ pub(crate) struct SnapshotJob {
     pub(crate) stats: SubtaskCheckpointStats,
 }
 
-/// What a task tells its snapshot thread.
+/// What a task (a job) or the job thread (a base) tells a snapshot thread.
 enum WorkerMsg {
     Job(SnapshotJob),
-    /// Checkpoint `id` completed (a possible base for the next delta).
-    Completed(CheckpointId),
+    /// Checkpoint `id` completed and this task's part of it was read back
+    /// intact: a base for the next delta.
+    Verified(CheckpointId),
+}
+
+/// The job thread's way to tell a snapshot thread that its part of a
+/// checkpoint was read back intact (`super::publisher`).
+#[derive(Clone, Debug)]
+pub(crate) struct SnapshotNotifier(Sender<WorkerMsg>);
+
+impl SnapshotNotifier {
+    /// This task's part of completed checkpoint `id` may be a base.
+    pub(crate) fn verified(&self, id: CheckpointId) {
+        // A thread that ended (its task finished) needs no base.
+        let _ = self.0.send(WorkerMsg::Verified(id));
+    }
+}
+
+impl std::fmt::Debug for WorkerMsg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WorkerMsg::Job(j) => write!(f, "Job({})", j.id),
+            WorkerMsg::Verified(id) => write!(f, "Verified({id})"),
+        }
+    }
 }
 
 /// The handle of a task's snapshot thread.
@@ -131,9 +154,10 @@ impl SnapshotWorker {
         self.send(WorkerMsg::Job(job));
     }
 
-    /// Tells the snapshot thread that checkpoint `id` completed.
-    pub(crate) fn completed(&self, id: CheckpointId) {
-        self.send(WorkerMsg::Completed(id));
+    /// A handle for the job thread to tell the snapshot thread which of
+    /// its parts were read back intact.
+    pub(crate) fn notifier(&self) -> Option<SnapshotNotifier> {
+        self.jobs.clone().map(SnapshotNotifier)
     }
 
     fn send(&self, msg: WorkerMsg) {
@@ -186,28 +210,28 @@ fn lower_priority() {
 #[cfg(not(target_os = "linux"))]
 fn lower_priority() {}
 
-/// A part this thread wrote in this attempt: how long and how big its
-/// chain is (itself included).
-#[derive(Clone, Copy, Debug)]
+/// A part this thread wrote in this attempt, with its chain: the parts a
+/// restore of it reads, its full part first, itself last.
+#[derive(Clone, Debug)]
 struct Written {
-    chain_len: u32,
+    chain: Vec<PartHandle>,
     chain_bytes: u64,
 }
 
 /// The snapshot thread's view of its task's chain of parts.
 #[derive(Debug, Default)]
 struct Chain {
-    /// Parts written, by checkpoint, from the newest completed one on.
+    /// Parts written, by checkpoint, from the newest verified one on.
     written: BTreeMap<CheckpointId, Written>,
-    /// The newest completed checkpoint this thread wrote a part for: the
-    /// base of the next delta.
+    /// The newest completed checkpoint whose part this thread wrote and
+    /// the publisher read back intact: the base of the next delta.
     confirmed: Option<CheckpointId>,
     /// The full size of the task's state at its last snapshot, bytes.
     live_bytes: u64,
 }
 
 impl Chain {
-    fn completed(&mut self, id: CheckpointId) {
+    fn verified(&mut self, id: CheckpointId) {
         if self.written.contains_key(&id) && self.confirmed.is_none_or(|c| c < id) {
             self.confirmed = Some(id);
             // Older parts can no longer be a base.
@@ -222,26 +246,50 @@ impl Chain {
     /// full part at the same checkpoint, so that there is a checkpoint
     /// complete on its own at least every `full_every` (retention keeps
     /// the newest such one, the fallback when a delta is damaged).
-    fn base(&self, policy: &ChainPolicy, id: CheckpointId, full: bool) -> Option<CheckpointId> {
+    ///
+    /// Every part of the base's chain is checked (`stat`,
+    /// [`CheckpointStorage::check_part`]) first: a part deleted or cut
+    /// since it was read back makes this part full, so that no checkpoint
+    /// builds on a file that is gone.
+    fn base(
+        &self,
+        policy: &ChainPolicy,
+        id: CheckpointId,
+        full: bool,
+        storage: &dyn CheckpointStorage,
+    ) -> Option<CheckpointId> {
         if !policy.incremental || full || id.get() % u64::from(policy.full_every) == 0 {
             return None;
         }
         let c = self.confirmed?;
         let w = self.written.get(&c)?;
-        let too_long = w.chain_len >= policy.full_every;
+        let too_long = w.chain.len() >= policy.full_every as usize;
         let too_big = w.chain_bytes as f64 > policy.max_chain_ratio * self.live_bytes as f64;
-        (!too_long && !too_big).then_some(c)
+        if too_long || too_big {
+            return None;
+        }
+        for part in &w.chain {
+            if let Err(e) = storage.check_part(part) {
+                tracing::warn!(checkpoint = %id, error = %e, "a part this task's next delta would build on is gone or changed: the part is written full");
+                return None;
+            }
+        }
+        Some(c)
     }
 
-    fn wrote(&mut self, id: CheckpointId, base: Option<CheckpointId>, bytes: u64, live: u64) {
-        let prev = base.and_then(|b| self.written.get(&b)).copied();
-        let w = match prev {
-            Some(p) => Written {
-                chain_len: p.chain_len + 1,
-                chain_bytes: p.chain_bytes + bytes,
-            },
+    fn wrote(&mut self, id: CheckpointId, base: Option<CheckpointId>, part: PartHandle, live: u64) {
+        let bytes = part.written_bytes;
+        let w = match base.and_then(|b| self.written.get(&b)) {
+            Some(p) => {
+                let mut chain = p.chain.clone();
+                chain.push(part);
+                Written {
+                    chain,
+                    chain_bytes: p.chain_bytes + bytes,
+                }
+            }
             None => Written {
-                chain_len: 1,
+                chain: vec![part],
                 chain_bytes: bytes,
             },
         };
@@ -291,8 +339,8 @@ fn run<E: From<(usize, SnapshotOutcome)>>(setup: WorkerSetup<E>, msgs: Receiver<
     for msg in msgs {
         let job = match msg {
             WorkerMsg::Job(job) => job,
-            WorkerMsg::Completed(id) => {
-                chain.completed(id);
+            WorkerMsg::Verified(id) => {
+                chain.verified(id);
                 continue;
             }
         };
@@ -328,7 +376,7 @@ fn finish<E>(
 ) -> SnapshotOutcome {
     let start = crate::util::clock::now_ns();
     let fail = SnapshotOutcome::Failed;
-    let base = chain.base(&setup.policy, job.id, job.full);
+    let base = chain.base(&setup.policy, job.id, job.full, &*setup.storage);
     let req = SnapshotRequest { id: job.id, base };
     let mut states = Vec::with_capacity(job.parts.len());
     let mut delta = false;
@@ -417,7 +465,7 @@ fn finish<E>(
             Ok(mut h) => {
                 h.base = base;
                 stats.checkpointed_bytes = h.written_bytes.saturating_sub(persisted);
-                chain.wrote(job.id, base, h.written_bytes, full_size);
+                chain.wrote(job.id, base, h.clone(), full_size);
                 h
             }
             Err(e) => {

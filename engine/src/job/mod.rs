@@ -13,9 +13,9 @@
 
 use crate::barrier::{AbortReason, CheckpointMode};
 use crate::checkpoint::coordinator::{Coordinator, CoordinatorOutput};
-use crate::checkpoint::publisher::Publisher;
+use crate::checkpoint::publisher::{Published, Publisher};
 use crate::checkpoint::restore::{self, SkippedCheckpoint};
-use crate::checkpoint::snapshot::{ChainPolicy, SnapshotWorker, WorkerSetup};
+use crate::checkpoint::snapshot::{ChainPolicy, SnapshotNotifier, SnapshotWorker, WorkerSetup};
 use crate::checkpoint::stats::CheckpointHistory;
 use crate::checkpoint::TaskStateKey;
 use crate::checkpoint::{
@@ -358,6 +358,9 @@ struct Attempt {
     priority_lanes: Vec<Sender<crate::types::element::CheckpointBarrier>>,
     cancel: Option<Sender<()>>,
     events: Receiver<TaskEvent>,
+    /// Per task: its state key and its snapshot thread's notifier (told
+    /// which of its parts were read back intact).
+    snapshot_threads: Vec<(TaskStateKey, Option<SnapshotNotifier>)>,
 }
 
 enum AttemptEnd {
@@ -492,6 +495,7 @@ impl Driver {
         let mut threads = Vec::new();
         let mut prepared: Vec<WorkerTask> = Vec::new();
         let mut controls = Vec::new();
+        let mut snapshot_threads = Vec::new();
         let checkpointing = self.config.checkpoint.mode != CheckpointMode::None;
         self.coordinator.begin_attempt(
             restored.as_ref().map(|r| r.checkpoint),
@@ -544,6 +548,10 @@ impl Driver {
             } else {
                 None
             };
+            snapshot_threads.push((
+                TaskStateKey::new(name.operator.clone(), name.subtask as u32),
+                snapshots.as_ref().and_then(SnapshotWorker::notifier),
+            ));
             let mut rt = TaskRt {
                 task,
                 task_id: name.clone(),
@@ -615,6 +623,7 @@ impl Driver {
             priority_lanes: std::mem::take(&mut wiring.priority_lanes),
             cancel: Some(cancel_tx),
             events: ev_rx,
+            snapshot_threads,
         })
     }
 
@@ -678,15 +687,26 @@ impl Driver {
                 None => crossbeam_channel::never(),
             };
             select! {
-                recv(published) -> r => {
-                    if let Ok((id, result)) = r {
+                recv(published) -> r => match r {
+                    Ok(Published::Done(id, result)) => {
                         let out = self.coordinator.published(id, result);
                         if let Some(why) = self.coordinator.too_many_failures() {
                             return AttemptEnd::TooManyCheckpointFailures(why);
                         }
                         self.send_outputs(attempt, out);
                     }
-                }
+                    // Each intact part becomes its task's base for deltas.
+                    Ok(Published::Verified { id, damaged }) => {
+                        for (key, notifier) in &attempt.snapshot_threads {
+                            if let Some(n) = notifier {
+                                if !damaged.iter().any(|(k, _)| k == key) {
+                                    n.verified(id);
+                                }
+                            }
+                        }
+                    }
+                    Err(_) => {}
+                },
                 recv(attempt.events) -> ev => {
                     let Ok(ev) = ev else { unreachable!("the driver holds a sender") };
                     match ev {

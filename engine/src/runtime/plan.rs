@@ -105,14 +105,6 @@ impl TaskRt {
             None => debug_assert!(false, "a checkpoint without a snapshot thread"),
         }
     }
-
-    /// Checkpoint `id` completed (`true`) or was aborted: the snapshot
-    /// thread learns a new base for its deltas.
-    pub(crate) fn checkpoint_done(&self, id: crate::types::element::CheckpointId, completed: bool) {
-        if let (Some(w), true) = (&self.snapshots, completed) {
-            w.completed(id);
-        }
-    }
 }
 
 /// What one [`TaskBody::step`] left the task doing.

@@ -173,8 +173,7 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
         Ok(())
     }
 
-    fn done(&mut self, rt: &TaskRt, id: CheckpointId, completed: bool) -> Result<(), TaskError> {
-        rt.checkpoint_done(id, completed);
+    fn done(&mut self, id: CheckpointId, completed: bool) -> Result<(), TaskError> {
         if let Err((call, e)) = crate::operator::notify(&mut self.source, id, completed) {
             return Err(self.source_err(call, e));
         }
@@ -276,7 +275,7 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
                 self.run.asleep = None;
                 match c {
                     Control::Trigger(b) => self.trigger(rt, b)?,
-                    Control::Done(id, ok) => self.done(rt, id, ok)?,
+                    Control::Done(id, ok) => self.done(id, ok)?,
                     Control::Stop => stopping = true,
                 }
             }
@@ -359,7 +358,7 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
                     self.trigger(rt, b)?;
                 }
                 Control::Done(id, ok) => {
-                    self.done(rt, id, ok)?;
+                    self.done(id, ok)?;
                     if ok && self.run.final_id.is_some_and(|f| id >= f) {
                         self.end_output()?;
                         return Ok(Step::Busy);
@@ -524,7 +523,7 @@ impl<T: GateData> GateTask<T> {
         }
     }
 
-    fn control(&mut self, rt: &TaskRt, c: Control) -> Result<(), TaskError> {
+    fn control(&mut self, c: Control) -> Result<(), TaskError> {
         match c {
             Control::Done(id, ok) => {
                 if !ok && self.held.as_ref().is_some_and(|j| j.id <= id) {
@@ -536,7 +535,6 @@ impl<T: GateData> GateTask<T> {
                     self.gate.abort_unaligned(id);
                     self.chain.cancel_checkpoint(id)?;
                 }
-                rt.checkpoint_done(id, ok);
                 self.chain.checkpoint_done(id, ok)
             }
             Control::Trigger(_) | Control::Stop => Ok(()),
@@ -636,7 +634,7 @@ impl<T: GateData> GateTask<T> {
                 match self.gate.next_event(&mut self.run.signals) {
                     GateEvent::Control(c) => {
                         self.take_signals(rt)?;
-                        self.control(rt, c)?;
+                        self.control(c)?;
                     }
                     GateEvent::Idle => return Ok(Step::Idle(None)),
                     _ => self.take_signals(rt)?,
@@ -698,7 +696,7 @@ impl<T: GateData> GateTask<T> {
                         }
                     }
                 }
-                GateEvent::Control(c) => self.control(rt, c)?,
+                GateEvent::Control(c) => self.control(c)?,
                 GateEvent::Dry => self.chain.flush()?,
                 GateEvent::Idle => return Ok(Step::Idle(timer)),
                 GateEvent::End => {
@@ -708,7 +706,7 @@ impl<T: GateData> GateTask<T> {
                     // inputs ended (e.g. the completion of the final
                     // checkpoint).
                     while let Some(c) = self.gate.try_control() {
-                        self.control(rt, c)?;
+                        self.control(c)?;
                     }
                     return Ok(Step::Busy);
                 }

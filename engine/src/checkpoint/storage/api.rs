@@ -273,6 +273,36 @@ pub trait CheckpointStorage: Send + Sync {
     /// nothing is published).
     fn publish(&self, meta: &CheckpointMetadata, parts: &[PartHandle]) -> Result<CheckpointHandle>;
 
+    /// Checks cheaply (a `stat`, no read) that published part `part` is
+    /// still where [`publish`](Self::publish) put it, at its size: a
+    /// snapshot thread checks every part of a chain before it writes a
+    /// delta on it, and writes a full part when one is gone. The default
+    /// (a store that cannot lose a file) checks nothing.
+    ///
+    /// # Errors
+    /// [`StorageError::MissingStateFile`] when the part is gone,
+    /// [`StorageError::StateMismatch`] when its size differs,
+    /// [`StorageError::Io`] when it cannot be looked at.
+    fn check_part(&self, part: &PartHandle) -> Result<()> {
+        let _ = part;
+        Ok(())
+    }
+
+    /// Reads published part `part` back whole and checks it against what
+    /// was written (the size and CRC32C that `_metadata` records): once
+    /// per part, in the background, before it may be a base for deltas;
+    /// a part that fails it never is, and the checkpoints whose chains
+    /// hold it are never kept for restoring. The default checks nothing.
+    ///
+    /// # Errors
+    /// As [`check_part`](Self::check_part), and
+    /// [`StorageError::ChecksumMismatch`] or
+    /// [`StorageError::StateMismatch`] for damaged bytes.
+    fn verify_part(&self, part: &PartHandle) -> Result<()> {
+        let _ = part;
+        Ok(())
+    }
+
     /// Drops every unpublished part of checkpoint `id` (an aborted
     /// checkpoint); nothing to drop is no error.
     ///
@@ -534,6 +564,12 @@ impl<S: CheckpointStorage + ?Sized> CheckpointStorage for std::sync::Arc<S> {
     }
     fn discard(&self, id: CheckpointId) -> Result<()> {
         (**self).discard(id)
+    }
+    fn check_part(&self, part: &PartHandle) -> Result<()> {
+        (**self).check_part(part)
+    }
+    fn verify_part(&self, part: &PartHandle) -> Result<()> {
+        (**self).verify_part(part)
     }
     fn list(&self) -> Result<Vec<CheckpointId>> {
         (**self).list()

@@ -401,6 +401,37 @@ impl CheckpointStorage for LocalDirStorage {
         })
     }
 
+    fn check_part(&self, part: &PartHandle) -> Result<()> {
+        let path = self.checkpoint_dir(part.checkpoint).join(&part.file);
+        let meta = match fs::metadata(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(StorageError::MissingStateFile { path })
+            }
+            other => other.map_err(|e| StorageError::io("looking at", &path, e))?,
+        };
+        if meta.len() != part.written_bytes {
+            return Err(StorageError::StateMismatch {
+                path,
+                what: "file size",
+                expected: part.written_bytes,
+                found: meta.len(),
+            });
+        }
+        Ok(())
+    }
+
+    fn verify_part(&self, part: &PartHandle) -> Result<()> {
+        let entry = StateFileEntry {
+            task: part.key.task.clone(),
+            subtask: part.key.subtask,
+            file: part.file.clone(),
+            size: part.size,
+            crc32c: part.crc32c,
+            base: part.base,
+        };
+        read_entry(&self.checkpoint_dir(part.checkpoint), &entry).map(drop)
+    }
+
     fn discard(&self, id: CheckpointId) -> Result<()> {
         // No part write is under way once this is held, and none starts
         // for `id` after it.

@@ -1,0 +1,249 @@
+//! Which completed checkpoints to keep, so that the last restorable one
+//! is never lost.
+//!
+//! The rules (the publisher applies them after every completed
+//! checkpoint):
+//! - A part is *verified* once the publisher read it back whole (size and
+//!   CRC32C against `_metadata`); only a verified part may be the base of
+//!   a delta. A part that fails is *damaged*.
+//! - A checkpoint is *restorable* while every part of its chains (its own
+//!   parts and the parts its deltas build on, back to full ones) is known
+//!   and none is damaged; it is *verified* when all those parts are.
+//! - Kept: the newest `retained` restorable checkpoints; the newest
+//!   verified one, V; and a fallback, the newest verified one older than V
+//!   whose chains share no file with V's (before any is verified: the
+//!   newest restorable one whose parts are all full). With every
+//!   checkpoint they build on. A damaged checkpoint is never a root.
+//! - Savepoints are never deleted; a folder whose metadata cannot be read
+//!   is left alone.
+//!
+//! Damage after verification (a file deleted or changed later) is found
+//! by a snapshot thread's `stat` of its chain before a delta (a deleted
+//! or truncated file) or only at restore, which then falls back to the
+//! fallback: its files are not V's.
+
+use super::storage::TaskStateKey;
+use crate::types::element::{CheckpointId, SnapshotKind};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+/// One part file: the checkpoint it was written for and whose it is.
+type PartFile = (CheckpointId, TaskStateKey);
+
+/// What retention knows of one checkpoint in storage.
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    pub(crate) kind: SnapshotKind,
+    /// Each part's base (`None`: a full part).
+    pub(crate) bases: BTreeMap<TaskStateKey, Option<CheckpointId>>,
+    /// Every one of its own parts was read back and matched.
+    pub(crate) verified: bool,
+}
+
+/// The checkpoints in storage, as retention sees them.
+#[derive(Debug, Default)]
+pub(crate) struct Catalog {
+    entries: BTreeMap<CheckpointId, Entry>,
+    damaged: HashSet<PartFile>,
+}
+
+impl Catalog {
+    /// Adds (or replaces) checkpoint `id`.
+    pub(crate) fn insert(&mut self, id: CheckpointId, entry: Entry) {
+        self.entries.insert(id, entry);
+    }
+
+    /// Forgets checkpoint `id` (deleted).
+    pub(crate) fn remove(&mut self, id: CheckpointId) {
+        self.entries.remove(&id);
+        self.damaged.retain(|(c, _)| *c != id);
+    }
+
+    /// Checkpoint `id` was read back: `damaged` holds its parts that did
+    /// not match.
+    pub(crate) fn verified(&mut self, id: CheckpointId, damaged: &[TaskStateKey]) {
+        if let Some(e) = self.entries.get_mut(&id) {
+            e.verified = damaged.is_empty();
+        }
+        self.damaged.extend(damaged.iter().map(|k| (id, k.clone())));
+    }
+
+    /// Every part file of `id`'s chains, `None` when a link is unknown (a
+    /// checkpoint gone or unreadable).
+    fn files(&self, id: CheckpointId) -> Option<BTreeSet<PartFile>> {
+        let mut files = BTreeSet::new();
+        for (key, first) in &self.entries.get(&id)?.bases {
+            files.insert((id, key.clone()));
+            let mut base = *first;
+            while let Some(b) = base {
+                if !files.insert((b, key.clone())) {
+                    break;
+                }
+                base = *self.entries.get(&b)?.bases.get(key)?;
+            }
+        }
+        Some(files)
+    }
+
+    /// True when every part of `id`'s chains is known and none damaged.
+    fn restorable(&self, files: &BTreeSet<PartFile>) -> bool {
+        files.iter().all(|f| !self.damaged.contains(f))
+    }
+
+    /// True when every checkpoint `files` come from was verified.
+    fn all_verified(&self, files: &BTreeSet<PartFile>) -> bool {
+        files
+            .iter()
+            .all(|(c, _)| self.entries.get(c).is_some_and(|e| e.verified))
+    }
+
+    /// The checkpoints to delete so that what the module docs say is kept,
+    /// with `retained` the newest restorable ones to keep (at least 1).
+    pub(crate) fn to_remove(&self, retained: usize) -> Vec<CheckpointId> {
+        let chains: BTreeMap<CheckpointId, BTreeSet<PartFile>> = self
+            .entries
+            .keys()
+            .filter_map(|&id| Some((id, self.files(id)?)))
+            .filter(|(_, f)| self.restorable(f))
+            .collect();
+        let checkpoints: Vec<CheckpointId> = chains
+            .keys()
+            .copied()
+            .filter(|id| self.entries[id].kind == SnapshotKind::Checkpoint)
+            .collect();
+        let mut roots: Vec<CheckpointId> = checkpoints
+            .iter()
+            .rev()
+            .take(retained.max(1))
+            .copied()
+            .collect();
+        let newest_verified = checkpoints
+            .iter()
+            .rev()
+            .copied()
+            .find(|id| self.all_verified(&chains[id]));
+        match newest_verified {
+            Some(v) => {
+                roots.push(v);
+                let fallback = checkpoints.iter().rev().copied().find(|id| {
+                    *id < v && self.all_verified(&chains[id]) && chains[id].is_disjoint(&chains[&v])
+                });
+                roots.extend(fallback);
+            }
+            None => {
+                // Nothing read back yet (a job that restored): the newest
+                // checkpoint that is complete on its own.
+                let full = checkpoints
+                    .iter()
+                    .rev()
+                    .copied()
+                    .find(|id| self.entries[id].bases.values().all(Option::is_none));
+                roots.extend(full);
+            }
+        }
+        let needed: HashSet<CheckpointId> = roots
+            .iter()
+            .flat_map(|r| chains[r].iter().map(|(c, _)| *c))
+            .collect();
+        self.entries
+            .iter()
+            .filter(|(id, e)| e.kind == SnapshotKind::Checkpoint && !needed.contains(id))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: u32) -> TaskStateKey {
+        TaskStateKey::new("op", s)
+    }
+
+    /// A checkpoint of two subtasks with these bases.
+    fn entry(b0: Option<u64>, b1: Option<u64>, verified: bool) -> Entry {
+        Entry {
+            kind: SnapshotKind::Checkpoint,
+            bases: [
+                (key(0), b0.map(CheckpointId)),
+                (key(1), b1.map(CheckpointId)),
+            ]
+            .into_iter()
+            .collect(),
+            verified,
+        }
+    }
+
+    fn ids(v: &[u64]) -> Vec<CheckpointId> {
+        v.iter().copied().map(CheckpointId).collect()
+    }
+
+    /// 1 full, 2-4 deltas on it, 5 full, 6 a delta on 5: V = 6, whose
+    /// chains are {5, 6}; the fallback is 4 (chains 1-4), disjoint.
+    #[test]
+    fn keeps_the_newest_verified_and_a_disjoint_fallback() {
+        let mut c = Catalog::default();
+        c.insert(CheckpointId(1), entry(None, None, true));
+        for i in 2..=4 {
+            c.insert(CheckpointId(i), entry(Some(i - 1), Some(i - 1), true));
+        }
+        c.insert(CheckpointId(5), entry(None, None, true));
+        c.insert(CheckpointId(6), entry(Some(5), Some(5), true));
+        assert_eq!(c.to_remove(1), Vec::<CheckpointId>::new());
+        // A new full chain from 7: V = 8, fallback 6 (chains 5-6): 1-4 go.
+        c.insert(CheckpointId(7), entry(None, None, true));
+        c.insert(CheckpointId(8), entry(Some(7), Some(7), true));
+        assert_eq!(c.to_remove(1), ids(&[1, 2, 3, 4]));
+    }
+
+    /// A damaged part of 3 (subtask 0): 3 and 4 (built on it) are not
+    /// restorable and never roots; 5 (subtask 0 full again, subtask 1 a
+    /// delta on 4) is, and keeps what its chains need.
+    #[test]
+    fn a_damaged_part_is_never_kept_as_a_root() {
+        let mut c = Catalog::default();
+        c.insert(CheckpointId(1), entry(None, None, true));
+        c.insert(CheckpointId(2), entry(Some(1), Some(1), true));
+        c.insert(CheckpointId(3), entry(Some(2), Some(2), true));
+        c.verified(CheckpointId(3), &[key(0)]);
+        c.insert(CheckpointId(4), entry(Some(3), Some(3), true));
+        c.insert(CheckpointId(5), entry(None, Some(4), true));
+        assert!(!c.restorable(&c.files(CheckpointId(3)).unwrap()));
+        assert!(!c.restorable(&c.files(CheckpointId(4)).unwrap()));
+        assert!(c.restorable(&c.files(CheckpointId(5)).unwrap()));
+        // V = 5, whose subtask-1 chain reaches back to 1: all stay.
+        assert_eq!(c.to_remove(1), Vec::<CheckpointId>::new());
+        // 6 and 7 full: V = 7, the fallback 6; 1-5 go, the damaged 3 too.
+        c.insert(CheckpointId(6), entry(None, None, true));
+        c.insert(CheckpointId(7), entry(None, None, true));
+        assert_eq!(c.to_remove(1), ids(&[1, 2, 3, 4, 5]));
+    }
+
+    /// Unverified checkpoints (just published) are kept as the newest, the
+    /// newest verified one too.
+    #[test]
+    fn the_newest_verified_stays_while_newer_ones_are_read_back() {
+        let mut c = Catalog::default();
+        c.insert(CheckpointId(1), entry(None, None, true));
+        c.insert(CheckpointId(2), entry(Some(1), Some(1), true));
+        c.insert(CheckpointId(3), entry(Some(2), Some(2), false));
+        c.insert(CheckpointId(4), entry(None, None, false));
+        // Retained 1: 4 (newest), 2 (newest verified) and its chain; no
+        // disjoint verified fallback older than 2; 3 goes.
+        assert_eq!(c.to_remove(1), ids(&[3]));
+    }
+
+    /// Savepoints are never deleted; a checkpoint whose chain has an
+    /// unknown link is not restorable.
+    #[test]
+    fn savepoints_stay_and_broken_chains_are_not_roots() {
+        let mut c = Catalog::default();
+        let mut sp = entry(None, None, true);
+        sp.kind = SnapshotKind::Savepoint;
+        c.insert(CheckpointId(1), sp);
+        c.insert(CheckpointId(3), entry(Some(2), Some(2), true));
+        c.insert(CheckpointId(4), entry(None, None, true));
+        c.insert(CheckpointId(5), entry(None, None, true));
+        assert_eq!(c.to_remove(1), ids(&[3]));
+    }
+}

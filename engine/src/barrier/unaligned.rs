@@ -77,19 +77,27 @@
 //!     the checkpoint's trigger, the barrier's timestamp, since Flink 1.14,
 //!     FLINK-23041; Flink's `AlternatingWaitingForFirstBarrier` and
 //!     `AlternatingCollectingBarriers`): every checkpoint starts aligned,
-//!     by pure blocking as in rule 18. An in-band barrier n that arrives
-//!     once T has passed since n's trigger (`now_ns >= timestamp_ns + T`)
-//!     instead starts n unaligned as rule 11 (its own channel's state is
-//!     then already ended, by rule 13). A priority barrier n means that T
-//!     has passed (the job puts n on the priority lanes at its deadline,
-//!     FLINK-27251): for the alignment of n, and for an in-band barrier n
-//!     that completes nothing once T has passed, the alignment **switches
-//!     to unaligned**: n triggers now, its state opens on every channel
-//!     that has neither delivered barrier n nor ended, and the blocked
-//!     channels are unblocked (what follows their barrier is after the
-//!     snapshot, so it is not channel state); with nothing of n seen yet,
-//!     a priority barrier n starts n unaligned (rule 11). A checkpoint
-//!     that aligns before T triggers aligned, with no channel state.
+//!     by pure blocking as in rule 18. The alignment of n **switches to
+//!     unaligned** at the first of: a priority barrier n (which means that
+//!     T has passed: the job puts n on the priority lanes at its deadline,
+//!     FLINK-27251); once T has passed since n's trigger (`now_ns >=
+//!     timestamp_ns + T`), an in-band barrier n that completes nothing, or
+//!     an end of partition that completes nothing (Flink 1.20's
+//!     `AlternatingCollectingBarriers.endOfPartitionReceived`). A switch
+//!     triggers n now: its state opens on every channel that has neither
+//!     delivered barrier n nor ended, and the blocked channels are
+//!     unblocked (what follows their barrier is after the snapshot, so it
+//!     is not channel state). With nothing of n seen yet, a priority
+//!     barrier n, or an in-band barrier n once T has passed, starts n
+//!     unaligned as rule 11 (the in-band one's own channel state is then
+//!     already ended, by rule 13). A complete alignment wins over the
+//!     timeout (Flink's
+//!     `AbstractAlternatingAlignedBarrierHandlerState.barrierReceived`
+//!     checks it first): a checkpoint whose alignment is completed by an
+//!     in-band barrier or an end of partition, before T or after it,
+//!     triggers aligned, with no channel state; so does a first barrier
+//!     that completes the alignment at once (a single channel, or every
+//!     other channel ended), even after T.
 //!     With no timeout ([`Unaligned::new`]) every checkpoint is unaligned
 //!     from its first barrier (the same as T = 0).
 //!
@@ -457,10 +465,13 @@ impl Unaligned {
         let aligning_it = self.aligning.is_some_and(|(b, _)| b.id == barrier.id);
         if barrier.must_align()
             || aligning_it
-            || barrier.id > self.current && !self.timed_out(&barrier, now_ns)
+            || barrier.id > self.current
+                && (!self.timed_out(&barrier, now_ns) || self.completes_alignment(channel))
         {
-            // Rules 18 and 19: aligned, by blocking; a timeoutable
-            // alignment still running once T has passed switches.
+            // Rules 18 and 19: aligned, by blocking (a first barrier that
+            // completes the alignment triggers aligned even once T has
+            // passed); a timeoutable alignment still running once T has
+            // passed switches.
             self.on_aligned_barrier(channel, barrier, now_ns, signals);
             if self.aligning.is_some_and(|(b, _)| b.id == barrier.id)
                 && self.timed_out(&barrier, now_ns)
@@ -489,6 +500,20 @@ impl Unaligned {
         }
         self.end_channel_state(channel, signals);
         self.check_aligned(now_ns, signals);
+        // Rule 19: an alignment that this end did not complete switches
+        // once its timeout has passed.
+        if self
+            .aligning
+            .is_some_and(|(b, _)| self.timed_out(&b, now_ns))
+        {
+            self.switch_to_unaligned(now_ns, signals);
+        }
+    }
+
+    /// Rule 19: true when a first barrier on `channel` completes its
+    /// alignment at once (every other channel has ended).
+    fn completes_alignment(&self, channel: usize) -> bool {
+        (0..self.num_channels).all(|ch| ch == channel || self.closed.contains(ch))
     }
 
     /// Rule 16 (and 18 for an alignment).
@@ -856,6 +881,51 @@ mod tests {
             matches!(s[1], BarrierSignal::Trigger { barrier, alignment } if barrier.id == CheckpointId(2) && alignment.unaligned)
         );
         assert!(h.channel_state_open(0) && h.channel_state_open(1));
+    }
+
+    #[test]
+    fn rule_19_an_end_of_partition_after_the_timeout_switches() {
+        let mut h = Unaligned::with_aligned_timeout(3, 100);
+        assert!(feed_at(&mut h, 0, StreamElement::Barrier(at(1, 0)), 5).is_empty());
+        // Before the deadline an end of partition only counts as aligned.
+        assert!(feed_at(&mut h, 1, StreamElement::EndOfPartition, 50).is_empty());
+        assert_eq!(h.aligning(), Some(CheckpointId(1)));
+        let mut h = Unaligned::with_aligned_timeout(3, 100);
+        feed_at(&mut h, 0, StreamElement::Barrier(at(1, 0)), 5);
+        // After it, one that completes nothing switches at once.
+        let s = feed_at(&mut h, 1, StreamElement::EndOfPartition, 100);
+        assert!(
+            matches!(s[0], BarrierSignal::Trigger { alignment, .. } if alignment.unaligned && alignment.first_barrier_ns == 5)
+        );
+        assert!(!BarrierHandler::<u64>::is_blocked(&h, 0));
+        assert!(h.channel_state_open(2) && !h.channel_state_open(0));
+        assert_eq!(
+            feed_at(&mut h, 2, StreamElement::EndOfPartition, 110),
+            vec![BarrierSignal::ChannelStateDone {
+                id: CheckpointId(1)
+            }]
+        );
+    }
+
+    #[test]
+    fn rule_19_a_late_first_barrier_that_completes_the_alignment_is_aligned() {
+        // A single channel.
+        let mut h = Unaligned::with_aligned_timeout(1, 100);
+        let s = feed_at(&mut h, 0, StreamElement::Barrier(at(1, 0)), 500);
+        assert!(matches!(s[0], BarrierSignal::Trigger { alignment, .. } if !alignment.unaligned));
+        assert_eq!(
+            s[1],
+            BarrierSignal::ChannelStateDone {
+                id: CheckpointId(1)
+            }
+        );
+        assert_eq!(h.pending(), None);
+        // Every other channel ended.
+        let mut h = Unaligned::with_aligned_timeout(2, 100);
+        feed_at(&mut h, 1, StreamElement::EndOfPartition, 1);
+        let s = feed_at(&mut h, 0, StreamElement::Barrier(at(1, 0)), 500);
+        assert!(matches!(s[0], BarrierSignal::Trigger { alignment, .. } if !alignment.unaligned));
+        assert!(!BarrierHandler::<u64>::is_blocked(&h, 0));
     }
 
     #[test]

@@ -154,6 +154,13 @@ pub(crate) struct RunFlags {
     /// Wait before each restart, ms.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     restart_delay_ms: u64,
+    /// --sink exactly-once, with --restore: write the checkpoint's pending
+    /// transactions again even when their marker group has lost its
+    /// committed offset (expired after the broker's
+    /// offsets.retention.minutes, or another cluster), which may duplicate
+    /// output that had landed. Without it such a restore is refused.
+    #[arg(long)]
+    allow_missing_marker: bool,
 }
 
 /// `kafka run`'s flags with the job's identity resolved.
@@ -173,6 +180,7 @@ struct RunArgs {
     parallelism: usize,
     restarts: u32,
     restart_delay_ms: u64,
+    allow_missing_marker: bool,
 }
 
 impl RunFlags {
@@ -213,6 +221,7 @@ impl RunFlags {
             parallelism: self.parallelism,
             restarts: self.restarts,
             restart_delay_ms: self.restart_delay_ms,
+            allow_missing_marker: self.allow_missing_marker,
         })
     }
 }
@@ -515,6 +524,7 @@ fn run_job(a: &RunArgs) -> ExitCode {
         },
         transactional_prefix: format!("lockgate-{}-{}of{}", a.output, a.index, a.processes),
         adopted_ids: Vec::new(),
+        allow_missing_marker: a.allow_missing_marker,
     };
     let mut config = JobConfig::default();
     config.checkpoint.mode = match a.checkpoint {

@@ -62,6 +62,7 @@ fn spec(
         guarantee: SinkGuarantee::AtLeastOnce,
         transactional_prefix: format!("test-{output}"),
         adopted_ids: Vec::new(),
+        allow_missing_marker: false,
     }
 }
 

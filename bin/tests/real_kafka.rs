@@ -73,6 +73,7 @@ fn exactly_once_output_survives_failures_on_a_real_kafka() {
         guarantee: SinkGuarantee::ExactlyOnce,
         transactional_prefix: format!("lockgate-test-{tag}"),
         adopted_ids: Vec::new(),
+        allow_missing_marker: false,
     };
     build_job(&job, &spec).unwrap();
     let m = job.start().unwrap().wait().unwrap();

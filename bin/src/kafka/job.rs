@@ -53,6 +53,12 @@ pub struct KafkaJobSpec {
     /// pending transactions this process finishes. Empty: old subtask `j`
     /// had `<prefix>-<j>` (a restore of this process's own folder).
     pub adopted_ids: Vec<String>,
+    /// Exactly-once, at a restore: write the checkpoint's pending
+    /// transactions again even when their marker group lost its offset
+    /// (expired, or another cluster), which may duplicate output
+    /// ([`WriteAheadOutput::allow_missing_marker`]; `lockgate kafka run
+    /// --allow-missing-marker`). False: such a restore is refused.
+    pub allow_missing_marker: bool,
 }
 
 /// `keyed_sum`: the running sum of the mapped values per key, in keyed
@@ -171,10 +177,12 @@ pub fn build_job(job: &JobBuilder, spec: &KafkaJobSpec) -> Result<(), KafkaError
                 });
                 adopted
             };
+            let allow_missing_marker = spec.allow_missing_marker;
             summed.sink("sink", move |info| {
                 TwoPhaseCommitSink::new(
                     WriteAheadOutput::new(logs.clone(), info.index)
-                        .with_adopted_logs(adopted.clone()),
+                        .with_adopted_logs(adopted.clone())
+                        .allow_missing_marker(allow_missing_marker),
                 )
             });
         }

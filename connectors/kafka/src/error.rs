@@ -68,6 +68,35 @@ pub enum KafkaError {
     /// the exactly-once sink cannot run against it.
     #[error("the broker does not support Kafka transactions, which --sink exactly-once needs ({0}); use a Kafka broker, or --sink at-least-once")]
     NoTransactions(String),
+    /// The exactly-once marker's committed offset is there, but its
+    /// metadata (the run that wrote it) is absent or unreadable: which
+    /// transactions landed cannot be told.
+    #[error("the exactly-once marker ({location}) has a committed offset ({offset}) but {why}: which checkpoint's output landed cannot be told (another client may have committed that group's offset); delete the group's offsets to restore with --allow-missing-marker, which writes the pending output again")]
+    BadMarker {
+        /// The marker group and partition, in words.
+        location: String,
+        /// The committed offset found.
+        offset: i64,
+        /// What is wrong with its metadata.
+        why: String,
+    },
+    /// A restored checkpoint holds pending transactions, and the marker
+    /// group has no committed offset at all although one was committed
+    /// before that checkpoint was taken: the offset expired or the brokers
+    /// are another cluster's. Writing them again may duplicate output; the
+    /// override is [`crate::WriteAheadOutput::allow_missing_marker`]
+    /// (`lockgate kafka run --allow-missing-marker`).
+    #[error("the restored checkpoint holds {pending} pending exactly-once transactions (of checkpoints {first} to {last}), but the marker ({location}) has no committed offset, although one had been committed before that checkpoint: the offset expired (Kafka drops a group's offsets offsets.retention.minutes after its last commit, 7 days by default) or these brokers are another cluster's. Which of them landed cannot be told, and writing them again may duplicate output; to write them anyway, restore with --allow-missing-marker (WriteAheadOutput::allow_missing_marker)")]
+    MarkerMissing {
+        /// The marker group and partition, in words.
+        location: String,
+        /// Pending transactions with records.
+        pending: usize,
+        /// The checkpoint of the first of them.
+        first: u64,
+        /// The checkpoint of the last of them.
+        last: u64,
+    },
     /// Anything else, said in words.
     #[error("{0}")]
     Other(String),

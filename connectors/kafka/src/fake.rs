@@ -2,13 +2,18 @@
 //! uses ([`crate::TransactionalLog`]), for tests: producer epochs and
 //! fencing, one open transaction per transactional id, atomic commit of a
 //! transaction's records with its marker, `read_committed` reads, and
-//! crashes injected before or after any operation. The test broker (tansu)
+//! crashes injected before or after any operation. The marker is kept as
+//! Kafka keeps it for [`crate::RdKafkaLog`]: a committed offset (the
+//! checkpoint) with metadata (the run in hex) of the group
+//! `<transactional id>-marker`, here on partition 0 of a topic named
+//! `output`; a test can expire it ([`FakeCluster::expire_marker`]) or
+//! damage its metadata ([`FakeCluster::set_marker_metadata`]). The test broker (tansu)
 //! has no transactions, so the protocol is proven here; a real Kafka runs
 //! it in the test that `LOCKGATE_KAFKA_BOOTSTRAP` enables.
 
 use crate::encoding::SinkRecord;
 use crate::error::KafkaError;
-use crate::txn::{Marker, TransactionalLog};
+use crate::txn::{decode_marker, marker_group, Marker, TransactionalLog};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -27,7 +32,8 @@ pub struct Crash {
 struct State {
     epochs: HashMap<String, u64>,
     open: HashMap<String, (u64, Vec<SinkRecord>)>,
-    markers: HashMap<String, Marker>,
+    /// Each id's marker offset: the checkpoint, and the metadata.
+    markers: HashMap<String, (i64, String)>,
     committed: Vec<SinkRecord>,
     operations: u64,
     crashes: Vec<Crash>,
@@ -93,6 +99,22 @@ impl FakeCluster {
         self.lock().operations
     }
 
+    /// Drops the committed offset of `transactional_id`'s marker group, as
+    /// a broker does `offsets.retention.minutes` after the group's last
+    /// commit (or as brokers of another cluster never had it).
+    pub fn expire_marker(&self, transactional_id: &str) {
+        self.lock().markers.remove(transactional_id);
+    }
+
+    /// Replaces the metadata of `transactional_id`'s marker offset, keeping
+    /// the offset (as another client committing that group's offset
+    /// without metadata would); no-op without a marker.
+    pub fn set_marker_metadata(&self, transactional_id: &str, metadata: &str) {
+        if let Some(m) = self.lock().markers.get_mut(transactional_id) {
+            m.1 = metadata.to_string();
+        }
+    }
+
     /// Plans a crash (see [`Crash`]); each strikes once.
     pub fn crash(&self, crash: Crash) {
         self.lock().crashes.push(crash);
@@ -134,6 +156,11 @@ impl FakeProducer {
     }
 }
 
+/// Where the model keeps `id`'s marker, in words.
+fn fake_marker_location(id: &str) -> String {
+    format!("group `{}`, partition 0 of `output`", marker_group(id))
+}
+
 /// The producer's epoch, if it is still the id's newest.
 fn current(s: &State, id: &str, epoch: Option<u64>) -> Result<u64, KafkaError> {
     match epoch {
@@ -152,8 +179,16 @@ impl TransactionalLog for FakeProducer {
             *e += 1;
             *epoch = Some(*e);
             s.open.remove(id);
-            Ok(s.markers.get(id).copied())
+            let location = fake_marker_location(id);
+            match s.markers.get(id) {
+                Some((offset, metadata)) => decode_marker(&location, Some(*offset), metadata),
+                None => Ok(None),
+            }
         })
+    }
+
+    fn marker_location(&self) -> String {
+        fake_marker_location(&self.id)
     }
 
     fn begin(&mut self) -> Result<(), KafkaError> {
@@ -187,7 +222,9 @@ impl TransactionalLog for FakeProducer {
                 return Err(KafkaError::Other(format!("`{id}` has no open transaction")));
             };
             s.committed.extend(records);
-            s.markers.insert(id.to_string(), marker);
+            let offset = i64::try_from(marker.checkpoint).unwrap_or(i64::MAX);
+            s.markers
+                .insert(id.to_string(), (offset, format!("{:016x}", marker.run)));
             Ok(())
         })
     }

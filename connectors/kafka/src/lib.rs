@@ -52,4 +52,7 @@ pub use partitions::{
 };
 pub use sink::{KafkaSink, RdKafkaLog, TopicWriter};
 pub use source::{KafkaSource, KafkaSourceConfig};
-pub use txn::{LogFactory, Marker, TransactionalLog, WriteAheadOutput, WriteAheadTxn};
+pub use txn::{
+    decode_marker, marker_group, LogFactory, Marker, TransactionalLog, WriteAheadOutput,
+    WriteAheadTxn,
+};

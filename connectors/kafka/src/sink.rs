@@ -5,7 +5,7 @@
 use crate::client::{ClientSettings, Quiet, QuietConsumer, REQUEST_TIMEOUT};
 use crate::encoding::{timestamp_ms, SinkRecord};
 use crate::error::KafkaError;
-use crate::txn::{Marker, TransactionalLog};
+use crate::txn::{decode_marker, marker_group, Marker, TransactionalLog};
 use lockgate::{BoxError, CheckpointId, Checkpointed, Sink};
 use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError as RdError, RDKafkaErrorCode};
@@ -248,7 +248,9 @@ impl Checkpointed for KafkaSink {
 /// one transactional id: a transactional producer, and the marker as the
 /// committed offset of partition 0 of the output topic in the marker
 /// group `<transactional id>-marker` (offset = checkpoint, metadata = run
-/// in hex), committed in the same transaction as the records.
+/// in hex), committed in the same transaction as the records. An offset
+/// there whose metadata is absent or unreadable is an error
+/// ([`KafkaError::BadMarker`]), not "no marker".
 pub struct RdKafkaLog {
     id: String,
     topic: String,
@@ -281,7 +283,7 @@ impl RdKafkaLog {
             .set("linger.ms", "5")
             .create_with_context(Quiet)
             .map_err(|e| KafkaError::client("cannot create a transactional producer", e))?;
-        let markers = settings.consumer(&format!("{transactional_id}-marker"), true)?;
+        let markers = settings.consumer(&marker_group(transactional_id), true)?;
         Ok(RdKafkaLog {
             id: transactional_id.to_string(),
             topic: topic.to_string(),
@@ -319,15 +321,19 @@ impl TransactionalLog for RdKafkaLog {
         let Some(e) = committed.find_partition(&self.topic, 0) else {
             return Ok(None);
         };
-        let (Offset::Offset(checkpoint), Ok(run)) =
-            (e.offset(), u64::from_str_radix(e.metadata(), 16))
-        else {
-            return Ok(None);
+        let offset = match e.offset() {
+            Offset::Offset(o) => Some(o),
+            _ => None,
         };
-        Ok(Some(Marker {
-            run,
-            checkpoint: u64::try_from(checkpoint).unwrap_or(0),
-        }))
+        decode_marker(&self.marker_location(), offset, e.metadata())
+    }
+
+    fn marker_location(&self) -> String {
+        format!(
+            "group `{}`, partition 0 of `{}`",
+            marker_group(&self.id),
+            self.topic
+        )
     }
 
     fn begin(&mut self) -> Result<(), KafkaError> {

@@ -26,6 +26,22 @@
 //!    pending transactions already landed: those with checkpoint at most
 //!    the marker's (same run) are skipped, the others are written again.
 //!
+//! The marker must be readable for this: a committed offset whose metadata
+//! (the run) is absent or unreadable is an error naming the group and
+//! partition ([`KafkaError::BadMarker`]), never taken for "no marker". And
+//! a marker group with no committed offset at all, where one had been
+//! committed before the restored checkpoint was taken (each pending
+//! transaction records whether, [`WriteAheadTxn::marker_committed`]),
+//! means the offset expired (the broker's `offsets.retention.minutes`, 7
+//! days by default, counted from the group's last commit: a job stopped
+//! longer than that) or the brokers are another cluster's: the restore is
+//! refused ([`KafkaError::MarkerMissing`]), since writing the pending
+//! transactions again may duplicate output. The override,
+//! [`WriteAheadOutput::allow_missing_marker`] (`lockgate kafka run
+//! --allow-missing-marker`), writes them again. Before the first commit
+//! ever on a transactional id there is no marker to lose: its pending
+//! transactions are written.
+//!
 //! A crash at any step leaves a state the next attempt resolves: before
 //! step 3 commits, the open Kafka transaction is aborted by the next
 //! `init` and the records are written again from the checkpoint; after it
@@ -69,17 +85,74 @@ impl Marker {
     }
 }
 
+/// The consumer group whose committed offset holds the marker of
+/// `transactional_id` (`<transactional id>-marker`).
+pub fn marker_group(transactional_id: &str) -> String {
+    format!("{transactional_id}-marker")
+}
+
+/// Reads a marker from the marker group's committed offset: `offset` is
+/// `None` when the group has none (no marker), `metadata` its metadata
+/// (the run, 16 hex digits); `location` names the group and partition for
+/// the error.
+///
+/// # Errors
+/// [`KafkaError::BadMarker`] when an offset is there but its metadata is
+/// absent or unreadable, or the offset is negative.
+///
+/// # Examples
+/// ```
+/// use lockgate_kafka::{decode_marker, Marker};
+/// assert_eq!(decode_marker("g", None, "").unwrap(), None);
+/// let m = decode_marker("g", Some(4), "00000000000000ff").unwrap();
+/// assert_eq!(m, Some(Marker { run: 255, checkpoint: 4 }));
+/// assert!(decode_marker("group `g`, partition out/0", Some(4), "").is_err());
+/// ```
+pub fn decode_marker(
+    location: &str,
+    offset: Option<i64>,
+    metadata: &str,
+) -> Result<Option<Marker>, KafkaError> {
+    let Some(offset) = offset else {
+        return Ok(None);
+    };
+    let bad = |why: String| KafkaError::BadMarker {
+        location: location.to_string(),
+        offset,
+        why,
+    };
+    if metadata.is_empty() {
+        return Err(bad("no metadata (the run that wrote it)".into()));
+    }
+    if metadata.len() != 16 || !metadata.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad(format!(
+            "its metadata {metadata:?} is not a run id (16 hex digits)"
+        )));
+    }
+    let run = u64::from_str_radix(metadata, 16).map_err(|e| bad(e.to_string()))?;
+    let checkpoint = u64::try_from(offset).map_err(|_| bad("the offset is negative".into()))?;
+    Ok(Some(Marker { run, checkpoint }))
+}
+
 /// The operations of one transactional producer (one transactional id)
 /// that the protocol uses: Kafka's (`RdKafkaLog`), or a model's
 /// ([`crate::FakeCluster`]).
 pub trait TransactionalLog: Send {
     /// Starts this id's producer: fences every earlier producer of the id
     /// and aborts its open transaction (Kafka's `InitProducerId`), then
-    /// returns the marker of the id's last committed transaction.
+    /// returns the marker of the id's last committed transaction (`None`:
+    /// the marker group has no committed offset).
     ///
     /// # Errors
-    /// A broker or client error.
+    /// A broker or client error; [`KafkaError::BadMarker`] when the marker
+    /// group's offset is there but unreadable ([`decode_marker`]).
     fn init(&mut self) -> Result<Option<Marker>, KafkaError>;
+
+    /// Where the marker is kept (group and partition), in words, for
+    /// errors.
+    fn marker_location(&self) -> String {
+        "the marker's consumer group".to_string()
+    }
 
     /// Opens a transaction.
     ///
@@ -114,6 +187,13 @@ pub struct WriteAheadTxn {
     /// checkpoint's JSON.
     #[serde(with = "b64")]
     pub records: Vec<u8>,
+    /// A marker had been committed on this subtask's transactional id
+    /// (by any run) when the transaction was pre-committed: at a restore,
+    /// a marker group with no offset then means the offset expired or
+    /// another cluster ([`KafkaError::MarkerMissing`]). Absent in
+    /// checkpoints of older builds (false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub marker_committed: bool,
 }
 
 mod b64 {
@@ -132,11 +212,19 @@ mod b64 {
     }
 }
 
-/// A [`KafkaError::NoTransactions`] becomes a [`lockgate::FatalError`] (no
+/// A [`KafkaError::NoTransactions`], [`KafkaError::BadMarker`] or
+/// [`KafkaError::MarkerMissing`] becomes a [`lockgate::FatalError`] (no
 /// restart helps); other errors stay as they are.
 fn fatal_if_unsupported(e: BoxError) -> BoxError {
     match e.downcast::<KafkaError>() {
-        Ok(k) if matches!(*k, KafkaError::NoTransactions(_)) => {
+        Ok(k)
+            if matches!(
+                *k,
+                KafkaError::NoTransactions(_)
+                    | KafkaError::BadMarker { .. }
+                    | KafkaError::MarkerMissing { .. }
+            ) =>
+        {
             Box::new(lockgate::FatalError(k.to_string()))
         }
         Ok(k) => k,
@@ -151,7 +239,10 @@ pub type LogFactory<L> = Arc<dyn Fn(usize) -> Result<L, KafkaError> + Send + Syn
 
 /// The exactly-once Kafka output of one sink subtask, the
 /// [`TwoPhaseCommit`] of [`lockgate::TwoPhaseCommitSink`] (protocol in the
-/// module docs).
+/// module docs). A restore whose marker is unreadable, or gone although
+/// one had been committed, fails ([`KafkaError::BadMarker`],
+/// [`KafkaError::MarkerMissing`]); [`WriteAheadOutput::allow_missing_marker`]
+/// writes the pending transactions again in the second case.
 pub struct WriteAheadOutput<L: TransactionalLog> {
     logs: LogFactory<L>,
     adopted: LogFactory<L>,
@@ -159,6 +250,7 @@ pub struct WriteAheadOutput<L: TransactionalLog> {
     log: Option<L>,
     run: u64,
     landed: Option<Marker>,
+    allow_missing_marker: bool,
 }
 
 impl<L: TransactionalLog> std::fmt::Debug for WriteAheadOutput<L> {
@@ -195,7 +287,19 @@ impl<L: TransactionalLog> WriteAheadOutput<L> {
             log: None,
             run: fresh_run(),
             landed: None,
+            allow_missing_marker: false,
         }
+    }
+
+    /// With `allow`, a restore writes the restored checkpoint's pending
+    /// transactions again even when the marker group has no committed
+    /// offset although one had been committed before (it expired, or
+    /// another cluster): output that had landed is then duplicated. The
+    /// default refuses such a restore ([`KafkaError::MarkerMissing`]);
+    /// `lockgate kafka run --allow-missing-marker` sets it.
+    pub fn allow_missing_marker(mut self, allow: bool) -> Self {
+        self.allow_missing_marker = allow;
+        self
     }
 
     /// Takes old subtask `j`'s log from `adopted` on a rescaled restore
@@ -248,10 +352,37 @@ impl<L: TransactionalLog> WriteAheadOutput<L> {
     fn open_log(&mut self) -> Result<(), BoxError> {
         if self.log.is_none() {
             let mut log = (self.logs)(self.subtask)?;
-            self.landed = log.init()?;
+            self.landed = log.init().map_err(|e| fatal_if_unsupported(e.into()))?;
             self.log = Some(log);
         }
         Ok(())
+    }
+
+    /// Refuses to write `pending` again after a restore when `log`'s
+    /// marker group has no offset (`landed` is `None`) although one had
+    /// been committed before their checkpoint (see the module docs),
+    /// unless [`WriteAheadOutput::allow_missing_marker`].
+    fn check_marker_kept(
+        &self,
+        log: &L,
+        landed: Option<Marker>,
+        pending: &[WriteAheadTxn],
+    ) -> Result<(), BoxError> {
+        let with_records: Vec<&WriteAheadTxn> =
+            pending.iter().filter(|t| !t.records.is_empty()).collect();
+        if landed.is_some()
+            || self.allow_missing_marker
+            || with_records.is_empty()
+            || !pending.iter().any(|t| t.marker_committed)
+        {
+            return Ok(());
+        }
+        Err(fatal_if_unsupported(Box::new(KafkaError::MarkerMissing {
+            location: log.marker_location(),
+            pending: with_records.len(),
+            first: with_records.first().map_or(0, |t| t.checkpoint),
+            last: with_records.last().map_or(0, |t| t.checkpoint),
+        })))
     }
 }
 
@@ -263,6 +394,7 @@ impl<L: TransactionalLog> TwoPhaseCommit<SinkRecord> for WriteAheadOutput<L> {
             run: self.run,
             checkpoint: 0,
             records: Vec::new(),
+            marker_committed: false,
         })
     }
 
@@ -289,6 +421,7 @@ impl<L: TransactionalLog> TwoPhaseCommit<SinkRecord> for WriteAheadOutput<L> {
         // Kafka offsets (where the marker is kept) are i64; a job without
         // checkpoints pre-commits its one transaction for u64::MAX.
         txn.checkpoint = checkpoint.0.min(i64::MAX as u64);
+        txn.marker_committed = self.landed.is_some();
         Ok(())
     }
 
@@ -307,7 +440,8 @@ impl<L: TransactionalLog> TwoPhaseCommit<SinkRecord> for WriteAheadOutput<L> {
 
     /// Restarts the subtask's producer (fencing a zombie, aborting its open
     /// transaction) and reads its marker; the pending transactions keep
-    /// their run, so the marker tells which of them landed.
+    /// their run, so the marker tells which of them landed. A marker that
+    /// is gone refuses the restore (see the module docs).
     fn recover(
         &mut self,
         _restored: CheckpointId,
@@ -318,7 +452,8 @@ impl<L: TransactionalLog> TwoPhaseCommit<SinkRecord> for WriteAheadOutput<L> {
         }
         self.log = None;
         self.open_log()?;
-        Ok(())
+        let log = self.log.as_ref().expect("opened above");
+        self.check_marker_kept(log, self.landed, pending)
     }
 
     /// Old subtask `old`'s pending transactions, written through its own
@@ -332,7 +467,8 @@ impl<L: TransactionalLog> TwoPhaseCommit<SinkRecord> for WriteAheadOutput<L> {
         pending: Vec<WriteAheadTxn>,
     ) -> Result<(), BoxError> {
         let mut log = (self.adopted)(old)?;
-        let mut landed = log.init()?;
+        let mut landed = log.init().map_err(|e| fatal_if_unsupported(e.into()))?;
+        self.check_marker_kept(&log, landed, &pending)?;
         for txn in &pending {
             landed = Self::write_through(&mut log, landed, txn)?;
         }

@@ -251,3 +251,112 @@ fn a_rescaled_restore_finishes_old_transactions_through_their_ids() {
     new.notify_checkpoint_complete(CheckpointId(5)).unwrap();
     assert_eq!(cluster.committed(), [record(0), record(1), record(2)]);
 }
+
+/// The sink of `sink_of`, with `WriteAheadOutput::allow_missing_marker`.
+fn sink_allowing_missing_marker(cluster: &FakeCluster) -> TestSink {
+    let c = cluster.clone();
+    let logs: LogFactory<FakeProducer> = Arc::new(move |j| Ok(c.producer(&format!("job-{j}"))));
+    TwoPhaseCommitSink::new(WriteAheadOutput::new(logs, 0).allow_missing_marker(true))
+}
+
+/// Checkpoint 1 completes and commits; checkpoint 2's commit lands, and
+/// the sink crashes before it hears so. Returns checkpoint 2's state.
+fn second_commit_landed_then_crash(cluster: &FakeCluster) -> Vec<u8> {
+    let mut sink = sink_of(cluster);
+    sink.write(&mut vec![record(0)]).unwrap();
+    sink.snapshot_state(CheckpointId(1)).unwrap();
+    sink.notify_checkpoint_complete(CheckpointId(1)).unwrap();
+    sink.write(&mut vec![record(1), record(2)]).unwrap();
+    let state = sink.snapshot_state(CheckpointId(2)).unwrap().unwrap();
+    // Then: begin, 2 sends, commit; crash after the commit took effect.
+    let ops = cluster.operations();
+    cluster.crash(Crash {
+        at: ops + 3,
+        after: true,
+    });
+    assert!(sink.notify_checkpoint_complete(CheckpointId(2)).is_err());
+    assert_eq!(cluster.committed(), [record(0), record(1), record(2)]);
+    state
+}
+
+/// A marker whose offset is there but whose metadata (the run) is absent
+/// or unreadable is an error naming the group and partition, fatal (no
+/// restart reads it better), and nothing is written again: taken for "no
+/// marker", the restore wrote checkpoint 2's output a second time.
+#[test]
+fn an_unreadable_marker_is_an_error_naming_its_group_and_partition() {
+    for metadata in ["", "not-a-run"] {
+        let cluster = FakeCluster::new();
+        let state = second_commit_landed_then_crash(&cluster);
+        cluster.set_marker_metadata("job-0", metadata);
+        let mut restored = sink_of(&cluster);
+        let e = restored.restore_state(&state).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("group `job-0-marker`, partition 0 of `output`")
+                && text.contains("has a committed offset (2)"),
+            "{text}"
+        );
+        assert!(e.downcast_ref::<lockgate::FatalError>().is_some(), "{e:?}");
+        assert_eq!(cluster.committed(), [record(0), record(1), record(2)]);
+    }
+}
+
+/// A marker group whose offset expired (or another cluster) after a
+/// marker had been committed: the restore of a checkpoint with pending
+/// transactions is refused, naming the cause and the override, instead of
+/// writing checkpoint 2's output a second time; with the override it is
+/// written again (the duplicates the refusal warns of).
+#[test]
+fn a_restore_whose_marker_expired_is_refused_unless_allowed() {
+    let cluster = FakeCluster::new();
+    let state = second_commit_landed_then_crash(&cluster);
+    cluster.expire_marker("job-0");
+    let mut restored = sink_of(&cluster);
+    let e = restored.restore_state(&state).unwrap_err();
+    let text = e.to_string();
+    for part in [
+        "group `job-0-marker`, partition 0 of `output`",
+        "has no committed offset",
+        "offsets.retention.minutes",
+        "another cluster",
+        "--allow-missing-marker",
+        "checkpoints 2 to 2",
+    ] {
+        assert!(text.contains(part), "{part:?} not in {text}");
+    }
+    assert!(e.downcast_ref::<lockgate::FatalError>().is_some(), "{e:?}");
+    assert_eq!(cluster.committed(), [record(0), record(1), record(2)]);
+    let mut allowed = sink_allowing_missing_marker(&cluster);
+    allowed.restore_state(&state).unwrap();
+    assert_eq!(
+        cluster.committed(),
+        [record(0), record(1), record(2), record(1), record(2)]
+    );
+}
+
+/// The same refusal for a rescaled restore, which finishes an old
+/// subtask's pending transactions through its transactional id.
+#[test]
+fn a_rescaled_restore_whose_marker_expired_is_refused() {
+    let cluster = FakeCluster::new();
+    let state = second_commit_landed_then_crash(&cluster);
+    cluster.expire_marker("job-0");
+    let c = cluster.clone();
+    let own: LogFactory<FakeProducer> = Arc::new(move |k| Ok(c.producer(&format!("new-{k}"))));
+    let c = cluster.clone();
+    let adopted: LogFactory<FakeProducer> = Arc::new(move |k| Ok(c.producer(&format!("job-{k}"))));
+    let mut new: TestSink =
+        TwoPhaseCommitSink::new(WriteAheadOutput::new(own, 0).with_adopted_logs(adopted));
+    let rescale = lockgate::Rescale {
+        subtask: 0,
+        parallelism: 1,
+        old_parallelism: 2,
+        max_parallelism: 128,
+    };
+    let e = new
+        .restore_rescaled(&[vec![&state[..]], vec![]], &rescale)
+        .unwrap_err();
+    assert!(e.to_string().contains("group `job-0-marker`"), "{e}");
+    assert_eq!(cluster.committed(), [record(0), record(1), record(2)]);
+}

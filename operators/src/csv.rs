@@ -200,7 +200,7 @@ impl<R: CsvRecord> std::fmt::Debug for CsvRecordReader<R> {
 
 impl<R: CsvRecord> CsvRecordReader<R> {
     /// Opens `path` (plain or gzip) at its first data row and checks its
-    /// header.
+    /// header (a UTF-8 byte-order mark before it is skipped).
     pub fn open(path: impl AsRef<Path>, bad_rows: BadRows) -> Result<Self, CsvError> {
         let path = path.as_ref().to_path_buf();
         let input = open_maybe_gzip(&path)?;
@@ -227,10 +227,17 @@ impl<R: CsvRecord> CsvRecordReader<R> {
         if headers.is_empty() {
             return Err(CsvError::EmptyFile { path });
         }
-        let names: Vec<String> = headers
+        let mut names: Vec<String> = headers
             .iter()
             .map(|h| String::from_utf8_lossy(h).into_owned())
             .collect();
+        // A UTF-8 byte-order mark before the header (as spreadsheet
+        // programs write) is not part of the first column's name.
+        if let Some(first) = names.first_mut() {
+            if let Some(rest) = first.strip_prefix('\u{feff}') {
+                *first = rest.to_string();
+            }
+        }
         let mut columns = Vec::with_capacity(R::COLUMNS.len());
         for &column in R::COLUMNS {
             let mut found = names

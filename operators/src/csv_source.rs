@@ -322,6 +322,34 @@ mod tests {
     }
 
     #[test]
+    fn a_byte_order_mark_before_the_header_is_skipped() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().unwrap();
+        let mut text = format!("\u{feff}{HEADER}");
+        for r in ROWS {
+            text.push_str(r);
+            text.push('\n');
+        }
+        let plain = dir.path().join("bom.csv");
+        std::fs::write(&plain, &text).unwrap();
+        let gz = dir.path().join("bom.csv.gz");
+        let mut enc = flate2::write::GzEncoder::new(
+            std::fs::File::create(&gz).unwrap(),
+            flate2::Compression::fast(),
+        );
+        enc.write_all(text.as_bytes()).unwrap();
+        enc.finish().unwrap();
+        for path in [plain, gz] {
+            let probe = CsvSourceProbe::new();
+            let mut s = source(&path, BadRows::Fail, probe.clone());
+            let mut out = Vec::new();
+            while s.poll(&mut out, 100).unwrap() != SourcePoll::Finished {}
+            assert_eq!(out.len(), 5, "{}", path.display());
+            assert_eq!(out[0].time_ms, 36_000_000);
+        }
+    }
+
+    #[test]
     fn a_missing_file_is_an_input_error() {
         let probe = CsvSourceProbe::new();
         let mut s = source(

@@ -1351,6 +1351,99 @@ impl CheckpointStorage for SlowFirstPublish {
     }
 }
 
+/// A folder store whose disk fills up at checkpoint `full_at`: from then
+/// on every part is written (a partial file in the staging folder, as
+/// ENOSPC leaves it) and then reported failed.
+struct FullDisk {
+    inner: LocalDirStorage,
+    full_at: CheckpointId,
+}
+
+impl CheckpointStorage for FullDisk {
+    fn write_part(
+        &self,
+        id: CheckpointId,
+        key: &TaskStateKey,
+        bytes: &[u8],
+    ) -> Result<PartHandle, StorageError> {
+        let written = self.inner.write_part(id, key, bytes)?;
+        if id < self.full_at {
+            return Ok(written);
+        }
+        Err(StorageError::Io {
+            op: "writing",
+            path: self.inner.root().join(&written.file),
+            source: std::io::Error::from_raw_os_error(28),
+        })
+    }
+    fn publish(
+        &self,
+        meta: &CheckpointMetadata,
+        parts: &[PartHandle],
+    ) -> Result<CheckpointHandle, StorageError> {
+        self.inner.publish(meta, parts)
+    }
+    fn discard(&self, id: CheckpointId) -> Result<(), StorageError> {
+        self.inner.discard(id)
+    }
+    fn list(&self) -> Result<Vec<CheckpointId>, StorageError> {
+        self.inner.list()
+    }
+    fn load(&self, id: CheckpointId) -> Result<LoadedCheckpoint, StorageError> {
+        self.inner.load(id)
+    }
+    fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata, StorageError> {
+        self.inner.load_metadata(id)
+    }
+    fn part_bases(
+        &self,
+        id: CheckpointId,
+    ) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>, StorageError> {
+        self.inner.part_bases(id)
+    }
+    fn remove(&self, id: CheckpointId) -> Result<(), StorageError> {
+        self.inner.remove(id)
+    }
+}
+
+/// A job that fails because its checkpoint writes fail (a full disk)
+/// leaves no staging folder behind taking space: the checkpoint that
+/// failed last is discarded like every aborted one.
+#[test]
+fn a_job_failed_by_its_checkpoint_writes_leaves_no_staging_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FullDisk {
+        inner: LocalDirStorage::open(dir.path()).unwrap(),
+        full_at: CheckpointId(2),
+    };
+    let mut config = JobConfig::default();
+    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+    config.checkpoint.interval = Some(Duration::from_millis(5));
+    config.checkpoint.tolerable_failures = 0;
+    let job = JobBuilder::new("full", config);
+    job.source("trickle", 1, |_| Trickle {
+        next: 0,
+        step: 1,
+        pause: Duration::from_millis(1),
+    })
+    .rebalance()
+    .task("sink", 1)
+    .sink("sink", |_| U64Sink);
+    let err = job
+        .with_storage(Box::new(storage))
+        .start()
+        .unwrap()
+        .wait()
+        .unwrap_err();
+    assert!(matches!(err, JobError::Checkpoint(_)), "{err}");
+    let left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".tmp-"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
 #[test]
 fn the_timeout_covers_the_metadata_write_and_a_late_publish_is_deleted() {
     let storage = Arc::new(SlowFirstPublish {

@@ -691,6 +691,8 @@ impl Driver {
                     Ok(Published::Done(id, result)) => {
                         let out = self.coordinator.published(id, result);
                         if let Some(why) = self.coordinator.too_many_failures() {
+                            // Discard what failed (a staging folder left takes space).
+                            self.storage_outputs(out);
                             return AttemptEnd::TooManyCheckpointFailures(why);
                         }
                         self.send_outputs(attempt, out);
@@ -729,6 +731,8 @@ impl Driver {
                         TaskEvent::Decline { task, id, reason, detail } => {
                             let out = self.coordinator.decline(task, id, reason, detail);
                             if let Some(why) = self.coordinator.too_many_failures() {
+                                // Discard what failed (a staging folder left takes space).
+                                self.storage_outputs(out);
                                 return AttemptEnd::TooManyCheckpointFailures(why);
                             }
                             self.send_outputs(attempt, out);
@@ -753,6 +757,8 @@ impl Driver {
                 recv(tick) -> _ => {
                     let out = self.coordinator.tick();
                     if let Some(why) = self.coordinator.too_many_failures() {
+                        // Discard what failed (a staging folder left takes space).
+                        self.storage_outputs(out);
                         return AttemptEnd::TooManyCheckpointFailures(why);
                     }
                     self.send_outputs(attempt, out);

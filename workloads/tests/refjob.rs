@@ -489,3 +489,34 @@ fn w3_checkpoints_over_the_alignment_limit_abort_and_the_job_goes_on() {
             .collect::<Vec<_>>()
     );
 }
+
+/// A run that fails (here: the sink, with no restart left) did not send
+/// the records its sources never generated: they are `not_sent`, not
+/// lost; `lost` is what was sent and never received (in flight at the
+/// failure).
+#[test]
+fn a_failed_run_counts_records_never_generated_as_not_sent() {
+    // 10,000 records/s for 2 s: the sink fails at its 2,000th record.
+    let cfg = RefJobConfig::paced(Workload::W2, 10_000, Duration::from_secs(2), Duration::ZERO);
+    let total = cfg.total_records();
+    let sink = task_names(cfg.parallelism)
+        .iter()
+        .position(|t| t == "sink[0]")
+        .unwrap();
+    let plan = FailurePlan::none().with(sink, FailurePoint::AfterRecords(2_000));
+    let report =
+        run_reference_job(&cfg, checkpointed(CheckpointMode::ExactlyOnce, 0), plan).unwrap();
+    assert!(report.job_error.is_some(), "the job failed");
+    assert_eq!(report.lost + report.not_sent, report.check.lost);
+    assert!(
+        report.not_sent >= total / 2,
+        "{} of {total} not sent, {} lost",
+        report.not_sent,
+        report.lost
+    );
+    assert!(
+        report.lost < total / 10,
+        "{} lost of {total}: only what was in flight",
+        report.lost
+    );
+}

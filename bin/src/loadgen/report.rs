@@ -440,6 +440,14 @@ pub(crate) struct RunReport {
     /// `at_ns` (0: nothing emitted).
     #[serde(default)]
     pub started_ns: u64,
+    /// When the job had ended, ns on the same clock (0 in files of older
+    /// builds).
+    #[serde(default)]
+    pub ended_ns: u64,
+    /// The error the job ended with (no restart left, too many checkpoint
+    /// failures, ...), if it failed.
+    #[serde(default)]
+    pub job_error: Option<String>,
     /// The latency timeline (empty for W1 and in files of older builds).
     #[serde(default)]
     pub timeline: TimelineJson,
@@ -463,11 +471,12 @@ pub(crate) struct RunReport {
     pub total_records: u64,
     /// Records the sink received, replays included.
     pub delivered: u64,
-    /// Sequence numbers never received (0 for an interrupted run: see
-    /// `not_sent`).
+    /// Sequence numbers never received of the records sent (0 for an
+    /// interrupted run: see `not_sent`).
     pub lost: u64,
-    /// An interrupted run's records never sent: a stop drains what is in
-    /// flight, so a record not received was not sent.
+    /// Records never sent: an interrupted run's not received (a stop
+    /// drains what is in flight, so a record not received was not sent),
+    /// a failed run's that no source generated.
     #[serde(default)]
     pub not_sent: u64,
     /// Records received more than once.
@@ -547,6 +556,8 @@ impl RunReport {
                 })
                 .collect(),
             started_ns: r.started_ns,
+            ended_ns: r.ended_ns,
+            job_error: r.job_error.clone(),
             timeline: TimelineJson {
                 start_ns: r.intervals_start_ns,
                 interval_ns: lockgate_workloads::refjob::INTERVAL_NS,
@@ -573,7 +584,11 @@ impl RunReport {
             total_records: r.total_records,
             delivered: r.delivered,
             lost: if r.interrupted { 0 } else { r.lost },
-            not_sent: if r.interrupted { r.lost } else { 0 },
+            not_sent: if r.interrupted {
+                r.lost + r.not_sent
+            } else {
+                r.not_sent
+            },
             duplicated: r.duplicated,
             latency_uncorrected_ns: Percentiles::from_histogram(&r.latency_uncorrected),
             expected_fingerprint: r.check.expected_fingerprint,
@@ -581,7 +596,15 @@ impl RunReport {
             check: if r.interrupted {
                 format!(
                     "interrupted: {} of {} records received before the stop, {} not sent, {} duplicated",
-                    r.check.distinct, r.total_records, r.lost, r.duplicated
+                    r.check.distinct,
+                    r.total_records,
+                    r.lost + r.not_sent,
+                    r.duplicated
+                )
+            } else if r.job_error.is_some() {
+                format!(
+                    "failed: {} of {} records received before the failure, {} lost, {} not sent, {} duplicated",
+                    r.check.distinct, r.total_records, r.lost, r.not_sent, r.duplicated
                 )
             } else {
                 r.check.to_string()
@@ -606,18 +629,38 @@ impl RunReport {
     }
 
     /// True for a run restored from the final checkpoint of a run that had
-    /// ended: its input was all done, so it delivered nothing. A run whose
-    /// restore failed delivered nothing either, but is not one.
+    /// ended: its input was all done, so it delivered nothing. A run that
+    /// failed (its restore, or later) delivered nothing either, but is not
+    /// one.
     pub(crate) fn nothing_left_after_restore(&self) -> bool {
         self.records == 0
-            && self.restore_failed().is_none()
+            && self.failure.is_none()
             && self.config.get("restore").is_some_and(|r| !r.is_null())
     }
 
-    /// Why a run with `--restore` failed before delivering anything (its
-    /// restore, most likely: the result line says), `None` otherwise.
+    /// Why a run with `--restore` failed before its restore took place
+    /// (the result line says), `None` otherwise: a run that restored a
+    /// checkpoint (`restored_checkpoint`) and failed later is not one.
     fn restore_failed(&self) -> Option<&str> {
-        self.failure.as_deref().filter(|_| self.records == 0)
+        self.failure
+            .as_deref()
+            .filter(|_| self.restored_checkpoint.is_none())
+    }
+
+    /// How a run that restored a checkpoint and then failed ended: `then
+    /// failed at T (from its first record) because …`; `None` for any
+    /// other run.
+    fn failed_after_restore(&self) -> Option<String> {
+        if self.interrupted || self.restored_checkpoint.is_none() {
+            return None;
+        }
+        let why = self.job_error.as_deref().or(self.failure.as_deref())?;
+        let at = if self.started_ns > 0 && self.ended_ns >= self.started_ns {
+            format!(" at {}", fmt_ns(self.ended_ns - self.started_ns))
+        } else {
+            String::new()
+        };
+        Some(format!("then failed{at} because {why}"))
     }
 
     /// The warning printed when [`RunReport::rate_shortfall`]: loud when
@@ -767,6 +810,11 @@ impl RunReport {
                     s,
                     "  restore:     from {dir} failed before any record: see the result line"
                 );
+            } else if let Some(failed) = self.failed_after_restore() {
+                let _ = writeln!(
+                    s,
+                    "  restored:    {which}; the run went on from its sources' positions, {failed}"
+                );
             } else {
                 let _ = writeln!(
                     s,
@@ -833,9 +881,14 @@ impl RunReport {
                 self.total_records, self.delivered, self.not_sent, self.duplicated
             );
         } else {
+            let not_sent = if self.not_sent > 0 {
+                format!(", {} not sent (the job failed first)", self.not_sent)
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 s,
-                "  correctness: {} records in the whole run (warm-up included), {} delivered, {} lost, {} duplicated; fingerprint {:#018x} (expected {:#018x})",
+                "  correctness: {} records in the whole run (warm-up included), {} delivered, {} lost{not_sent}, {} duplicated; fingerprint {:#018x} (expected {:#018x})",
                 self.total_records,
                 self.delivered,
                 self.lost,
@@ -1030,6 +1083,54 @@ mod tests {
         let h = r.human();
         assert!(h.contains("from /tmp/ck failed before any record"), "{h}");
         assert!(!h.contains("restored:"), "{h}");
+    }
+
+    #[test]
+    fn a_restore_that_succeeded_and_then_failed_says_both() {
+        let why = "checkpointing failed: 4 checkpoints failed in a row (No space left on device)";
+        for records in [0, 2_007] {
+            let r = RunReport {
+                config: serde_json::json!({"restore": "/tmp/ck"}),
+                records,
+                restored_checkpoint: Some(30),
+                restored_records: Some(14_872),
+                failure: Some(format!("the job failed: {why}")),
+                job_error: Some(why.into()),
+                started_ns: 1_000_000_000,
+                ended_ns: 1_390_000_000,
+                ..RunReport::default()
+            };
+            assert!(!r.nothing_left_after_restore());
+            let h = r.human();
+            assert!(
+                h.contains(&format!(
+                    "restored:    from chk-30 (14872 records before it) in /tmp/ck; the run went on from its sources' positions, then failed at {} because {why}",
+                    fmt_ns(390_000_000)
+                )),
+                "{h}"
+            );
+            assert!(!h.contains("failed before any record"), "{h}");
+        }
+    }
+
+    #[test]
+    fn a_failed_run_says_which_records_were_never_sent() {
+        let r = RunReport {
+            total_records: 50_000,
+            delivered: 2_007,
+            lost: 12,
+            not_sent: 33_109,
+            failure: Some("the job failed: out of space".into()),
+            job_error: Some("out of space".into()),
+            ..RunReport::default()
+        };
+        let h = r.human();
+        assert!(
+            h.contains(
+                "2007 delivered, 12 lost, 33109 not sent (the job failed first), 0 duplicated"
+            ),
+            "{h}"
+        );
     }
 
     #[test]

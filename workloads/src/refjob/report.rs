@@ -65,8 +65,13 @@ pub struct RefJobReport {
     pub check: CheckReport,
     /// Records the sink received, replays included.
     pub delivered: u64,
-    /// Sequence numbers the sink never received.
+    /// Sequence numbers the sink never received (in a failed run: of the
+    /// records generated; see `not_sent`).
     pub lost: u64,
+    /// A failed run's records that no source generated (the run ended
+    /// before their time): never sent, so not lost. 0 for a run that did
+    /// not fail (an interrupted one counts what it cut off in `lost`).
+    pub not_sent: u64,
     /// Records the sink received more than once.
     pub duplicated: u64,
     /// Latency `now - intended send time` (after the warm-up), merged over
@@ -106,6 +111,9 @@ pub struct RefJobReport {
     /// The run's first emission, ns on the clock of [`lockgate::now_ns`]
     /// (0: nothing was emitted).
     pub started_ns: u64,
+    /// When the job had ended (the report was collected), ns on the same
+    /// clock.
+    pub ended_ns: u64,
     /// With a restore in a new process: the checkpoint restored and the
     /// records the sink had received before it (distinct).
     pub restored_from: Option<(CheckpointId, u64)>,
@@ -218,6 +226,7 @@ impl RefJobResults {
                 sources: (0..cfg.parallelism)
                     .map(|_| SourceStats::default())
                     .collect(),
+                generated: Mutex::new(vec![0; usize::from(crate::workload::SPLITS)]),
                 slots,
                 bands: Mutex::new(CheckpointBands::default()),
                 bands_thread: Mutex::new(None),
@@ -378,6 +387,7 @@ impl RefJobResults {
         interrupted: bool,
         failures_planned: usize,
     ) -> Result<RefJobReport, RefJobError> {
+        let ended_ns = lockgate::now_ns();
         let (metrics, job_error) = match outcome {
             Ok(m) => (m, None),
             Err(e) => (last_metrics, Some(e.to_string())),
@@ -424,6 +434,13 @@ impl RefJobResults {
             check = Some(s.check.verify(&expected));
         }
         let check = check.expect("one sink slot");
+        // A failed run's records never generated were never sent: not
+        // lost (W4's expectation holds only the records generated).
+        let not_sent = if job_error.is_some() && self.shared.cfg.workload != Workload::W4 {
+            self.shared.never_generated().min(check.lost)
+        } else {
+            0
+        };
         let first_emit = self
             .shared
             .sources
@@ -450,7 +467,8 @@ impl RefJobResults {
             config: self.shared.cfg.clone(),
             mode: self.shared.mode,
             total_records: expected.total_records(),
-            lost: check.lost,
+            lost: check.lost - not_sent,
+            not_sent,
             duplicated: check.duplicates,
             check,
             delivered,
@@ -467,6 +485,7 @@ impl RefJobResults {
             failures_struck: self.failures_struck(&metrics_failures),
             recoveries: self.recoveries(&metrics_failures),
             started_ns: first_emit,
+            ended_ns,
             intervals_start_ns: self.shared.intervals_start.get().copied().unwrap_or(0),
             restored_from: self.shared.process_restore.get().copied(),
             rescaled_from: self.shared.rescaled_from.get().copied(),

@@ -245,6 +245,11 @@ pub(super) struct Shared {
     /// W4: the first send time recorded (after the warm-up), ns.
     pub(super) record_from: OnceLock<u64>,
     pub(super) sources: Vec<SourceStats>,
+    /// Per split (index = split), the farthest position its records were
+    /// generated to in this process, over every attempt (each source
+    /// folds its lanes' positions in when it is dropped): the records at
+    /// or after it were never generated, so never sent.
+    pub(super) generated: Mutex<Vec<u64>>,
     pub(super) slots: Vec<Mutex<SinkSlot>>,
     /// Every checkpoint of the run as timeline bands, folded in as they
     /// end by the thread that reads the job's checkpoint events.
@@ -283,6 +288,25 @@ impl CheckpointBands {
             }
             _ => list.push(span),
         }
+    }
+}
+
+impl Shared {
+    /// Records of the run that no source generated (see
+    /// [`Shared::generated`]): those of each split from its farthest
+    /// position on.
+    pub(super) fn never_generated(&self) -> u64 {
+        let splits = u64::from(crate::workload::SPLITS);
+        // Records n < x of split s (n % SPLITS == s).
+        let below = |s: u64, x: u64| if x > s { (x - s - 1) / splits + 1 } else { 0 };
+        lock(&self.generated)
+            .iter()
+            .enumerate()
+            .map(|(s, &pos)| {
+                let s = s as u64;
+                below(s, self.total) - below(s, pos.min(self.total))
+            })
+            .sum()
     }
 }
 

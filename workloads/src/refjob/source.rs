@@ -285,6 +285,21 @@ impl<P: Payload> RefSource<P> {
     }
 }
 
+impl<P> Drop for RefSource<P> {
+    /// Folds how far each of its splits was generated into the run's
+    /// count (what a failed run never sent).
+    fn drop(&mut self) {
+        let mut generated = super::shared::lock(&self.shared.generated);
+        for lane in &self.lanes {
+            for (split, pos) in lane.gen.split_positions() {
+                if let Some(g) = generated.get_mut(usize::from(split)) {
+                    *g = (*g).max(pos);
+                }
+            }
+        }
+    }
+}
+
 impl<P: Payload> Checkpointed for RefSource<P> {
     /// Each owned split's next record ([`SourceState`], postcard); W4
     /// adds the run time used so far, ns.

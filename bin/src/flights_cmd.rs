@@ -455,9 +455,17 @@ pub(crate) fn run(mut args: Args) -> ExitCode {
     } else {
         println!("restarts: {}", r.metrics.restarts);
     }
-    if args.checkpoint == CheckpointArg::AtLeastOnce && r.metrics.restarts > 0 {
+    // A restore from a folder replays, as a restart does, what came after
+    // the checkpoint it restored.
+    let replayed_after = match (r.metrics.restarts > 0, &r.metrics.restored) {
+        (true, Some(at)) => Some(format!("a restart or the restore of chk-{}", at.checkpoint)),
+        (false, Some(at)) => Some(format!("the restore of chk-{}", at.checkpoint)),
+        (true, None) => Some("a restart".to_string()),
+        (false, None) => None,
+    };
+    if let (CheckpointArg::AtLeastOnce, Some(after)) = (args.checkpoint, replayed_after) {
         println!(
-            "note: at-least-once: records replayed after a restart may be counted twice in the figures"
+            "note: at-least-once: records replayed after {after} may be counted twice in the figures"
         );
     }
     if r.rows.duplicates > 0 {

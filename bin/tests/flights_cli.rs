@@ -381,6 +381,41 @@ fn an_aligned_checkpoint_timeout_in_another_mode_exits_2() {
     }
 }
 
+/// A `--restore` in at-least-once mode may count records twice, as an
+/// in-process restart may: the run says so, and exits 0.
+#[test]
+fn an_at_least_once_restore_says_records_may_be_counted_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let (f, w) = files(dir.path(), FLIGHTS, WEATHER);
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let chk_s = chk.to_str().unwrap();
+    let o = run_on(
+        &f,
+        &w,
+        &out,
+        &["--checkpoint", "at-least-once", "--checkpoint-dir", chk_s],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        !text(&o.stdout).contains("counted twice"),
+        "{}",
+        text(&o.stdout)
+    );
+    let o = run_on(
+        &f,
+        &w,
+        &out,
+        &["--restore", chk_s, "--checkpoint", "at-least-once"],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    assert!(
+        stdout.contains("note: at-least-once: records replayed after the restore of chk-")
+            && stdout.contains("may be counted twice in the figures"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn restore_takes_the_folder_and_refuses_another_output_folder() {
     let dir = tempfile::tempdir().unwrap();

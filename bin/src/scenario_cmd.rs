@@ -65,6 +65,8 @@ pub(crate) const BUNDLED: &[(&str, &str)] = &[
     bundled!("cbt120_multi_channel_with_barriers"),
     bundled!("cbt120_single_channel_with_barriers"),
     bundled!("cbt120_trigger_checkpoints_with_end_of_partition"),
+    bundled!("lg_aligned_timeout_end_of_partition_switches"),
+    bundled!("lg_aligned_timeout_late_barrier_that_aligns"),
     bundled!("lg_aligned_timeout_switches_to_unaligned"),
     bundled!("lg_alignment_limit_counts_queued_releases_only"),
     bundled!("lg_at_least_once_watermarks_pass_at_once"),

@@ -87,21 +87,31 @@ fn an_unaligned_w2_folder_of_0cb9f06_restores_exactly() {
     restores_loadgen_folder("loadgen-w2u.tar.gz", "w2u");
 }
 
-/// The flights job restores only into the output folder it wrote to, and
-/// the checkpoint records its absolute path: the archive is unpacked where
-/// it was made.
+/// The flights job restores only into the output folder it wrote to and
+/// from the input files it read, and the checkpoint records their absolute
+/// paths: the archive is unpacked where it was made, and the bundled data
+/// copied where the run read it.
 #[test]
 fn a_flights_folder_of_0cb9f06_restores_to_the_golden_output() {
     let base = Path::new("/tmp/lockgate-testdata-0cb9f06");
     if base.exists() {
         std::fs::remove_dir_all(base).unwrap();
     }
-    std::fs::create_dir_all(base).unwrap();
+    std::fs::create_dir_all(base.join("data")).unwrap();
     unpack("flights.tar.gz", base);
+    // The run read its input from here: the checkpoint records the paths.
+    let bundled = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/nycflights13");
+    for f in ["flights.csv.gz", "weather.csv.gz"] {
+        std::fs::copy(bundled.join(f), base.join("data").join(f)).unwrap();
+    }
     let _machine = common::heavy();
     let o = common::bin()
         .args(["flights", "--restore"])
         .arg(base.join("flights-chk"))
+        .arg("--flights")
+        .arg(base.join("data/flights.csv.gz"))
+        .arg("--weather")
+        .arg(base.join("data/weather.csv.gz"))
         .arg("--out")
         .arg(base.join("flights-out"))
         .output()

@@ -84,6 +84,7 @@ pub use types::metrics::{peak_rss_bytes, Pinning, TaskMetrics, TaskMetricsSnapsh
 pub use types::task_id::{ParseTaskIdError, SubtaskInfo, TaskId};
 pub use util::background::{yield_point, YIELD_EVERY_NS};
 pub use util::buffers::snapshot_buffer;
+pub use util::calls::{storage_calls_in_progress, StorageCall};
 pub use util::clock::now_ns;
 
 /// The README's Rust blocks, compiled and run as doctests (as timely does).

@@ -165,13 +165,44 @@ pub(crate) fn run(args: Args) -> u8 {
         }
     };
     let code = finish(&plan, &args, &report, wall_start);
-    // Removes a temporary checkpoint folder.
-    drop(plan);
+    if let Some(blocked) = blocked_storage() {
+        // Removing the temporary checkpoint folder would wait on the same
+        // file system: it is left in place.
+        if let args::CheckpointDir::Temp(t) = &plan.checkpoint_dir {
+            eprintln!(
+                "the temporary checkpoint folder {} is left in place",
+                t.path().display()
+            );
+        }
+        std::mem::forget(plan);
+        eprintln!("{blocked}");
+    } else {
+        // Removes a temporary checkpoint folder.
+        drop(plan);
+    }
     if was_interrupted {
         EXIT_INTERRUPTED
     } else {
         code
     }
+}
+
+/// The process's last line when a checkpoint storage does not answer (a
+/// frozen or dead file system): which threads it still holds, what each
+/// waits on and for how long; the process cannot exit before the kernel
+/// lets them go. `None` when no storage call has run for a second.
+pub(crate) fn blocked_storage() -> Option<String> {
+    let blocked: Vec<String> = lockgate::storage_calls_in_progress()
+        .into_iter()
+        .filter(|c| c.running_for >= Duration::from_secs(1))
+        .map(|c| c.to_string())
+        .collect();
+    (!blocked.is_empty()).then(|| {
+        format!(
+            "the checkpoint storage does not answer; the process exits once the file system lets these threads go: {}",
+            blocked.join("; ")
+        )
+    })
 }
 
 /// The run's name in charts: the `--json` file's stem, else `lockgate`.

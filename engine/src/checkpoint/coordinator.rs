@@ -531,7 +531,36 @@ impl Coordinator {
         if let Some(r) = p.reply {
             let _ = r.send(Err(reason));
         }
-        tracing::debug!(checkpoint = %id, %reason, "checkpoint aborted");
+        if reason == AbortReason::Timeout {
+            // Said when it happens: a storage that hangs shows nothing else
+            // until the job fails.
+            let timeouts = lock(&self.history)
+                .counts()
+                .aborted_by_reason
+                .get(&AbortReason::Timeout)
+                .copied()
+                .unwrap_or(0);
+            let waiting: Vec<String> = crate::util::calls::storage_calls_in_progress()
+                .iter()
+                .take(3)
+                .map(ToString::to_string)
+                .collect();
+            tracing::warn!(
+                checkpoint = %id,
+                timeouts,
+                in_a_row = self.consecutive_failures,
+                tolerated = self.config.tolerable_failures,
+                "checkpoint {id} timed out after {:.1} s ({timeouts} so far){}",
+                self.config.timeout.as_secs_f64(),
+                if waiting.is_empty() {
+                    String::new()
+                } else {
+                    format!("; storage calls still waiting: {}", waiting.join("; "))
+                }
+            );
+        } else {
+            tracing::debug!(checkpoint = %id, %reason, "checkpoint aborted");
+        }
         out.push(CoordinatorOutput::Storage(StorageRequest::Discard { id }));
         self.notify_all(id, false, &mut out);
         out

@@ -19,6 +19,7 @@ use super::storage::{
 };
 use crate::types::element::CheckpointId;
 use crate::types::error::JobError;
+use crate::util::calls::call;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -44,6 +45,11 @@ pub(crate) struct Publisher {
     requests: Option<Sender<StorageRequest>>,
     results: Receiver<Published>,
     thread: Option<JoinHandle<()>>,
+    /// Disconnects when the thread ends.
+    ended: Receiver<()>,
+    /// How long the end of a job waits for the thread (the checkpoint
+    /// timeout): a storage that hangs must not hold the job's end.
+    grace: std::time::Duration,
 }
 
 impl Publisher {
@@ -55,13 +61,16 @@ impl Publisher {
         retained: usize,
         lock: Option<FolderLock>,
         restored: Option<CheckpointId>,
+        grace: std::time::Duration,
     ) -> Result<Self, JobError> {
         let (tx, rx) = unbounded::<StorageRequest>();
         let (res_tx, res_rx) = unbounded();
+        let (ended_tx, ended) = crossbeam_channel::bounded::<()>(0);
         let st = storage.clone();
         let thread = std::thread::Builder::new()
             .name("lg-publish".into())
             .spawn(move || {
+                let _ended = ended_tx;
                 let _lock = lock;
                 // Its metadata writes, renames and deletions must not hold
                 // a core that a task waits for ([`crate::yield_point`]).
@@ -84,6 +93,8 @@ impl Publisher {
             requests: Some(tx),
             results: res_rx,
             thread: Some(thread),
+            ended,
+            grace,
         })
     }
 
@@ -137,10 +148,12 @@ impl State {
                 parts,
             } => {
                 let meta = CheckpointMetadata::new(id, kind, trigger_ns, self.job.clone());
-                let r = st
-                    .publish(&meta, &parts)
-                    .map(|h| h.total_bytes)
-                    .map_err(|e| e.to_string());
+                let r = {
+                    let _call = call(|| format!("publishing chk-{id}"));
+                    st.publish(&meta, &parts)
+                        .map(|h| h.total_bytes)
+                        .map_err(|e| e.to_string())
+                };
                 if r.is_err() {
                     let _ = st.discard(id);
                 }
@@ -163,11 +176,13 @@ impl State {
                 }
             }
             StorageRequest::Discard { id } => {
+                let _call = call(|| format!("dropping the parts of the aborted chk-{id}"));
                 if let Err(e) = st.discard(id) {
                     tracing::warn!(checkpoint = %id, error = %e, "dropping the parts of an aborted checkpoint failed");
                 }
             }
             StorageRequest::Remove { id } => {
+                let _call = call(|| format!("deleting chk-{id}, published after it was aborted"));
                 if let Err(e) = st.remove(id) {
                     tracing::warn!(checkpoint = %id, error = %e, "deleting a checkpoint published too late failed");
                 }
@@ -179,9 +194,9 @@ impl State {
                 let retained = self.retained;
                 let catalog = self.catalog(st);
                 let removed = catalog.to_remove(retained);
-                if removed.is_empty() {
-                    return;
-                }
+                // Called even with nothing to delete: one call a completed
+                // checkpoint, which a store (or a test) can count on.
+                let _call = call(|| format!("deleting {} old checkpoints", removed.len()));
                 match st.remove_many(&removed) {
                     Ok(()) => {
                         for id in removed {
@@ -204,6 +219,7 @@ impl State {
     fn catalog(&mut self, st: &dyn CheckpointStorage) -> &mut Catalog {
         let restored = self.restored;
         self.catalog.get_or_insert_with(|| {
+            let _call = call(|| "reading the checkpoints' metadata for retention".to_string());
             let mut c = Catalog::default();
             for id in st.list().unwrap_or_default() {
                 crate::util::background::yield_point();
@@ -228,6 +244,7 @@ fn verify(st: &dyn CheckpointStorage, parts: &[PartHandle]) -> Vec<(TaskStateKey
     let mut damaged = Vec::new();
     for p in parts {
         crate::util::background::yield_point();
+        let _call = call(|| format!("reading back {} of chk-{}", p.file, p.checkpoint));
         if let Err(e) = st.verify_part(p) {
             tracing::warn!(checkpoint = %p.checkpoint, error = %e, "a part read back does not match what was written: it is no base, and the checkpoint is not kept for restoring");
             damaged.push((p.key.clone(), e.to_string()));
@@ -240,9 +257,26 @@ impl Drop for Publisher {
     /// Lets the thread finish what was asked (retention, discards), then
     /// joins it, so that the checkpoint folder's lock it holds is released
     /// when the publisher is gone (a job refused after its publisher
-    /// started must not keep the folder).
+    /// started must not keep the folder). A thread still in a storage call
+    /// after the grace (a file system that hangs) is left to finish on its
+    /// own, holding the folder's lock: the job ends and reports now.
     fn drop(&mut self) {
         self.requests = None;
+        if self.ended.recv_timeout(self.grace) == Err(crossbeam_channel::RecvTimeoutError::Timeout)
+        {
+            let calls: Vec<String> = crate::util::calls::storage_calls_in_progress()
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            tracing::warn!(
+                grace_s = self.grace.as_secs_f64(),
+                "the job ends while its checkpoint storage does not answer; still waiting: {}",
+                calls.join("; ")
+            );
+            // Detached: it ends when the storage answers.
+            self.thread.take();
+            return;
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

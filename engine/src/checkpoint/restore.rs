@@ -144,6 +144,7 @@ pub(crate) fn open(
                     .as_ref()
                     .filter(|_| config.checkpoint.restore)
                     .map(|r| r.checkpoint),
+                config.checkpoint.timeout,
             )?);
         }
     }
@@ -173,6 +174,7 @@ pub(crate) fn restart_point(
             "checkpoint {latest} completed without storage"
         )));
     };
+    let _call = crate::util::calls::call(|| format!("reading chk-{latest} back for a restart"));
     let ids: Vec<CheckpointId> = storage
         .list()
         .map_err(JobError::Storage)?

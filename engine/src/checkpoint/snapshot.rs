@@ -40,6 +40,9 @@ enum WorkerMsg {
     /// Checkpoint `id` completed and this task's part of it was read back
     /// intact: a base for the next delta.
     Verified(CheckpointId),
+    /// The task is done with it: end after the jobs queued before (the
+    /// job thread's notifier may still hold the channel open).
+    End,
 }
 
 /// The job thread's way to tell a snapshot thread that its part of a
@@ -60,6 +63,7 @@ impl std::fmt::Debug for WorkerMsg {
         match self {
             WorkerMsg::Job(j) => write!(f, "Job({})", j.id),
             WorkerMsg::Verified(id) => write!(f, "Verified({id})"),
+            WorkerMsg::End => f.write_str("End"),
         }
     }
 }
@@ -171,9 +175,21 @@ impl SnapshotWorker {
     /// Waits until every queued job is done (a task that ends cleanly does,
     /// so its last acknowledgements precede its end).
     pub(crate) fn drain(&mut self) {
-        self.jobs = None;
+        if let Some(tx) = self.jobs.take() {
+            let _ = tx.send(WorkerMsg::End);
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+    }
+}
+
+impl Drop for SnapshotWorker {
+    /// A task that failed leaves its snapshot thread to end on its own
+    /// (after what is queued, or when a storage call returns).
+    fn drop(&mut self) {
+        if let Some(tx) = self.jobs.take() {
+            let _ = tx.send(WorkerMsg::End);
         }
     }
 }
@@ -269,6 +285,9 @@ impl Chain {
             return None;
         }
         for part in &w.chain {
+            let _call = crate::util::calls::call(|| {
+                format!("looking at {} of chk-{}", part.file, part.checkpoint)
+            });
             if let Err(e) = storage.check_part(part) {
                 tracing::warn!(checkpoint = %id, error = %e, "a part this task's next delta would build on is gone or changed: the part is written full");
                 return None;
@@ -343,6 +362,7 @@ fn run<E: From<(usize, SnapshotOutcome)>>(setup: WorkerSetup<E>, msgs: Receiver<
                 chain.verified(id);
                 continue;
             }
+            WorkerMsg::End => return,
         };
         let id = job.id;
         let mut freed = 0;
@@ -449,7 +469,15 @@ fn finish<E>(
                 ))
             }
         };
-        let written = storage.write_part(job.id, &setup.key, &bytes);
+        let written = {
+            let _call = crate::util::calls::call(|| {
+                format!(
+                    "writing the part of {}[{}] of chk-{}",
+                    setup.key.task, setup.key.subtask, job.id
+                )
+            });
+            storage.write_part(job.id, &setup.key, &bytes)
+        };
         if bytes.capacity() <= crate::util::buffers::KEEP_BUFFER_BYTES {
             *scratch = bytes;
         } else {

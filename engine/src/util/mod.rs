@@ -4,4 +4,5 @@
 
 pub(crate) mod background;
 pub(crate) mod buffers;
+pub(crate) mod calls;
 pub(crate) mod clock;

@@ -23,6 +23,7 @@ const WRITE_PIECE_BYTES: usize = 256 * 1024;
 /// Creates `path` (which must not exist), writes the framed `payload`,
 /// fsyncs it, and returns the payload's CRC32C.
 pub(super) fn write_framed(path: &Path, payload: &[u8]) -> Result<u32> {
+    let _call = crate::util::calls::call(|| format!("writing {}", path.display()));
     let mut crc = 0;
     for piece in payload.chunks(WRITE_PIECE_BYTES) {
         crc = crc32c::crc32c_append(crc, piece);
@@ -63,6 +64,7 @@ pub(super) fn write_framed(path: &Path, payload: &[u8]) -> Result<u32> {
 /// Reads the framed file at `path`, validates magic, version, length and
 /// CRC32C, and returns the payload.
 pub(super) fn read_framed(path: &Path) -> Result<Vec<u8>> {
+    let _call = crate::util::calls::call(|| format!("reading {}", path.display()));
     let mut bytes = fs::read(path).map_err(|e| StorageError::io("reading", path, e))?;
     let found_len = bytes.len() as u64;
     if bytes[..bytes.len().min(4)] != MAGIC[..bytes.len().min(4)] {
@@ -123,6 +125,7 @@ pub(super) fn read_framed(path: &Path) -> Result<Vec<u8>> {
 /// Makes the entries of directory `dir` durable (fsync of the directory;
 /// a no-op where directories cannot be opened, i.e. outside Unix).
 pub(super) fn sync_dir(dir: &Path) -> Result<()> {
+    let _call = crate::util::calls::call(|| format!("syncing {}", dir.display()));
     #[cfg(unix)]
     {
         File::open(dir)

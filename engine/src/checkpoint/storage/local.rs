@@ -326,9 +326,11 @@ impl CheckpointStorage for LocalDirStorage {
             });
         }
         let dir = self.staging_dir(id);
-        create_staging(&dir)?;
         let file = state_file_name(key);
-        let crc32c = write_framed(&dir.join(&file), bytes)?;
+        let path = dir.join(&file);
+        let _call = crate::util::calls::call(|| format!("writing {}", path.display()));
+        create_staging(&dir)?;
+        let crc32c = write_framed(&path, bytes)?;
         Ok(PartHandle {
             checkpoint: id,
             key: key.clone(),
@@ -433,6 +435,8 @@ impl CheckpointStorage for LocalDirStorage {
     }
 
     fn discard(&self, id: CheckpointId) -> Result<()> {
+        let _call =
+            crate::util::calls::call(|| format!("deleting {}", self.staging_dir(id).display()));
         // No part write is under way once this is held, and none starts
         // for `id` after it.
         let mut discarded = self
@@ -545,6 +549,7 @@ impl CheckpointStorage for LocalDirStorage {
         }
         for tmp in &renamed {
             crate::util::background::yield_point();
+            let _call = crate::util::calls::call(|| format!("deleting {}", tmp.display()));
             fs::remove_dir_all(tmp).map_err(|e| StorageError::io("deleting", tmp, e))?;
         }
         failed.map_or(Ok(()), Err)

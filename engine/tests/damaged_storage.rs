@@ -1,0 +1,261 @@
+//! A part file of a completed checkpoint deleted, or a byte of one
+//! flipped, while the job runs: after every later completed checkpoint the
+//! folder still holds one that restores, in-process restarts and a final
+//! restore in a new job give exact sums (nothing lost or applied twice).
+//! (The storage's rules: `engine/src/checkpoint/retention.rs`.)
+
+mod common;
+
+use common::*;
+use lockgate::*;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+type Finals = Arc<Mutex<HashMap<u64, u64>>>;
+
+const KEYS: u64 = 50_000;
+
+/// The job's folder, counting the publisher's retention passes (one per
+/// completed checkpoint), so that the test looks at the folder once
+/// retention applied: then nothing changes it until the next trigger.
+struct Counted {
+    inner: LocalDirStorage,
+    retained: AtomicUsize,
+}
+
+impl CheckpointStorage for Counted {
+    fn write_part(
+        &self,
+        id: CheckpointId,
+        key: &TaskStateKey,
+        bytes: &[u8],
+    ) -> Result<PartHandle, StorageError> {
+        self.inner.write_part(id, key, bytes)
+    }
+    fn publish(
+        &self,
+        meta: &CheckpointMetadata,
+        parts: &[PartHandle],
+    ) -> Result<CheckpointHandle, StorageError> {
+        self.inner.publish(meta, parts)
+    }
+    fn check_part(&self, part: &PartHandle) -> Result<(), StorageError> {
+        self.inner.check_part(part)
+    }
+    fn verify_part(&self, part: &PartHandle) -> Result<(), StorageError> {
+        self.inner.verify_part(part)
+    }
+    fn discard(&self, id: CheckpointId) -> Result<(), StorageError> {
+        self.inner.discard(id)
+    }
+    fn list(&self) -> Result<Vec<CheckpointId>, StorageError> {
+        self.inner.list()
+    }
+    fn load(&self, id: CheckpointId) -> Result<LoadedCheckpoint, StorageError> {
+        self.inner.load(id)
+    }
+    fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata, StorageError> {
+        self.inner.load_metadata(id)
+    }
+    fn part_bases(
+        &self,
+        id: CheckpointId,
+    ) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>, StorageError> {
+        self.inner.part_bases(id)
+    }
+    fn remove(&self, id: CheckpointId) -> Result<(), StorageError> {
+        self.inner.remove(id)
+    }
+    fn remove_many(&self, ids: &[CheckpointId]) -> Result<(), StorageError> {
+        let r = self.inner.remove_many(ids);
+        self.retained.fetch_add(1, Ordering::SeqCst);
+        r
+    }
+    fn set_aside(&self, id: CheckpointId) -> Result<Option<String>, StorageError> {
+        self.inner.set_aside(id)
+    }
+    fn clean_temporaries(&self) -> Result<usize, StorageError> {
+        self.inner.clean_temporaries()
+    }
+}
+
+/// source(2) → keyed_sum(2) → max sink into `finals`; checkpoints on
+/// demand only, every third one full for every subtask; the sources emit
+/// `per_poll` numbers a millisecond each.
+fn sum_job(dir: &Path, n: u64, restore: bool, per_poll: usize, finals: &Finals) -> JobBuilder {
+    let mut config = JobConfig::default();
+    config.checkpoint = CheckpointConfig::exactly_once(Duration::from_secs(3600), Some(dir.into()));
+    config.checkpoint.interval = None;
+    config.checkpoint.full_every = 3;
+    config.checkpoint.restore = restore;
+    config.restart.delay = Duration::ZERO;
+    config.restart.max_attempts = 5;
+    let job = JobBuilder::new("damaged", config);
+    let f2 = finals.clone();
+    job.source("numbers", 2, move |i| {
+        Counter::paced(i.index, i.parallelism, n, per_poll, 1_000_000)
+    })
+    .key_by(|x| x % KEYS)
+    .task("keyed_sum", 2)
+    .process("keyed_sum", |_| keyed_sum(KEYS))
+    .rebalance()
+    .task("sink", 1)
+    .sink("sink", move |_| MaxSink(f2.clone()));
+    job
+}
+
+/// The newest checkpoint in `dir` whose parts are all full, and whether a
+/// newer one exists (then the publisher has read it back: it publishes
+/// and reads back one checkpoint at a time).
+fn newest_full(dir: &Path) -> Option<(CheckpointId, bool)> {
+    let storage = LocalDirStorage::open(dir).unwrap();
+    let ids = storage.list().unwrap();
+    let full = ids.iter().rev().copied().find(|id| {
+        storage
+            .part_bases(*id)
+            .is_ok_and(|b| b.iter().all(|(_, base)| base.is_none()))
+    })?;
+    Some((full, ids.last() != Some(&full)))
+}
+
+/// A state file of checkpoint `id` in `dir`.
+fn a_part_file(dir: &Path, id: CheckpointId) -> PathBuf {
+    let chk = dir.join(format!("chk-{}", id.get()));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&chk)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "state"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .next()
+        .expect("a checkpoint has part files")
+}
+
+/// The checkpoint of `dir` that a restore would take: the newest that
+/// restores whole.
+fn restorable(dir: &Path) -> Option<CheckpointId> {
+    let storage = LocalDirStorage::open(dir).unwrap();
+    load_restorable(&storage).unwrap().map(|r| r.checkpoint)
+}
+
+/// Triggers a checkpoint and waits for it, retrying while the job
+/// restarts after an injected failure.
+fn checkpoint(handle: &JobHandle) -> CheckpointId {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match handle.trigger_checkpoint() {
+            Ok(id) => return id,
+            Err(why) => assert!(Instant::now() < deadline, "no checkpoint completes: {why}"),
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// `newest_restores`: every checkpoint that completes after the damage
+/// restores itself (a deleted base is seen by the next snapshot, which
+/// writes a full part), not only an older fallback.
+fn damaged_mid_run(damage: fn(&Path), what: &str, newest_restores: bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("chk");
+    let n = 1_000_000;
+    let finals: Finals = Arc::default();
+    // 20 numbers a millisecond over 50,000 keys: few keys change between
+    // two checkpoints, so keyed_sum's parts are deltas between full ones;
+    // the run is far from its end when it stops.
+    let job = sum_job(&dir, n, false, 10, &finals);
+    let storage = Arc::new(Counted {
+        inner: LocalDirStorage::open(&dir).unwrap(),
+        retained: AtomicUsize::new(0),
+    });
+    // keyed_sum[0] (task 2) fails once: an in-process restart.
+    let job = job
+        .with_storage(Box::new(storage.clone()))
+        .with_failures(FailurePlan::none().with(2, FailurePoint::AfterRecords(1_000)));
+    let handle = job.start().unwrap();
+    let mut damaged = None;
+    let mut completed = 0;
+    for k in 1..=14 {
+        let id = checkpoint(&handle);
+        completed += 1;
+        // Retention applied after it: the folder is as it stays until the
+        // next trigger.
+        assert!(wait_for(60, || storage.retained.load(Ordering::SeqCst) >= completed));
+        // The newest full checkpoint, once it was read back and an older
+        // full one exists (whose chains a fallback can take).
+        let before = damaged.is_some();
+        if damaged.is_none() {
+            if let Some((full, read_back)) = newest_full(&dir) {
+                if read_back && full.get() >= 6 {
+                    let file = a_part_file(&dir, full);
+                    damage(&file);
+                    damaged = Some(file);
+                }
+            }
+        }
+        let restores = restorable(&dir);
+        assert!(
+            restores.is_some(),
+            "{what}: nothing restores after checkpoint {id} (k = {k}, damaged: {damaged:?})"
+        );
+        if before && newest_restores {
+            assert_eq!(
+                restores,
+                Some(id),
+                "{what}: the newest checkpoint does not restore"
+            );
+        }
+    }
+    assert!(damaged.is_some(), "{what}: no full checkpoint was damaged");
+    // The injected failure strikes (if it did not yet): the restart reads
+    // back the newest completed checkpoint, past damaged chains.
+    assert!(
+        wait_for(60, || handle.metrics().restarts >= 1),
+        "{what}: the injected failure did not strike"
+    );
+    checkpoint(&handle);
+    completed += 1;
+    assert!(wait_for(60, || storage.retained.load(Ordering::SeqCst) >= completed));
+    assert!(
+        restorable(&dir).is_some(),
+        "{what}: nothing restores after the restart"
+    );
+    handle.stop();
+    handle.wait().unwrap();
+    // A new job restores the folder (falling back past damaged chains) and
+    // runs the rest, fast: every sum exact.
+    let m = sum_job(&dir, n, true, 100_000, &finals)
+        .start()
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(m.restored.is_some(), "{what}: the new job restored");
+    assert_eq!(*finals.lock().unwrap(), expected_sums(n, KEYS), "{what}");
+}
+
+#[test]
+fn a_deleted_base_file_leaves_a_restorable_checkpoint() {
+    damaged_mid_run(
+        |f| std::fs::remove_file(f).unwrap(),
+        "a deleted part file",
+        true,
+    );
+}
+
+#[test]
+fn a_flipped_byte_in_a_base_leaves_a_restorable_checkpoint() {
+    damaged_mid_run(
+        |f| {
+            let mut bytes = std::fs::read(f).unwrap();
+            let i = bytes.len() - 1;
+            bytes[i] ^= 0x40;
+            std::fs::write(f, bytes).unwrap();
+        },
+        "a flipped byte",
+        false,
+    );
+}

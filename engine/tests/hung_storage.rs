@@ -1,0 +1,151 @@
+//! Checkpoint storage that hangs (a frozen file system): each checkpoint
+//! timeout is reported as it happens, the job fails and ends without
+//! waiting for the storage, and the calls still waiting are named.
+
+mod common;
+
+use common::*;
+use lockgate::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// A [`MemoryStorage`] whose part writes and discards wait while it is
+/// closed, as on a frozen file system.
+#[derive(Default)]
+struct Hanging {
+    inner: MemoryStorage,
+    closed: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl Hanging {
+    fn set_closed(&self, closed: bool) {
+        *self.closed.lock().unwrap() = closed;
+        self.opened.notify_all();
+    }
+
+    fn wait_open(&self) {
+        let mut closed = self.closed.lock().unwrap();
+        while *closed {
+            closed = self.opened.wait(closed).unwrap();
+        }
+    }
+}
+
+impl CheckpointStorage for Hanging {
+    fn write_part(
+        &self,
+        id: CheckpointId,
+        key: &TaskStateKey,
+        bytes: &[u8],
+    ) -> Result<PartHandle, StorageError> {
+        self.wait_open();
+        self.inner.write_part(id, key, bytes)
+    }
+    fn publish(
+        &self,
+        meta: &CheckpointMetadata,
+        parts: &[PartHandle],
+    ) -> Result<CheckpointHandle, StorageError> {
+        self.inner.publish(meta, parts)
+    }
+    fn discard(&self, id: CheckpointId) -> Result<(), StorageError> {
+        self.wait_open();
+        self.inner.discard(id)
+    }
+    fn list(&self) -> Result<Vec<CheckpointId>, StorageError> {
+        self.inner.list()
+    }
+    fn load(&self, id: CheckpointId) -> Result<LoadedCheckpoint, StorageError> {
+        self.inner.load(id)
+    }
+    fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata, StorageError> {
+        self.inner.load_metadata(id)
+    }
+    fn part_bases(
+        &self,
+        id: CheckpointId,
+    ) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>, StorageError> {
+        self.inner.part_bases(id)
+    }
+    fn remove(&self, id: CheckpointId) -> Result<(), StorageError> {
+        self.inner.remove(id)
+    }
+}
+
+#[test]
+fn a_hanging_storage_times_checkpoints_out_and_fails_the_job_without_waiting_for_it() {
+    let storage = Arc::new(Hanging::default());
+    let mut config = JobConfig::default();
+    config.checkpoint = CheckpointConfig::exactly_once(Duration::from_millis(20), None);
+    config.checkpoint.timeout = Duration::from_millis(300);
+    config.checkpoint.tolerable_failures = 2;
+    let job = JobBuilder::new("hanging", config).with_storage(Box::new(storage.clone()));
+    let finals: Arc<Mutex<HashMap<u64, u64>>> = Arc::default();
+    let f2 = finals.clone();
+    // Far more numbers than the test takes: it never ends by itself.
+    job.source("numbers", 2, |i| {
+        Counter::paced(i.index, i.parallelism, u64::MAX / 4, 20, 1_000_000)
+    })
+    .key_by(|x| x % 100)
+    .task("keyed_sum", 2)
+    .process("keyed_sum", |_| keyed_sum(100))
+    .rebalance()
+    .task("sink", 1)
+    .sink("sink", move |_| MaxSink(f2.clone()));
+    let events = job.checkpoint_events();
+    let handle = job.start().unwrap();
+    // A checkpoint completes, then the storage hangs.
+    loop {
+        let e = events.recv().expect("the job runs");
+        if e.is_completed() {
+            break;
+        }
+    }
+    storage.set_closed(true);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done_tx.send(handle.wait());
+    });
+    // Each timeout is reported as it happens (an aborted checkpoint's
+    // statistics, as the log's warning), while the storage still hangs.
+    let mut timeouts = 0;
+    while timeouts < 3 {
+        let e = events
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a checkpoint ends while the storage hangs");
+        match e.status {
+            CheckpointStatus::Aborted(AbortReason::Timeout) => timeouts += 1,
+            other => panic!("checkpoint {} ended {other:?} with the storage hung", e.id),
+        }
+    }
+    // The job fails on its third timeout in a row, and its end does not
+    // wait for the storage: it comes while the storage still hangs.
+    let result = done_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the job ended while its storage hangs");
+    match result {
+        Err(JobError::Checkpoint(why)) => assert!(why.contains("timeout"), "{why}"),
+        other => panic!("expected a checkpointing failure, got {other:?}"),
+    }
+    // What is still waiting is named: a snapshot thread's part write.
+    let calls = storage_calls_in_progress();
+    assert!(
+        calls.iter().any(|c| c.thread.starts_with("lg-snap")
+            && c.what.contains("writing the part of")
+            && c.what.contains("chk-")),
+        "{calls:?}"
+    );
+    // Thawed, the calls finish and the list empties.
+    storage.set_closed(false);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !storage_calls_in_progress().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            storage_calls_in_progress()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

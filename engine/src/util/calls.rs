@@ -120,7 +120,7 @@ pub fn storage_calls_in_progress() -> Vec<StorageCall> {
         })
         .collect();
     drop(guard);
-    v.sort_by(|a, b| b.running_for.cmp(&a.running_for));
+    v.sort_by_key(|c| std::cmp::Reverse(c.running_for));
     v
 }
 

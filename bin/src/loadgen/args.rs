@@ -171,6 +171,11 @@ pub(crate) struct Args {
     /// folder, removed at the end].
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
+    /// Where checkpoints are kept: disk (a folder, `--checkpoint-dir` or a
+    /// temporary one) or memory (the engine's in-memory storage: restarts
+    /// within the process only; no `--checkpoint-dir`, no `--restore`).
+    #[arg(long, value_enum, default_value = "disk")]
+    pub checkpoint_storage: StorageArg,
     /// Exactly-once only: abort a checkpoint whose alignment holds more
     /// bytes [default: unlimited].
     #[arg(long)]
@@ -229,6 +234,12 @@ pub(crate) struct Args {
     /// about latency.
     #[arg(long)]
     pub quiet: bool,
+    /// A line on stderr every SECS seconds with that interval's figures:
+    /// records/s at the sink, checkpoints completed per second, their
+    /// end-to-end p50 and p99, and the process's resident memory (for long
+    /// runs, whose whole-run figures hide a drift).
+    #[arg(long, value_name = "SECS")]
+    pub interval_report: Option<u64>,
     /// W2/W3: the shortest sleep of a paced source between two polls, µs;
     /// each wake-up emits every record due (longer: fewer wake-ups, more
     /// latency) [default: 10 with a thread per task, 2 with --workers,
@@ -237,10 +248,19 @@ pub(crate) struct Args {
     pub tick_us: Option<u64>,
 }
 
+/// `--checkpoint-storage`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum StorageArg {
+    /// A checkpoint folder.
+    Disk,
+    /// In memory (restarts within the process only).
+    Memory,
+}
+
 /// Where checkpoints go for this run.
 #[derive(Debug)]
 pub(crate) enum CheckpointDir {
-    /// No checkpoints.
+    /// No checkpoints, or checkpoints kept in memory.
     None,
     /// A temporary folder, removed at the end.
     Temp(tempfile::TempDir),
@@ -280,6 +300,8 @@ pub(crate) struct Plan {
     pub progress: bool,
     /// Print only the last line.
     pub quiet: bool,
+    /// `--interval-report`.
+    pub interval_report: Option<Duration>,
     /// Pinning, as given.
     pub pinning: String,
     /// Warnings to print before the run (it runs anyway).
@@ -614,7 +636,16 @@ impl Args {
             job.checkpoint.aligned_checkpoint_timeout =
                 aligned_timeout(self.aligned_checkpoint_timeout_ms)?;
             self.incremental.apply(&mut job.checkpoint)?;
-            match (&self.restore, &self.checkpoint_dir) {
+            if self.checkpoint_storage == StorageArg::Memory {
+                if self.checkpoint_dir.is_some() || self.restore.is_some() {
+                    return Err(
+                        "--checkpoint-storage memory keeps no folder: it takes neither --checkpoint-dir nor --restore"
+                            .into(),
+                    );
+                }
+                CheckpointDir::None
+            } else {
+                match (&self.restore, &self.checkpoint_dir) {
                 (Some(r), Some(d)) if !same_folder(r, d) => {
                     return Err(format!(
                         "--restore {} and --checkpoint-dir {} differ: a restored run goes on writing checkpoints to the folder it restores from",
@@ -658,6 +689,7 @@ impl Args {
                     job.checkpoint.dir = Some(t.path().to_path_buf());
                     CheckpointDir::Temp(t)
                 }
+            }
             }
         } else {
             CheckpointDir::None
@@ -743,6 +775,10 @@ impl Args {
                 CheckpointDir::User(p) => Some(p.display().to_string()),
                 _ => None,
             },
+            "checkpoint_storage": checkpointing.then_some(match self.checkpoint_storage {
+                StorageArg::Disk => "disk",
+                StorageArg::Memory => "memory",
+            }),
             "max_alignment_bytes": self.max_alignment_bytes,
             "aligned_checkpoint_timeout_ms": self.aligned_checkpoint_timeout_ms,
             "checkpoint_timeout_ms": checkpointing.then_some(job.checkpoint.timeout.as_millis() as u64),
@@ -773,6 +809,10 @@ impl Args {
             config_json,
             progress,
             quiet: self.quiet,
+            interval_report: match self.interval_report {
+                Some(0) => return Err("--interval-report must be at least 1 s".into()),
+                s => s.map(Duration::from_secs),
+            },
             pinning: self.pin.clone(),
             warnings,
         })

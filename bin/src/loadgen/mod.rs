@@ -127,6 +127,8 @@ pub(crate) fn run(args: Args) -> u8 {
     let started = Instant::now();
     let mut next_progress = started + Duration::from_secs(1);
     let mut last_delivered = 0u64;
+    let mut next_interval = plan.interval_report.map(|d| (started + d, d));
+    let mut interval_delivered = 0u64;
     let mut stopping = false;
     while !handle.is_finished() {
         if !stopping && interrupted.load(Ordering::SeqCst) {
@@ -154,6 +156,25 @@ pub(crate) fn run(args: Args) -> u8 {
                 m.completed_checkpoints()
             );
             last_delivered = p.delivered;
+        }
+        if let Some((at, every)) = next_interval {
+            if Instant::now() >= at {
+                next_interval = Some((at + every, every));
+                let p = results.progress();
+                let c = results.take_checkpoint_interval();
+                let secs = every.as_secs_f64();
+                eprintln!(
+                    "interval at {:.0} s: {:.0} records/s, {:.1} checkpoints/s ({} aborted), end-to-end p50 {} p99 {}, RSS {:.1} MiB",
+                    started.elapsed().as_secs_f64(),
+                    (p.delivered - interval_delivered) as f64 / secs,
+                    c.completed as f64 / secs,
+                    c.aborted,
+                    fmt_ns(c.duration_ns.quantile(0.5)),
+                    fmt_ns(c.duration_ns.quantile(0.99)),
+                    resident_bytes() as f64 / (1 << 20) as f64,
+                );
+                interval_delivered = p.delivered;
+            }
         }
     }
     let was_interrupted = stopping;
@@ -203,6 +224,19 @@ pub(crate) fn blocked_storage() -> Option<String> {
             blocked.join("; ")
         )
     })
+}
+
+/// The process's resident memory now (Linux `VmRSS`; 0 elsewhere).
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
 }
 
 /// The run's name in charts: the `--json` file's stem, else `lockgate`.

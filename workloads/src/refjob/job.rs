@@ -117,6 +117,7 @@ pub fn start_reference_job(
         .spawn(move || {
             for c in events.iter() {
                 lock(&shared.bands).add(&c);
+                lock(&shared.interval).add(&c);
             }
         })
         .map_err(|e| {

@@ -99,4 +99,4 @@ pub use job::{
 };
 pub use records::{Bytes, Payload, RefEvent, RefSum};
 pub use report::{Recovery, RefJobReport, RefJobResults, RefProgress, SourceSummary};
-pub use shared::CheckpointBands;
+pub use shared::{CheckpointBands, CheckpointInterval};

@@ -5,7 +5,9 @@
 //! against the closed form, failures and recoveries.
 
 use super::config::{RefJobConfig, RefJobError};
-use super::shared::{lock, CheckpointBands, Recorded, Shared, SinkSlot, SourceStats};
+use super::shared::{
+    lock, CheckpointBands, CheckpointInterval, Recorded, Shared, SinkSlot, SourceStats,
+};
 use crate::latency::{merge, new_interval_histogram, LatencyError, Percentiles};
 use crate::workload::{CheckReport, ExpectedResult, KeySpace, SinkCheck, Workload};
 use hdrhistogram::Histogram;
@@ -230,6 +232,7 @@ impl RefJobResults {
                 slots,
                 bands: Mutex::new(CheckpointBands::default()),
                 bands_thread: Mutex::new(None),
+                interval: Mutex::new(CheckpointInterval::default()),
             }),
             expected: Arc::new(OnceLock::new()),
         })
@@ -238,6 +241,13 @@ impl RefJobResults {
     /// The configuration.
     pub fn config(&self) -> &RefJobConfig {
         &self.shared.cfg
+    }
+
+    /// The checkpoints that ended since the last call (or the start),
+    /// emptied: for a line per interval of a long run, whose whole-run
+    /// figures hide a drift.
+    pub fn take_checkpoint_interval(&self) -> CheckpointInterval {
+        std::mem::take(&mut *lock(&self.shared.interval))
     }
 
     /// Counters and the p99 so far (locks the sink's slot briefly).

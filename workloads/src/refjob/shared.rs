@@ -256,6 +256,35 @@ pub(super) struct Shared {
     pub(super) bands: Mutex<CheckpointBands>,
     /// That thread, joined when the report is collected.
     pub(super) bands_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The checkpoints that ended since the load generator last asked
+    /// ([`super::RefJobResults::take_checkpoint_interval`]).
+    pub(super) interval: Mutex<CheckpointInterval>,
+}
+
+/// The checkpoints that ended in an interval of a run: counts, and the
+/// end-to-end durations of the completed ones.
+#[derive(Clone, Debug, Default)]
+pub struct CheckpointInterval {
+    /// Completed in the interval.
+    pub completed: u64,
+    /// Aborted in the interval.
+    pub aborted: u64,
+    /// End-to-end durations of those completed, ns.
+    pub duration_ns: lockgate::Distribution,
+}
+
+impl CheckpointInterval {
+    /// Adds an ended checkpoint.
+    pub fn add(&mut self, c: &lockgate::CheckpointStats) {
+        match c.status {
+            lockgate::CheckpointStatus::Completed => {
+                self.completed += 1;
+                self.duration_ns.record(c.duration_ns);
+            }
+            lockgate::CheckpointStatus::Aborted(_) => self.aborted += 1,
+            lockgate::CheckpointStatus::Pending => {}
+        }
+    }
 }
 
 /// The run's checkpoints as spans of time, trigger to end: completed and

@@ -417,7 +417,10 @@ impl RefJobResults {
         let mut check: Option<CheckReport> = None;
         for slot in &self.shared.slots {
             let s = lock(slot);
-            let total = s.total().map_err(|e| LatencyError::Merge(e.to_string()))?;
+            let mut total = s.total().map_err(|e| LatencyError::Merge(e.to_string()))?;
+            total
+                .expand()
+                .map_err(|e| LatencyError::Merge(e.to_string()))?;
             let r = &total;
             lat.push(r.latency.histogram().clone());
             // W1's records carry their actual send time as intended time:

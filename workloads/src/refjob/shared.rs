@@ -48,6 +48,11 @@ pub(super) struct Recorded {
     /// From the intended send time, per [`INTERVAL_NS`](super::INTERVAL_NS) since the job's
     /// start (W2/W3).
     pub(super) intervals: std::collections::BTreeMap<usize, Histogram<u64>>,
+    /// Older intervals of `intervals`, compressed (HdrHistogram V2 with
+    /// deflate, a few hundred bytes each instead of ~27 KiB): a run of
+    /// any length keeps them all for its timeline and `.hlog` in bounded
+    /// memory ([`Recorded::compact_before`]).
+    pub(super) compacted: std::collections::BTreeMap<usize, Vec<u8>>,
 }
 
 impl Recorded {
@@ -56,6 +61,7 @@ impl Recorded {
             latency: LatencyRecorder::new(),
             uncorrected: LatencyRecorder::new(),
             intervals: Default::default(),
+            compacted: Default::default(),
         }
     }
 
@@ -65,6 +71,41 @@ impl Recorded {
         self.latency.reset();
         self.uncorrected.reset();
         self.intervals.clear();
+        self.compacted.clear();
+    }
+
+    /// Compresses the intervals before `index` (a histogram's V2 deflate
+    /// encoding): the merged recordings of a long run keep only the last
+    /// few intervals whole.
+    pub(super) fn compact_before(&mut self, index: usize) -> Result<(), BoxError> {
+        let later = self.intervals.split_off(&index);
+        let older = std::mem::replace(&mut self.intervals, later);
+        for (i, h) in older {
+            let h = match self.compacted.remove(&i) {
+                Some(bytes) => {
+                    let mut old = decompress(&bytes)?;
+                    old.add(&h).map_err(|e| format!("{e:?}"))?;
+                    old
+                }
+                None => h,
+            };
+            self.compacted.insert(i, compress(&h)?);
+        }
+        Ok(())
+    }
+
+    /// Every interval whole again (the compressed ones decompressed), for
+    /// the report.
+    pub(super) fn expand(&mut self) -> Result<(), BoxError> {
+        for (i, bytes) in std::mem::take(&mut self.compacted) {
+            let h = decompress(&bytes)?;
+            self.intervals
+                .entry(i)
+                .or_insert_with(new_interval_histogram)
+                .add(&h)
+                .map_err(|e| format!("{e:?}"))?;
+        }
+        Ok(())
     }
 
     /// Adds `other` in (O(histogram size): ~26 K slots each, tens of µs).
@@ -76,6 +117,18 @@ impl Recorded {
         self.uncorrected
             .merge_from(&other.uncorrected)
             .map_err(|x| x.to_string())?;
+        for (interval, bytes) in &other.compacted {
+            match self.compacted.get_mut(interval) {
+                Some(mine) => {
+                    let mut h = decompress(mine)?;
+                    h.add(decompress(bytes)?).map_err(|e| format!("{e:?}"))?;
+                    *mine = compress(&h)?;
+                }
+                None => {
+                    self.compacted.insert(*interval, bytes.clone());
+                }
+            }
+        }
         for (interval, h) in &other.intervals {
             self.intervals
                 .entry(*interval)
@@ -85,6 +138,21 @@ impl Recorded {
         }
         Ok(())
     }
+}
+
+fn compress(h: &Histogram<u64>) -> Result<Vec<u8>, BoxError> {
+    use hdrhistogram::serialization::Serializer as _;
+    let mut out = Vec::new();
+    hdrhistogram::serialization::V2DeflateSerializer::new()
+        .serialize(h, &mut out)
+        .map_err(|e| format!("compressing a latency interval: {e:?}"))?;
+    Ok(out)
+}
+
+fn decompress(bytes: &[u8]) -> Result<Histogram<u64>, BoxError> {
+    hdrhistogram::serialization::Deserializer::new()
+        .deserialize(&mut &bytes[..])
+        .map_err(|e| format!("a compressed latency interval: {e:?}").into())
 }
 
 /// What the sink keeps outside its operator (one per sink subtask, i.e.
@@ -137,6 +205,9 @@ pub(super) struct SinkSlot {
     pub(super) attempt_starts: Vec<u64>,
 }
 
+/// Intervals of the merged recordings kept whole (the newest): 2 s.
+const KEEP_WHOLE_INTERVALS: usize = 20;
+
 impl SinkSlot {
     /// Rolls the recordings back to the sink's snapshot of `to` (`None`:
     /// to nothing, a restart from the beginning).
@@ -186,6 +257,12 @@ impl SinkSlot {
             // Each add is some 100 µs on a snapshot thread.
             lockgate::yield_point();
             m.add(r)?;
+        }
+        // All but the last few intervals compressed: a later record of an
+        // older interval (delivered late) merges into its compressed form.
+        if let Some(&last) = m.intervals.keys().next_back() {
+            lockgate::yield_point();
+            m.compact_before(last.saturating_sub(KEEP_WHOLE_INTERVALS))?;
         }
         drop(m);
         Ok(settled.into_iter().next().map(|mut r| {

@@ -119,6 +119,7 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
                 latency,
                 uncorrected,
                 intervals,
+                ..
             } = target;
             let mut in_interval = paced.then(|| {
                 intervals

@@ -795,6 +795,80 @@ impl<T: Data> Stream<T> {
         out
     }
 
+    /// Ends the chain in the application's hands, exactly once: the
+    /// records a sink subtask takes between two checkpoint barriers are
+    /// kept in the checkpoint (pre-committed) and handed over, as one
+    /// [`Committed`](crate::Committed) batch naming the checkpoint, once
+    /// that checkpoint completes; a restart hands over nothing twice. A
+    /// record waits for it: on average half the checkpoint interval, plus
+    /// a checkpoint's end-to-end time. `after`: the newest checkpoint whose
+    /// batches the application already has, from an earlier process whose
+    /// checkpoint this job restores (`None` for a fresh job): older
+    /// batches are not handed over again. Unbounded, as
+    /// [`Stream::collect`]: the application must keep reading. Without
+    /// checkpointing, everything comes at the end of the input, as
+    /// checkpoint `CheckpointId(u64::MAX)`.
+    ///
+    /// # Examples
+    /// ```
+    /// use lockgate::{CheckpointConfig, JobBuilder, JobConfig};
+    /// use std::time::Duration;
+    ///
+    /// let mut config = JobConfig::default();
+    /// config.checkpoint = CheckpointConfig::exactly_once(Duration::from_millis(5), None);
+    /// let job = JobBuilder::new("committed", config);
+    /// let (stream, ingest) = job.ingest::<u64>("in", 64);
+    /// let out = stream.map(|x| x * 2).collect_committed(None);
+    /// let handle = job.start().unwrap();
+    /// for x in 0..1000 {
+    ///     ingest.push(x).unwrap();
+    /// }
+    /// drop(ingest); // the end of the input: a final checkpoint commits the rest
+    /// handle.wait().unwrap();
+    /// let mut got: Vec<u64> = out.iter().flat_map(|batch| batch.records).collect();
+    /// got.sort_unstable();
+    /// assert_eq!(got, (0..1000).map(|x| x * 2).collect::<Vec<_>>());
+    /// ```
+    pub fn collect_committed(
+        self,
+        after: Option<crate::CheckpointId>,
+    ) -> Output<crate::Committed<T>> {
+        let (tx, out) = crate::transport::handoff::output_channel();
+        self.for_each_committed(after, move |batch| {
+            let _ = tx.send(batch);
+        });
+        out
+    }
+
+    /// As [`Stream::collect_committed`], calling `f` with each committed
+    /// batch, on the sink task's thread when its checkpoint's completion
+    /// reaches it (keep it short: records wait meanwhile).
+    pub fn for_each_committed<F>(self, after: Option<crate::CheckpointId>, f: F)
+    where
+        F: Fn(crate::Committed<T>) + Send + Sync + 'static,
+    {
+        // Named by its place in the graph: its state (the pending batches)
+        // restores into the same operator of the same program.
+        let name = {
+            let mut g = self.g.borrow_mut();
+            let name = g.anon_name(self.node, "committed");
+            g.claim_name(&name);
+            name
+        };
+        let deliver: Arc<dyn Fn(crate::Committed<T>) + Send + Sync> = Arc::new(f);
+        let delivered = crate::operator::committed::Delivered::new(after);
+        let s: Stream<()> = self.chain_op(name, move |info| {
+            SinkOperator(crate::TwoPhaseCommitSink::new(
+                crate::operator::committed::CommittedOutput {
+                    subtask: info.index,
+                    delivered: delivered.clone(),
+                    deliver: deliver.clone(),
+                },
+            ))
+        });
+        s.finish_with(Arc::new(|_| Box::new(NoOutput)));
+    }
+
     fn finish_with(self, tail: TailFn<T>) {
         let chain = self.chain;
         let make: MakeFn = Arc::new(move |ctx| {

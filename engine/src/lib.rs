@@ -56,6 +56,7 @@ pub use config::{
 pub use graph::{Connected, Data, Exchange, JobBuilder, Stream};
 pub use job::{JobFailure, JobHandle, JobMetrics, RestoredAtStart};
 pub use operator::two_phase::{TwoPhaseCommit, TwoPhaseCommitSink};
+pub use operator::Committed;
 pub use operator::{
     Checkpointed, Context, Either, EncodedState, Operator, Sink, SnapshotRequest, Source,
     SourcePoll, StateSnapshot,

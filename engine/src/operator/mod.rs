@@ -4,6 +4,7 @@
 //! two-phase-commit sinks (`two_phase`).
 
 mod api;
+pub(crate) mod committed;
 pub(crate) mod ingest;
 pub(crate) mod sinks;
 pub(crate) mod two_phase;
@@ -13,3 +14,4 @@ pub use api::{
     Checkpointed, Context, Either, EncodedState, Operator, Sink, SnapshotRequest, Source,
     SourcePoll, StateSnapshot,
 };
+pub use committed::Committed;

@@ -326,7 +326,8 @@ pub struct Band {
 
 /// The latency timeline of one run: p50, p99 and max per interval (each
 /// at its interval's middle), with checkpoints and recoveries as bands,
-/// as an SVG document. The x axis is seconds from the start, the y axis
+/// and, for a run with committed output, the committed p50 and p99
+/// (`committed`, by intended send time as `points`), as an SVG document. The x axis is seconds from the start, the y axis
 /// the latency on a log scale. Intervals without latencies are gaps.
 ///
 /// # Errors
@@ -335,6 +336,7 @@ pub struct Band {
 pub fn timeline_chart_svg(
     text: &ChartText,
     points: &[TimelinePoint],
+    committed: &[TimelinePoint],
     interval_ns: u64,
     bands: &[Band],
 ) -> Result<String, LatencyError> {
@@ -342,7 +344,13 @@ pub fn timeline_chart_svg(
     if filled.is_empty() {
         return Err(LatencyError::NothingToPlot);
     }
-    let max_ns = filled.iter().map(|p| p.max_ns).max().unwrap_or(1);
+    let committed: Vec<&TimelinePoint> = committed.iter().filter(|p| p.count > 0).collect();
+    let max_ns = filled
+        .iter()
+        .map(|p| p.max_ns)
+        .chain(committed.iter().map(|p| p.p99_ns))
+        .max()
+        .unwrap_or(1);
     let min_ns = filled.iter().map(|p| p.p50_ns).min().unwrap_or(1);
     let (unit, per_unit) = unit_for(max_ns);
     let (y_lo, y_hi) = decades(min_ns as f64 / per_unit, max_ns as f64 / per_unit);
@@ -429,23 +437,24 @@ pub fn timeline_chart_svg(
                 });
         }
         let mid = interval_ns as f64 / 2e9;
-        for (i, (name, get)) in [
-            (
-                "max",
-                (|p: &TimelinePoint| p.max_ns) as fn(&TimelinePoint) -> u64,
-            ),
-            ("p99", |p| p.p99_ns),
-            ("p50", |p| p.p50_ns),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let c = color([6, 1, 0][i]);
+        type Get = fn(&TimelinePoint) -> u64;
+        let lines: [(&str, Get, &[&TimelinePoint], usize); 5] = [
+            ("max", |p| p.max_ns, &filled, 6),
+            ("p99", |p| p.p99_ns, &filled, 1),
+            ("p50", |p| p.p50_ns, &filled, 0),
+            ("committed p99", |p| p.p99_ns, &committed, 3),
+            ("committed p50", |p| p.p50_ns, &committed, 2),
+        ];
+        for (name, get, filled, colour) in lines {
+            if filled.is_empty() {
+                continue;
+            }
+            let c = color(colour);
             // One line per run of filled intervals: an empty interval is
             // a gap, not a drop to zero.
             let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
             let mut last: Option<u64> = None;
-            for p in &filled {
+            for p in filled.iter() {
                 if last.is_some_and(|l| p.offset_ns > l.saturating_add(interval_ns)) {
                     runs.push(Vec::new());
                 }
@@ -598,7 +607,8 @@ mod tests {
                 kind: BandKind::Recovery,
             },
         ];
-        let svg = timeline_chart_svg(&ChartText::default(), &points, interval, &bands).unwrap();
+        let svg =
+            timeline_chart_svg(&ChartText::default(), &points, &[], interval, &bands).unwrap();
         assert!(svg.contains("checkpoint (trigger to completion)"));
         assert!(svg.contains("failure to recovery"));
         assert!(svg.contains("time since the start (s)"));
@@ -607,7 +617,7 @@ mod tests {
         let blue = r##"stroke="#0072B2" stroke-width="2""##;
         assert_eq!(svg.matches(blue).count(), 3, "{svg}");
         assert!(matches!(
-            timeline_chart_svg(&ChartText::default(), &[], interval, &[]),
+            timeline_chart_svg(&ChartText::default(), &[], &[], interval, &[]),
             Err(LatencyError::NothingToPlot)
         ));
     }

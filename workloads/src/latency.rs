@@ -143,6 +143,12 @@ impl LatencyRecorder {
         self.hist.saturating_record(latency_ns);
     }
 
+    /// Records `count` latencies of `latency_ns`, clamped as
+    /// [`LatencyRecorder::record_latency`].
+    pub fn record_latency_n(&mut self, latency_ns: u64, count: u64) {
+        self.hist.saturating_record_n(latency_ns, count);
+    }
+
     /// The values recorded.
     pub fn count(&self) -> u64 {
         self.hist.len()

@@ -176,6 +176,13 @@ pub(crate) struct Args {
     /// within the process only; no `--checkpoint-dir`, no `--restore`).
     #[arg(long, value_enum, default_value = "disk")]
     pub checkpoint_storage: StorageArg,
+    /// What the sink's output is: processing (a record counts when the
+    /// sink receives it) or committed (the sink is a two-phase-commit
+    /// sink: a record counts when its checkpoint completes; the report
+    /// gives the committed latency beside the processing one; needs
+    /// checkpoints).
+    #[arg(long, value_enum, default_value = "processing")]
+    pub output: OutputArg,
     /// Exactly-once only: abort a checkpoint whose alignment holds more
     /// bytes [default: unlimited].
     #[arg(long)]
@@ -246,6 +253,15 @@ pub(crate) struct Args {
     /// whose idle workers spin rather than sleep for a few µs].
     #[arg(long)]
     pub tick_us: Option<u64>,
+}
+
+/// `--output`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum OutputArg {
+    /// Records count when the sink receives them.
+    Processing,
+    /// Records count when their checkpoint completes (exactly-once output).
+    Committed,
 }
 
 /// `--checkpoint-storage`.
@@ -694,6 +710,16 @@ impl Args {
         } else {
             CheckpointDir::None
         };
+        if self.output == OutputArg::Committed {
+            if !checkpointing {
+                return Err(
+                    "--output committed needs checkpoints: records are committed when a checkpoint completes (--checkpoint exactly-once, unaligned or at-least-once)"
+                        .into(),
+                );
+            }
+            refjob.output = lockgate_workloads::refjob::OutputMode::Committed;
+            refjob.committed_log_dir = checkpoint_dir.path().map(Path::to_path_buf);
+        }
         if self.inject_failures > 0 {
             job.restart = RestartStrategy {
                 max_attempts: u32::try_from(self.inject_failures)
@@ -774,6 +800,10 @@ impl Args {
             "checkpoint_dir": match &checkpoint_dir {
                 CheckpointDir::User(p) => Some(p.display().to_string()),
                 _ => None,
+            },
+            "output": match self.output {
+                OutputArg::Processing => "processing",
+                OutputArg::Committed => "committed",
             },
             "checkpoint_storage": checkpointing.then_some(match self.checkpoint_storage {
                 StorageArg::Disk => "disk",

@@ -226,6 +226,20 @@ pub(crate) fn blocked_storage() -> Option<String> {
     })
 }
 
+/// `DIR/run.committed.EXT` for `DIR/run.EXT`: a latency file's committed
+/// companion.
+fn committed_path(p: &std::path::Path) -> std::path::PathBuf {
+    let stem = p
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match p.extension() {
+        Some(e) => format!("{stem}.committed.{}", e.to_string_lossy()),
+        None => format!("{stem}.committed"),
+    };
+    p.with_file_name(name)
+}
+
 /// The process's resident memory now (Linux `VmRSS`; 0 elsewhere).
 fn resident_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -277,43 +291,56 @@ fn finish(plan: &args::Plan, args: &Args, r: &RefJobReport, wall_start: SystemTi
             Err(e) => fail("the JSON report", &e),
         }
     }
+    // With committed output, each latency file has a committed companion
+    // beside it: `run.hgrm` and `run.committed.hgrm`.
+    let committed = r.committed.as_ref();
     if let Some(p) = &args.hgrm {
-        let res = std::fs::File::create(p).and_then(|f| {
-            let mut w = std::io::BufWriter::new(f);
-            write_hgrm(&mut w, &r.latency, NS_PER_MS)?;
-            w.flush()
-        });
-        if let Err(e) = res {
-            fail(&p.display().to_string(), &e);
+        let mut files = vec![(p.clone(), &r.latency)];
+        files.extend(committed.map(|c| (committed_path(p), &c.latency)));
+        for (p, h) in files {
+            let res = std::fs::File::create(&p).and_then(|f| {
+                let mut w = std::io::BufWriter::new(f);
+                write_hgrm(&mut w, h, NS_PER_MS)?;
+                w.flush()
+            });
+            if let Err(e) = res {
+                fail(&p.display().to_string(), &e);
+            }
         }
     }
     if let Some(p) = &args.hlog {
-        let res = (|| -> anyhow::Result<()> {
-            let f = std::io::BufWriter::new(std::fs::File::create(p)?);
-            let mut w = HlogWriter::new(f, wall_start)?;
-            if r.intervals.is_empty() && !r.latency.is_empty() {
-                // W1 (closed loop) keeps no interval histograms: its whole
-                // run is one interval.
-                w.write_interval(
-                    &r.latency,
-                    Duration::ZERO,
-                    Duration::from_secs_f64(r.recorded_seconds.max(0.0)),
-                    None,
-                )?;
+        let paced = r.config.workload.is_paced();
+        let mut files = vec![(p.clone(), &r.latency, &r.intervals)];
+        files.extend(committed.map(|c| (committed_path(p), &c.latency, &c.intervals)));
+        for (p, whole, intervals) in files {
+            let res = (|| -> anyhow::Result<()> {
+                let f = std::io::BufWriter::new(std::fs::File::create(&p)?);
+                let mut w = HlogWriter::new(f, wall_start)?;
+                if !paced && !whole.is_empty() {
+                    // W1 and W4 (closed loop) keep no intervals: the whole
+                    // run is one.
+                    w.write_interval(
+                        whole,
+                        Duration::ZERO,
+                        Duration::from_secs_f64(r.recorded_seconds.max(0.0)),
+                        None,
+                    )?;
+                } else {
+                    for (i, h) in intervals.iter().enumerate() {
+                        w.write_interval(
+                            h,
+                            Duration::from_nanos(i as u64 * INTERVAL_NS),
+                            Duration::from_nanos(INTERVAL_NS),
+                            None,
+                        )?;
+                    }
+                }
+                w.finish()?;
+                Ok(())
+            })();
+            if let Err(e) = res {
+                fail(&p.display().to_string(), &e);
             }
-            for (i, h) in r.intervals.iter().enumerate() {
-                w.write_interval(
-                    h,
-                    Duration::from_nanos(i as u64 * INTERVAL_NS),
-                    Duration::from_nanos(INTERVAL_NS),
-                    None,
-                )?;
-            }
-            w.finish()?;
-            Ok(())
-        })();
-        if let Err(e) = res {
-            fail(&p.display().to_string(), &e);
         }
     }
     let runs = [(run_name(args), saved.clone())];

@@ -79,6 +79,11 @@ pub(crate) fn percentile_svg(runs: &[(String, RunReport)]) -> Result<String, Str
         let h = histogram_from_base64(&r.latency_histogram)
             .map_err(|e| format!("the latency histogram of {name}: {e}"))?;
         hists.push((legend(name, r), h));
+        if let Some(c) = &r.committed_latency_histogram {
+            let h = histogram_from_base64(c)
+                .map_err(|e| format!("the committed latency histogram of {name}: {e}"))?;
+            hists.push((format!("{} (committed)", legend(name, r)), h));
+        }
     }
     let series: Vec<PercentileSeries<'_>> = hists
         .iter()
@@ -186,11 +191,13 @@ pub(crate) fn timeline_svg(name: &str, r: &RunReport) -> Result<String, String> 
         ),
         note: note(r),
     };
-    timeline_chart_svg(&text, &t.points, t.interval_ns, &bands).map_err(|e| match e {
-        lockgate_workloads::latency::LatencyError::NothingToPlot => {
-            "no timeline: W1 is a closed loop, or nothing was recorded".to_string()
+    timeline_chart_svg(&text, &t.points, &t.committed_points, t.interval_ns, &bands).map_err(|e| {
+        match e {
+            lockgate_workloads::latency::LatencyError::NothingToPlot => {
+                "no timeline: W1 is a closed loop, or nothing was recorded".to_string()
+            }
+            other => other.to_string(),
         }
-        other => other.to_string(),
     })
 }
 

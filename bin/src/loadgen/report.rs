@@ -374,6 +374,25 @@ pub(crate) struct TimelineJson {
     /// older builds, whose bands come from `checkpoints.list`.
     #[serde(default)]
     pub checkpoint_bands: Option<lockgate_workloads::refjob::CheckpointBands>,
+    /// `--output committed`: the committed latency per interval, as
+    /// `points` (by intended send time, as they are).
+    #[serde(default)]
+    pub committed_points: Vec<lockgate_workloads::charts::TimelinePoint>,
+}
+
+/// What a run with committed output committed.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct CommittedJson {
+    /// Records committed (each once).
+    pub records: u64,
+    /// Records committed twice (at-least-once only).
+    pub duplicated: u64,
+    /// Records neither committed nor received.
+    pub lost: u64,
+    /// Records received and never committed (0 after the final checkpoint).
+    pub uncommitted: u64,
+    /// Records whose commit a restore retracted (committed again after).
+    pub retracted: u64,
 }
 
 /// A task failure of a run, as the JSON lists it.
@@ -423,6 +442,14 @@ pub(crate) struct RunReport {
     pub pinning: String,
     /// Latency from the intended send time, ns.
     pub latency_ns: LatencyNs,
+    /// `--output committed`: latency from the intended send time to the
+    /// commit (the completion of the first checkpoint whose barrier
+    /// followed the record at the sink), ns.
+    #[serde(default)]
+    pub committed_latency_ns: Option<LatencyNs>,
+    /// `--output committed`: what was committed.
+    #[serde(default)]
+    pub committed: Option<CommittedJson>,
     /// Set when the latency is not a latency test (W1, closed loop).
     pub latency_note: Option<String>,
     /// Checkpoints.
@@ -497,6 +524,10 @@ pub(crate) struct RunReport {
     pub tasks: Vec<lockgate::TaskMetricsSnapshot>,
     /// The latency histogram, HdrHistogram V2 compressed, base64.
     pub latency_histogram: String,
+    /// `--output committed`: the committed latency histogram, as
+    /// `latency_histogram`.
+    #[serde(default)]
+    pub committed_latency_histogram: Option<String>,
     /// Stopped by Ctrl-C.
     pub interrupted: bool,
     /// Why the result is not ok.
@@ -574,7 +605,30 @@ impl RunReport {
                     })
                     .collect(),
                 checkpoint_bands: Some(r.checkpoint_bands.clone()),
+                committed_points: r
+                    .committed
+                    .iter()
+                    .flat_map(|c| c.intervals.iter().enumerate())
+                    .map(|(i, h)| {
+                        lockgate_workloads::charts::TimelinePoint::of(
+                            i,
+                            lockgate_workloads::refjob::INTERVAL_NS,
+                            h,
+                        )
+                    })
+                    .collect(),
             },
+            committed_latency_ns: r
+                .committed
+                .as_ref()
+                .map(|c| lockgate_workloads::latency::Percentiles::from_histogram(&c.latency)),
+            committed: r.committed.as_ref().map(|c| CommittedJson {
+                records: c.committed,
+                duplicated: c.duplicated,
+                lost: c.lost,
+                uncommitted: c.uncommitted,
+                retracted: c.retracted,
+            }),
             restored_checkpoint: r.restored_from.map(|(id, _)| id.get()),
             restored_records: r.restored_from.map(|(_, n)| n),
             rescaled_from: r.rescaled_from,
@@ -612,6 +666,10 @@ impl RunReport {
             peak_rss_bytes: peak_rss_bytes(),
             tasks: r.metrics.tasks.clone(),
             latency_histogram: histogram_to_base64(&r.latency)?,
+            committed_latency_histogram: match &r.committed {
+                Some(c) => Some(histogram_to_base64(&c.latency)?),
+                None => None,
+            },
             interrupted: r.interrupted,
             ok: failure.is_none(),
             failure,
@@ -908,6 +966,29 @@ impl RunReport {
                 s,
                 "  latency uncorrected (from the actual send time), µs:\n    {}",
                 fmt_lat(&self.latency_uncorrected_ns)
+            );
+        }
+        if let Some(l) = &self.committed_latency_ns {
+            let label = match &self.latency_note {
+                Some(n) => format!("committed latency ({n})"),
+                None => "committed latency (from the intended send time to the commit)".into(),
+            };
+            let _ = writeln!(s, "  {label}, µs, {} values:", l.count);
+            let _ = writeln!(s, "    {}", fmt_lat(l));
+        }
+        if let Some(c) = &self.committed {
+            let _ = writeln!(
+                s,
+                "  committed:   {} records committed, {} lost, {} duplicated, {} uncommitted{}",
+                c.records,
+                c.lost,
+                c.duplicated,
+                c.uncommitted,
+                if c.retracted > 0 {
+                    format!("; {} retracted by a restore that fell back past their checkpoint, then committed again", c.retracted)
+                } else {
+                    String::new()
+                }
             );
         }
         if self.mode != "none" {

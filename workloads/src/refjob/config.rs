@@ -96,6 +96,26 @@ pub struct RefJobConfig {
     pub tick: Duration,
     /// Extra bytes carried per record (default 0).
     pub payload_bytes: usize,
+    /// What the sink's output is: every record as it arrives
+    /// (processing, the default), or records committed when their
+    /// checkpoint completes (committed: the sink is a two-phase-commit
+    /// sink; needs checkpoints).
+    pub output: OutputMode,
+    /// Where an earlier process's committed output is logged and this
+    /// one's goes (the checkpoint folder; committed output only).
+    pub committed_log_dir: Option<std::path::PathBuf>,
+}
+
+/// The reference sink's output (see [`RefJobConfig::output`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputMode {
+    /// Every record counts when the sink receives it.
+    #[default]
+    Processing,
+    /// A record counts when the sink commits it: at the completion of the
+    /// first checkpoint whose barrier followed it.
+    Committed,
 }
 
 impl Default for RefJobConfig {
@@ -112,6 +132,8 @@ impl Default for RefJobConfig {
             parallelism: crate::workload::REFERENCE_PARALLELISM,
             tick: DEFAULT_TICK,
             payload_bytes: 0,
+            output: OutputMode::Processing,
+            committed_log_dir: None,
         }
     }
 }
@@ -226,6 +248,9 @@ impl RefJobConfig {
             "keys": self.keys,
             "key_dist": self.key_dist.to_string(),
             "payload_bytes": self.payload_bytes,
+            // Absent for processing output: checkpoints written before
+            // the field existed restore.
+            "output": (self.output == OutputMode::Committed).then_some("committed"),
         })
     }
 }

@@ -79,6 +79,7 @@
 //! final [`RefJobReport`]), and `job` (the wiring, and starting, waiting
 //! for and running the job).
 
+mod committed;
 mod config;
 mod job;
 mod keyed_sum;
@@ -90,13 +91,15 @@ mod sink_state;
 mod source;
 
 pub use config::{
-    RefJobConfig, RefJobError, DEFAULT_TICK, DEFAULT_TICK_US, INTERVAL_NS, MAX_PAYLOAD_BYTES,
-    W4_IN_FLIGHT, W4_MAX_RATE, WORKERS_TICK_US,
+    OutputMode, RefJobConfig, RefJobError, DEFAULT_TICK, DEFAULT_TICK_US, INTERVAL_NS,
+    MAX_PAYLOAD_BYTES, W4_IN_FLIGHT, W4_MAX_RATE, WORKERS_TICK_US,
 };
 pub use job::{
     build_reference_job, run_reference_job, seeded_failures, start_reference_job, task_names,
     wait_reference_job, JOB_NAME,
 };
 pub use records::{Bytes, Payload, RefEvent, RefSum};
-pub use report::{Recovery, RefJobReport, RefJobResults, RefProgress, SourceSummary};
+pub use report::{
+    CommittedReport, Recovery, RefJobReport, RefJobResults, RefProgress, SourceSummary,
+};
 pub use shared::{CheckpointBands, CheckpointInterval};

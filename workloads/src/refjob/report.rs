@@ -4,7 +4,8 @@
 //! sink's recordings, the sources against their schedule, the check
 //! against the closed form, failures and recoveries.
 
-use super::config::{RefJobConfig, RefJobError};
+use super::committed::CommittedOutput;
+use super::config::{OutputMode, RefJobConfig, RefJobError};
 use super::shared::{
     lock, CheckpointBands, CheckpointInterval, Recorded, Shared, SinkSlot, SourceStats,
 };
@@ -125,6 +126,39 @@ pub struct RefJobReport {
     /// Every checkpoint of the run as timeline bands (the engine's
     /// metrics list only the last few).
     pub checkpoint_bands: CheckpointBands,
+    /// Committed output (`--output committed`): what the sink committed.
+    pub committed: Option<CommittedReport>,
+}
+
+/// What a run with committed output committed (see `refjob::committed`).
+#[derive(Clone, Debug)]
+pub struct CommittedReport {
+    /// Latency from the intended send time to the commit, of the records
+    /// committed by this process (after the warm-up).
+    pub latency: Histogram<u64>,
+    /// The same per [`INTERVAL_NS`](super::INTERVAL_NS) of intended send
+    /// time since [`RefJobReport::intervals_start_ns`] (W2/W3).
+    pub intervals: Vec<Histogram<u64>>,
+    /// Records committed (each once), by this process or earlier ones.
+    pub committed: u64,
+    /// Records committed again while committed (at-least-once only).
+    pub duplicated: u64,
+    /// Records whose commit a restore retracted (a fall back past a
+    /// committed checkpoint), committed again after.
+    pub retracted: u64,
+    /// Records of the run neither committed nor received by the sink.
+    pub lost: u64,
+    /// Records the sink received that were never committed (0 once the
+    /// final checkpoint completed).
+    pub uncommitted: u64,
+}
+
+impl CommittedReport {
+    /// True when every record was committed once and nothing is left
+    /// uncommitted (`relaxed`: at-least-once, duplicates allowed).
+    pub fn is_exact(&self, relaxed: bool) -> bool {
+        self.lost == 0 && self.uncommitted == 0 && (relaxed || self.duplicated == 0)
+    }
 }
 
 /// A task failure of the run and how long the job took to recover.
@@ -166,6 +200,15 @@ impl RefJobReport {
         }
         if let Some(e) = &self.job_error {
             return Some(format!("the job failed: {e}"));
+        }
+        if let Some(c) = &self.committed {
+            let relaxed = self.mode == CheckpointMode::AtLeastOnce;
+            if !c.is_exact(relaxed) {
+                return Some(format!(
+                    "committed output: {} lost, {} duplicated, {} uncommitted",
+                    c.lost, c.duplicated, c.uncommitted
+                ));
+            }
         }
         let relaxed = self.mode == CheckpointMode::AtLeastOnce
             && (self.metrics.restarts > 0 || self.restored);
@@ -212,6 +255,8 @@ impl RefJobResults {
             // later ones come from the snapshot thread).
             spare: (mode != CheckpointMode::None).then(Recorded::new),
             spare_changes: None,
+            open_txn: Default::default(),
+            pending: Default::default(),
         })];
         Ok(RefJobResults {
             shared: Arc::new(Shared {
@@ -233,6 +278,13 @@ impl RefJobResults {
                 bands: Mutex::new(CheckpointBands::default()),
                 bands_thread: Mutex::new(None),
                 interval: Mutex::new(CheckpointInterval::default()),
+                committed: match cfg.output {
+                    OutputMode::Committed => Some(Mutex::new(
+                        CommittedOutput::open(total, cfg.committed_log_dir.as_deref())
+                            .map_err(|e| RefJobError::Config(format!("committed output: {e}")))?,
+                    )),
+                    OutputMode::Processing => None,
+                },
             }),
             expected: Arc::new(OnceLock::new()),
         })
@@ -503,6 +555,50 @@ impl RefJobResults {
             restored_from: self.shared.process_restore.get().copied(),
             rescaled_from: self.shared.rescaled_from.get().copied(),
             checkpoint_bands: lock(&self.shared.bands).clone(),
+            committed: self.committed_report(not_sent)?,
         })
+    }
+
+    /// What was committed, against what the sink received (`not_sent`:
+    /// records a failed run never generated, not lost).
+    fn committed_report(&self, not_sent: u64) -> Result<Option<CommittedReport>, RefJobError> {
+        let Some(committed) = &self.shared.committed else {
+            return Ok(None);
+        };
+        let slot = lock(&self.shared.slots[0]);
+        let mut c = lock(committed);
+        let total = self.shared.total;
+        let (mut lost, mut uncommitted) = (0u64, 0u64);
+        for n in 0..total {
+            if !c.contains(n) {
+                if slot.check.contains(n) {
+                    uncommitted += 1;
+                } else {
+                    lost += 1;
+                }
+            }
+        }
+        drop(slot);
+        c.recorded
+            .expand()
+            .map_err(|e| LatencyError::Merge(e.to_string()))?;
+        let mut intervals: Vec<Histogram<u64>> = Vec::new();
+        for (&i, h) in &c.recorded.intervals {
+            if intervals.len() <= i {
+                intervals.resize_with(i + 1, new_interval_histogram);
+            }
+            intervals[i]
+                .add(h)
+                .map_err(|e| LatencyError::Merge(format!("{e:?}")))?;
+        }
+        Ok(Some(CommittedReport {
+            latency: c.recorded.latency.histogram().clone(),
+            intervals,
+            committed: c.committed,
+            duplicated: c.duplicated,
+            retracted: c.retracted,
+            lost: lost.saturating_sub(not_sent),
+            uncommitted,
+        }))
     }
 }

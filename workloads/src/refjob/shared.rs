@@ -203,6 +203,11 @@ pub(super) struct SinkSlot {
     pub(super) attempts: u32,
     /// The first delivery of every attempt after the first, ns.
     pub(super) attempt_starts: Vec<u64>,
+    /// Committed output: the records since the sink's last barrier.
+    pub(super) open_txn: super::committed::OpenTxn,
+    /// Committed output: transactions pre-committed (made compact by the
+    /// snapshot thread) and not committed yet, by checkpoint.
+    pub(super) pending: std::collections::BTreeMap<u64, super::committed::Txn>,
 }
 
 /// Intervals of the merged recordings kept whole (the newest): 2 s.
@@ -218,12 +223,18 @@ impl SinkSlot {
             self.settled.clear();
             self.unsettled.clear();
             self.open_interval = self.open_interval.take().map(|_| Recorded::new());
+            self.open_txn = Default::default();
+            self.pending.clear();
             return Ok(());
         };
         // Up to `to`: part of the restored state; after it: replayed.
         self.settle(to);
         self.unsettled.clear();
         self.open_interval = self.open_interval.take().map(|_| Recorded::new());
+        // Replayed: taken again into newer transactions. The restored
+        // checkpoint's pending ones are committed by the restore.
+        self.open_txn = Default::default();
+        self.pending.clear();
         Ok(())
     }
 
@@ -336,6 +347,8 @@ pub(super) struct Shared {
     /// The checkpoints that ended since the load generator last asked
     /// ([`super::RefJobResults::take_checkpoint_interval`]).
     pub(super) interval: Mutex<CheckpointInterval>,
+    /// Committed output: what the sink committed, outside the job's state.
+    pub(super) committed: Option<Mutex<super::committed::CommittedOutput>>,
 }
 
 /// The checkpoints that ended in an interval of a run: counts, and the

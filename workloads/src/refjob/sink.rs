@@ -3,6 +3,7 @@
 //! records latencies into its slot of the shared results; its state's
 //! parts are `sink_state`'s.
 
+use super::committed::Txn;
 use super::config::INTERVAL_NS;
 use super::records::{Payload, RefSum};
 use super::shared::{lock, Recorded, Shared, SinkSlot};
@@ -61,7 +62,6 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
                     .unwrap_or(now)
             })
         });
-        let interval = (now.saturating_sub(start) / INTERVAL_NS) as usize;
         let paced = self.shared.cfg.workload.is_paced();
         let first_write = std::mem::take(&mut self.first_write);
         let work_ns = self.shared.cfg.workload.sink_work_ns();
@@ -105,6 +105,7 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
             Some(open) => (&mut s.check, open),
             None => (&mut s.check, &mut s.recorded),
         };
+        let committed = self.shared.committed.is_some().then_some(&mut s.open_txn);
         let observe = |check: &mut SinkCheck, r: &RefSum<P>| {
             check.observe(&SumRecord {
                 key: r.key,
@@ -113,19 +114,22 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
                 ts_ns: r.ts_ns,
             })
         };
+        if let Some(txn) = committed {
+            // Committed output: the records go into the open transaction
+            // too (its latencies are counted at the commit).
+            txn.records.extend(input.iter().map(|r| (r.n, r.ts_ns)));
+        }
         if work_ns == 0 {
-            // The batch's interval histogram, looked up once (W2/W3).
             let Recorded {
                 latency,
                 uncorrected,
                 intervals,
                 ..
             } = target;
-            let mut in_interval = paced.then(|| {
-                intervals
-                    .entry(interval)
-                    .or_insert_with(new_interval_histogram)
-            });
+            // W2/W3: a record counts in the interval of its intended send
+            // time (as the committed latencies do), the histogram looked
+            // up again only when that changes.
+            let mut current: Option<(usize, &mut hdrhistogram::Histogram<u64>)> = None;
             // By reference, then one clear: no 40-byte move a record.
             for r in input.iter() {
                 observe(check, r);
@@ -134,8 +138,17 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
                     latency.record_latency(lat);
                     // W1 is not a latency test: one histogram, as the raw
                     // baseline keeps; no intervals.
-                    if let Some(h) = &mut in_interval {
-                        h.saturating_record(lat);
+                    if paced {
+                        let i = (r.ts_ns.saturating_sub(start) / INTERVAL_NS) as usize;
+                        if current.as_ref().is_none_or(|(c, _)| *c != i) {
+                            current = Some((
+                                i,
+                                intervals.entry(i).or_insert_with(new_interval_histogram),
+                            ));
+                        }
+                        if let Some((_, h)) = &mut current {
+                            h.saturating_record(lat);
+                        }
                         uncorrected.record(now, r.sent_ns);
                     }
                     recorded = true;
@@ -163,7 +176,14 @@ impl Checkpointed for RefSink {
     fn snapshot_state(&mut self, id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
         let mut s = open_slot(&self.shared, self.slot, &mut self.roll_back)?;
         s.close_interval(id);
-        Ok(Some(encode_full_part(id, &s.check)?))
+        let bytes = encode_full_part(id, &s.check)?;
+        if self.shared.committed.is_none() {
+            return Ok(Some(bytes));
+        }
+        let txn = std::mem::take(&mut s.open_txn);
+        let txn = Txn::compact(id, now_ns(), txn, interval_of(&self.shared))?;
+        s.pending.insert(id.get(), txn);
+        Ok(Some(wrap_committed(&s.pending, bytes)?))
     }
 
     /// The check is state like any other, checkpointed incrementally: the
@@ -190,9 +210,20 @@ impl Checkpointed for RefSink {
                 (r, None)
             }
         };
+        // Committed output: the open transaction is pre-committed here (in
+        // no time: moved), made compact on the snapshot thread.
+        let txn = self
+            .shared
+            .committed
+            .is_some()
+            .then(|| (std::mem::take(&mut slot.open_txn), now_ns()));
         drop(slot);
         let index = self.slot;
         Ok(Some(StateSnapshot::incremental(move |req| {
+            if let Some((txn, precommit_ns)) = txn {
+                let txn = Txn::compact(id, precommit_ns, txn, interval_of(&shared))?;
+                lock(&shared.slots[index]).pending.insert(id.get(), txn);
+            }
             // The completed checkpoints' intervals are merged here, off
             // the sink's thread; one of them, emptied, becomes the next
             // interval's recordings, else a new one is allocated here (a
@@ -216,14 +247,40 @@ impl Checkpointed for RefSink {
             if let Some(done) = done {
                 lock(&shared.slots[index]).spare_changes.get_or_insert(done);
             }
-            Ok(encoded)
+            if shared.committed.is_none() {
+                return Ok(encoded);
+            }
+            // Every transaction pre-committed up to this checkpoint and not
+            // committed yet goes with the check: a restore commits them.
+            let slot = lock(&shared.slots[index]);
+            let pending: std::collections::BTreeMap<u64, Txn> = slot
+                .pending
+                .range(..=id.get())
+                .map(|(c, t)| (*c, t.clone()))
+                .collect();
+            drop(slot);
+            let inner = encoded.bytes.len() as u64;
+            let bytes = wrap_committed(&pending, encoded.bytes)?;
+            Ok(lockgate::EncodedState {
+                full_bytes: encoded.full_bytes + (bytes.len() as u64 - inner),
+                delta: encoded.delta,
+                bytes,
+            })
         })))
     }
 
     fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
         let mut parts = Vec::with_capacity(chain.len());
+        let mut pending = Vec::new();
         for (i, bytes) in chain.iter().enumerate() {
-            parts.push(decode_sink_state(bytes, i, chain.len())?);
+            if self.shared.committed.is_some() {
+                let part = unwrap_committed(bytes, i)?;
+                parts.push(decode_sink_state(&part.check, i, chain.len())?);
+                // The last part's transactions are the pending ones.
+                pending = part.pending;
+            } else {
+                parts.push(decode_sink_state(bytes, i, chain.len())?);
+            }
         }
         let restored = parts.last().map(|p| p.id);
         let sizes = lock(&self.shared.slots[self.slot]).check.sizes();
@@ -243,6 +300,20 @@ impl Checkpointed for RefSink {
         if std::mem::take(&mut self.roll_back) {
             slot.roll_back(restored)?;
         }
+        if let (Some(committed), Some(id)) = (&self.shared.committed, restored) {
+            // What was committed for a newer checkpoint than the restored
+            // one is retracted (its records come again), then the restored
+            // checkpoint's pending transactions are committed (those it
+            // committed before are not, again). A commit made by a restore
+            // in another process counts in the check, not in the latency.
+            let mut c = lock(committed);
+            c.retract_after(id.get());
+            let record = slot.attempts > 1;
+            let now = now_ns();
+            for txn in pending {
+                c.commit(&txn, now, record)?;
+            }
+        }
         // A new replica from the restored check, before any record (the
         // first snapshot after a restore is full: the replica's log starts
         // here).
@@ -253,7 +324,62 @@ impl Checkpointed for RefSink {
     fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), BoxError> {
         // A restart restores `id` or a later checkpoint: what was recorded
         // before its snapshot stays.
-        lock(&self.shared.slots[self.slot]).settle(id);
+        let mut slot = lock(&self.shared.slots[self.slot]);
+        slot.settle(id);
+        if let Some(committed) = &self.shared.committed {
+            // Every transaction pre-committed up to `id` is committed now
+            // (those of aborted checkpoints too).
+            let later = slot.pending.split_off(&(id.get() + 1));
+            let done = std::mem::replace(&mut slot.pending, later);
+            drop(slot);
+            let mut c = lock(committed);
+            let now = now_ns();
+            for txn in done.values() {
+                c.commit(txn, now, true)?;
+            }
+        }
         Ok(())
+    }
+}
+
+/// Committed output: the sink's part is its check's part with the pending
+/// transactions up to the checkpoint.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CommittedPart {
+    pending: Vec<Txn>,
+    check: serde_bytes::ByteBuf,
+}
+
+fn wrap_committed(
+    pending: &std::collections::BTreeMap<u64, Txn>,
+    check: Vec<u8>,
+) -> Result<Vec<u8>, BoxError> {
+    Ok(postcard::to_allocvec(&CommittedPart {
+        pending: pending.values().cloned().collect(),
+        check: serde_bytes::ByteBuf::from(check),
+    })?)
+}
+
+fn unwrap_committed(bytes: &[u8], index: usize) -> Result<CommittedPart, BoxError> {
+    postcard::from_bytes(bytes).map_err(|e| {
+        format!("the sink's part {index} of its chain (committed output) does not decode: {e}")
+            .into()
+    })
+}
+
+/// The interval a record's committed latency counts in: that of its
+/// intended send time, after the warm-up only (W2/W3; W1 has none).
+fn interval_of(shared: &Shared) -> impl Fn(u64, u64) -> Option<u64> + '_ {
+    let first = shared.first_recorded_n;
+    let start = shared.intervals_start.get().copied().unwrap_or(0);
+    let paced = shared.cfg.workload.is_paced();
+    move |n, ts| {
+        (n >= first).then(|| {
+            if paced {
+                ts.saturating_sub(start) / INTERVAL_NS
+            } else {
+                0
+            }
+        })
     }
 }

@@ -886,6 +886,11 @@ impl SinkCheck {
         }
     }
 
+    /// True when record `n` was received.
+    pub fn contains(&self, n: u64) -> bool {
+        n < self.total_records && bit_test(&self.seen, n)
+    }
+
     /// Records received (all of them).
     pub fn received(&self) -> u64 {
         self.received

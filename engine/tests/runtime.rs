@@ -1751,3 +1751,28 @@ fn an_app_config_key_absent_or_null_is_no_difference_on_restore() {
         Ok(_) => panic!("a restore with another configuration must be refused"),
     }
 }
+
+/// Periodic checkpoints paused and resumed (what `loadgen --ab` does):
+/// while paused only checkpoints asked for are taken.
+#[test]
+fn periodic_checkpoints_pause_and_resume() {
+    let mut config = JobConfig::default();
+    config.checkpoint = CheckpointConfig::exactly_once(Duration::from_millis(1), None);
+    let (job, _) = paced_sum_job(config, u64::MAX, 100, 10);
+    let h = job.start().unwrap();
+    assert!(wait_for(30, || h.checkpoint_counts().completed >= 3));
+    h.set_periodic_checkpoints(false);
+    // Commands are taken in order: once this one is answered the pause
+    // applies.
+    h.trigger_checkpoint().unwrap();
+    assert!(wait_for(30, || h.checkpoint_counts().in_progress == 0));
+    let before = h.checkpoint_counts().triggered;
+    // Two asked for, with 1 ms between periodic ones were they on.
+    h.trigger_checkpoint().unwrap();
+    h.trigger_checkpoint().unwrap();
+    assert_eq!(h.checkpoint_counts().triggered, before + 2);
+    h.set_periodic_checkpoints(true);
+    assert!(wait_for(30, || h.checkpoint_counts().completed >= before + 5));
+    h.stop();
+    h.wait().unwrap();
+}

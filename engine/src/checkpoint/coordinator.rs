@@ -123,6 +123,9 @@ pub(crate) struct Coordinator {
     /// Unaligned mode or an aligned-checkpoint timeout: how long after its
     /// trigger a checkpoint's barrier goes on the priority lanes.
     priority_after_ns: Option<u64>,
+    /// False while periodic checkpoints are paused
+    /// ([`crate::JobHandle::set_periodic_checkpoints`]).
+    periodic: bool,
     last_trigger_ns: u64,
     last_end_ns: u64,
     consecutive_failures: u32,
@@ -146,6 +149,7 @@ impl Coordinator {
         Coordinator {
             enabled: config.mode != crate::CheckpointMode::None,
             priority_after_ns: config.unaligned_after_ns(),
+            periodic: true,
             config,
             sources: Vec::new(),
             finished: vec![false; n],
@@ -217,6 +221,13 @@ impl Coordinator {
     /// What a restart restores from (`None`: the beginning).
     pub(crate) fn latest_restore_point(&self) -> Option<RestorePoint> {
         self.latest.clone()
+    }
+
+    /// Pauses (`false`) or resumes the periodic triggers; checkpoints
+    /// pending go on, and on-demand ones, savepoints and the final one are
+    /// still taken. A resume triggers at once when an interval has passed.
+    pub(crate) fn set_periodic(&mut self, periodic: bool) {
+        self.periodic = periodic;
     }
 
     pub(crate) fn set_final_kind(&mut self, kind: SnapshotKind) {
@@ -358,7 +369,7 @@ impl Coordinator {
         let trigger = if self.all_drained() {
             // the final checkpoint is triggered once nothing is pending
             (self.pending.is_empty() && !self.final_done).then(crate::util::clock::now_ns)
-        } else if self.pending.len() < self.config.max_concurrent {
+        } else if self.periodic && self.pending.len() < self.config.max_concurrent {
             self.config.interval.map(|i| {
                 let due = self.last_trigger_ns.saturating_add(i.as_nanos() as u64);
                 let paused = self
@@ -401,7 +412,7 @@ impl Coordinator {
             }
             return out;
         }
-        if let Some(interval) = self.config.interval {
+        if let Some(interval) = self.config.interval.filter(|_| self.periodic) {
             let due = now.saturating_sub(self.last_trigger_ns) >= interval.as_nanos() as u64;
             let paused =
                 now.saturating_sub(self.last_end_ns) >= self.config.min_pause.as_nanos() as u64;

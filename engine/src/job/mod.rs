@@ -43,6 +43,7 @@ use std::thread::JoinHandle;
 pub(crate) enum Command {
     Stop { savepoint: bool },
     Trigger(Sender<Result<CheckpointId, AbortReason>>),
+    Periodic(bool),
 }
 
 /// What a job reports while it runs and when it ended.
@@ -205,6 +206,28 @@ impl JobHandle {
             return Err(AbortReason::Declined);
         }
         rx.recv().unwrap_or(Err(AbortReason::Declined))
+    }
+
+    /// Pauses (`false`) or resumes (`true`) the periodic checkpoints of
+    /// [`crate::CheckpointConfig::interval`]; returns at once. While
+    /// paused, checkpoints in progress complete, and
+    /// [`JobHandle::trigger_checkpoint`], savepoints and the final
+    /// checkpoint still work; the record path keeps its checkpointing mode
+    /// (alignment, change marks): what an A/B comparison of checkpointing
+    /// on and off inside one process needs (`lockgate loadgen --ab`).
+    pub fn set_periodic_checkpoints(&self, on: bool) {
+        let _ = self.commands.send(Command::Periodic(on));
+    }
+
+    /// Exact counts of the job's checkpoints by outcome, cheaply (no copy
+    /// of their statistics, as [`JobHandle::metrics`] makes).
+    pub fn checkpoint_counts(&self) -> CheckpointCounts {
+        self.shared
+            .history
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .counts()
+            .clone()
     }
 
     /// True when the job thread ended.
@@ -752,6 +775,7 @@ impl Driver {
                         let out = self.coordinator.trigger_on_demand(reply);
                         self.send_outputs(attempt, out);
                     }
+                    Ok(Command::Periodic(on)) => self.coordinator.set_periodic(on),
                     Err(_) => {}
                 },
                 recv(tick) -> _ => {
@@ -807,6 +831,7 @@ impl Driver {
                 Ok(Command::Trigger(reply)) => {
                     let _ = reply.send(Err(AbortReason::Declined));
                 }
+                Ok(Command::Periodic(on)) => self.coordinator.set_periodic(on),
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => return false,
                 // The handle is gone: nobody can stop the job any more.
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {

@@ -213,3 +213,67 @@ fn a_fall_back_past_a_committed_checkpoint_retracts_it() {
     let c = assert_committed_exact(&j);
     assert!(c["retracted"].as_u64().unwrap() > 0, "{c}");
 }
+
+/// `--ab`: segments with checkpoints on, off and off again in a seeded
+/// random order; each counted only once its switch took effect (200 ms
+/// at least); committed latency for the on segments only.
+#[test]
+fn ab_segments_compare_checkpointing_on_and_off_inside_one_run() {
+    let _g = heavy();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("ab.json");
+    // Too short for 20 segments a group: refused before anything runs.
+    let o = loadgen(&["--duration", "5", "--ab", "0.3"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("20 segments a group need --duration 18 s"),
+        "{}",
+        text(&o)
+    );
+    let o = loadgen(&[
+        "--duration",
+        "18",
+        "--warmup",
+        "0",
+        "--rate",
+        "5000",
+        "--checkpoint-interval-ms",
+        "10",
+        "--output",
+        "committed",
+        "--ab",
+        "0.3",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("A/B:"), "{}", text(&o));
+    let j = read_json(&json);
+    let ab = &j["ab"];
+    let groups = ab["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 3);
+    for g in groups {
+        assert!(g["segments"].as_u64().unwrap() >= 15, "{g}");
+        assert!(g["latency_ns"]["count"].as_u64().unwrap() > 0, "{g}");
+        assert_eq!(
+            g["committed_latency_ns"].is_null(),
+            g["name"] != "on",
+            "{g}"
+        );
+    }
+    for s in ab["segments"].as_array().unwrap() {
+        let (switch, from) = (
+            s["switch_ns"].as_u64().unwrap(),
+            s["counted_from_ns"].as_u64().unwrap(),
+        );
+        assert!(from == 0 || from >= switch + 200_000_000, "{s}");
+    }
+    let whats: Vec<&str> = ab["ratios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["what"].as_str().unwrap())
+        .collect();
+    assert_eq!(whats, ["p50", "p99", "p99.9", "records/s"]);
+    assert_committed_exact(&j);
+}

@@ -247,6 +247,14 @@ pub(crate) struct Args {
     /// runs, whose whole-run figures hide a drift).
     #[arg(long, value_name = "SECS")]
     pub interval_report: Option<u64>,
+    /// What checkpointing costs the record path, inside this run: segments
+    /// of SECONDS with periodic checkpoints on, off, and off again (the
+    /// A/A control), in random order, at least 20 a group (W2/W3/W4:
+    /// --duration at least 60 x SECONDS; W1: as its records last); the
+    /// report gives each group's percentiles (W1: records/s), their
+    /// ratios and the control's.
+    #[arg(long, value_name = "SECONDS")]
+    pub ab: Option<f64>,
     /// W2/W3: the shortest sleep of a paced source between two polls, µs;
     /// each wake-up emits every record due (longer: fewer wake-ups, more
     /// latency) [default: 10 with a thread per task, 2 with --workers,
@@ -318,6 +326,9 @@ pub(crate) struct Plan {
     pub quiet: bool,
     /// `--interval-report`.
     pub interval_report: Option<Duration>,
+    /// `--ab`: the segments' length and their blocks (one segment of each
+    /// group a block).
+    pub ab: Option<(Duration, usize)>,
     /// Pinning, as given.
     pub pinning: String,
     /// Warnings to print before the run (it runs anyway).
@@ -828,7 +839,36 @@ impl Args {
             },
             "quiet": self.quiet,
             "tick_us": paced.then_some(tick_us),
+            "ab": self.ab,
         });
+        let ab = match self.ab {
+            None => None,
+            Some(s) if !(s.is_finite() && s >= 0.05) => {
+                return Err(format!("--ab {s}: a segment lasts at least 0.05 s"))
+            }
+            Some(_) if !checkpointing => {
+                return Err("--ab compares checkpointing on and off: it needs checkpoints".into())
+            }
+            Some(s) => {
+                let segment = Duration::from_secs_f64(s);
+                let blocks = if timed {
+                    (refjob.duration.as_secs_f64() / (3.0 * s)).floor() as usize
+                } else {
+                    // W1: as many as its records last.
+                    100_000
+                };
+                if blocks < 20 {
+                    return Err(format!(
+                        "--ab {s}: 20 segments a group need --duration {:.0} s at least (3 groups)",
+                        (60.0 * s).ceil()
+                    ));
+                }
+                // Finer intervals: a segment's counted part is a few
+                // hundred ms.
+                refjob.interval_ns = 10_000_000;
+                Some((segment, blocks))
+            }
+        };
         Ok(Plan {
             refjob,
             job,
@@ -839,6 +879,7 @@ impl Args {
             config_json,
             progress,
             quiet: self.quiet,
+            ab,
             interval_report: match self.interval_report {
                 Some(0) => return Err("--interval-report must be at least 1 s".into()),
                 s => s.map(Duration::from_secs),

@@ -5,6 +5,7 @@
 //! Exit codes: 0 the run passed its correctness check, 1 it did not, 2 bad
 //! input (nothing ran), 130 interrupted by Ctrl-C.
 
+pub(crate) mod ab;
 pub(crate) mod args;
 pub(crate) mod pages;
 pub(crate) mod report;
@@ -14,7 +15,6 @@ pub(crate) use args::Args;
 
 use lockgate::JobError;
 use lockgate_workloads::latency::{write_hgrm, HlogWriter, NS_PER_MS};
-use lockgate_workloads::refjob::INTERVAL_NS;
 use lockgate_workloads::refjob::{
     seeded_failures, start_reference_job, wait_reference_job, RefJobError, RefJobReport,
 };
@@ -128,6 +128,20 @@ pub(crate) fn run(args: Args) -> u8 {
     let mut next_progress = started + Duration::from_secs(1);
     let mut last_delivered = 0u64;
     let mut next_interval = plan.interval_report.map(|d| (started + d, d));
+    // --ab: segments from the end of the warm-up on.
+    let mut ab = plan.ab.map(|(segment, blocks)| {
+        let warmup = if plan.refjob.workload.is_timed() {
+            plan.refjob.warmup.as_nanos() as u64
+        } else {
+            0
+        };
+        ab::AbDriver::new(
+            segment.as_nanos() as u64,
+            lockgate::now_ns() + warmup,
+            blocks,
+            plan.seed,
+        )
+    });
     let mut interval_delivered = 0u64;
     let mut stopping = false;
     while !handle.is_finished() {
@@ -137,8 +151,14 @@ pub(crate) fn run(args: Args) -> u8 {
             handle.stop();
         }
         // The job has no completion channel: poll it, 20 ms being far below
-        // a progress line's second.
-        std::thread::sleep(Duration::from_millis(20));
+        // a progress line's second (5 ms with --ab: its switches and
+        // their settling are counted in 100 ms intervals).
+        if let Some(d) = &mut ab {
+            d.step(&handle, &results);
+            std::thread::sleep(Duration::from_millis(5));
+        } else {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         if plan.progress && Instant::now() >= next_progress {
             next_progress += Duration::from_secs(1);
             let p = results.progress();
@@ -185,7 +205,17 @@ pub(crate) fn run(args: Args) -> u8 {
             return EXIT_FAILED;
         }
     };
-    let code = finish(&plan, &args, &report, wall_start);
+    let ab = ab.map(|d| {
+        ab::AbReport::new(
+            plan.ab.map_or(0, |(s, _)| s.as_nanos() as u64),
+            d.done,
+            &report.intervals,
+            report.committed.as_ref().map(|c| c.intervals.as_slice()),
+            report.intervals_start_ns,
+            report.config.interval_ns,
+        )
+    });
+    let code = finish(&plan, &args, &report, wall_start, ab);
     if let Some(blocked) = blocked_storage() {
         // Removing the temporary checkpoint folder would wait on the same
         // file system: it is left in place.
@@ -262,8 +292,14 @@ fn run_name(args: &Args) -> String {
 }
 
 /// Prints and writes the report; returns 0 or [`EXIT_FAILED`].
-fn finish(plan: &args::Plan, args: &Args, r: &RefJobReport, wall_start: SystemTime) -> u8 {
-    let saved = match RunReport::new(
+fn finish(
+    plan: &args::Plan,
+    args: &Args,
+    r: &RefJobReport,
+    wall_start: SystemTime,
+    ab: Option<ab::AbReport>,
+) -> u8 {
+    let mut saved = match RunReport::new(
         r,
         plan.config_json.clone(),
         plan.mode.as_str(),
@@ -276,6 +312,7 @@ fn finish(plan: &args::Plan, args: &Args, r: &RefJobReport, wall_start: SystemTi
             return EXIT_FAILED;
         }
     };
+    saved.ab = ab;
     let mut write_failed = false;
     let mut fail = |what: &str, e: &dyn std::fmt::Display| {
         eprintln!("error: writing {what}: {e}");
@@ -329,8 +366,8 @@ fn finish(plan: &args::Plan, args: &Args, r: &RefJobReport, wall_start: SystemTi
                     for (i, h) in intervals.iter().enumerate() {
                         w.write_interval(
                             h,
-                            Duration::from_nanos(i as u64 * INTERVAL_NS),
-                            Duration::from_nanos(INTERVAL_NS),
+                            Duration::from_nanos(i as u64 * r.config.interval_ns),
+                            Duration::from_nanos(r.config.interval_ns),
                             None,
                         )?;
                     }

@@ -450,6 +450,9 @@ pub(crate) struct RunReport {
     /// `--output committed`: what was committed.
     #[serde(default)]
     pub committed: Option<CommittedJson>,
+    /// `--ab`: checkpointing on against off inside the run.
+    #[serde(default)]
+    pub ab: Option<super::ab::AbReport>,
     /// Set when the latency is not a latency test (W1, closed loop).
     pub latency_note: Option<String>,
     /// Checkpoints.
@@ -591,7 +594,7 @@ impl RunReport {
             job_error: r.job_error.clone(),
             timeline: TimelineJson {
                 start_ns: r.intervals_start_ns,
-                interval_ns: lockgate_workloads::refjob::INTERVAL_NS,
+                interval_ns: r.config.interval_ns,
                 points: r
                     .intervals
                     .iter()
@@ -599,7 +602,7 @@ impl RunReport {
                     .map(|(i, h)| {
                         lockgate_workloads::charts::TimelinePoint::of(
                             i,
-                            lockgate_workloads::refjob::INTERVAL_NS,
+                            r.config.interval_ns,
                             h,
                         )
                     })
@@ -612,7 +615,7 @@ impl RunReport {
                     .map(|(i, h)| {
                         lockgate_workloads::charts::TimelinePoint::of(
                             i,
-                            lockgate_workloads::refjob::INTERVAL_NS,
+                            r.config.interval_ns,
                             h,
                         )
                     })
@@ -622,6 +625,7 @@ impl RunReport {
                 .committed
                 .as_ref()
                 .map(|c| lockgate_workloads::latency::Percentiles::from_histogram(&c.latency)),
+            ab: None,
             committed: r.committed.as_ref().map(|c| CommittedJson {
                 records: c.committed,
                 duplicated: c.duplicated,
@@ -993,6 +997,9 @@ impl RunReport {
         }
         if self.mode != "none" {
             self.checkpoints.write_summary(&mut s, &self.mode);
+        }
+        if let Some(ab) = &self.ab {
+            s.push_str(&ab.human());
         }
         let _ = writeln!(
             s,

@@ -104,6 +104,10 @@ pub struct RefJobConfig {
     /// Where an earlier process's committed output is logged and this
     /// one's goes (the checkpoint folder; committed output only).
     pub committed_log_dir: Option<std::path::PathBuf>,
+    /// The sink's latency intervals (the timeline's points, the `.hlog`'s
+    /// intervals), ns of intended send time: [`INTERVAL_NS`] unless a
+    /// finer view is asked for (`loadgen --ab`: 10 ms).
+    pub interval_ns: u64,
 }
 
 /// The reference sink's output (see [`RefJobConfig::output`]).
@@ -134,6 +138,7 @@ impl Default for RefJobConfig {
             payload_bytes: 0,
             output: OutputMode::Processing,
             committed_log_dir: None,
+            interval_ns: INTERVAL_NS,
         }
     }
 }

@@ -82,7 +82,7 @@ pub struct RefJobReport {
     pub latency: Histogram<u64>,
     /// Latency `now - actual send time`, the uncorrected figure.
     pub latency_uncorrected: Histogram<u64>,
-    /// Latency per [`INTERVAL_NS`](super::INTERVAL_NS) since [`RefJobReport::intervals_start_ns`]
+    /// Latency per interval ([`RefJobConfig::interval_ns`]) since [`RefJobReport::intervals_start_ns`]
     /// (index = interval), merged; W2/W3 only ([`new_interval_histogram`]s:
     /// 2 significant digits).
     pub intervals: Vec<Histogram<u64>>,
@@ -136,7 +136,7 @@ pub struct CommittedReport {
     /// Latency from the intended send time to the commit, of the records
     /// committed by this process (after the warm-up).
     pub latency: Histogram<u64>,
-    /// The same per [`INTERVAL_NS`](super::INTERVAL_NS) of intended send
+    /// The same per interval ([`RefJobConfig::interval_ns`]) of intended send
     /// time since [`RefJobReport::intervals_start_ns`] (W2/W3).
     pub intervals: Vec<Histogram<u64>>,
     /// Records committed (each once), by this process or earlier ones.

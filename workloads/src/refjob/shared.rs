@@ -45,7 +45,7 @@ pub(super) struct Recorded {
     pub(super) latency: LatencyRecorder,
     /// From the actual send time (W2/W3).
     pub(super) uncorrected: LatencyRecorder,
-    /// From the intended send time, per [`INTERVAL_NS`](super::INTERVAL_NS) since the job's
+    /// From the intended send time, per interval (`RefJobConfig::interval_ns`) since the job's
     /// start (W2/W3).
     pub(super) intervals: std::collections::BTreeMap<usize, Histogram<u64>>,
     /// Older intervals of `intervals`, compressed (HdrHistogram V2 with

@@ -4,7 +4,6 @@
 //! parts are `sink_state`'s.
 
 use super::committed::Txn;
-use super::config::INTERVAL_NS;
 use super::records::{Payload, RefSum};
 use super::shared::{lock, Recorded, Shared, SinkSlot};
 use super::sink_state::{
@@ -63,6 +62,7 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
             })
         });
         let paced = self.shared.cfg.workload.is_paced();
+        let interval_ns = self.shared.cfg.interval_ns.max(1);
         let first_write = std::mem::take(&mut self.first_write);
         let work_ns = self.shared.cfg.workload.sink_work_ns();
         if work_ns > 0 {
@@ -139,7 +139,7 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
                     // W1 is not a latency test: one histogram, as the raw
                     // baseline keeps; no intervals.
                     if paced {
-                        let i = (r.ts_ns.saturating_sub(start) / INTERVAL_NS) as usize;
+                        let i = (r.ts_ns.saturating_sub(start) / interval_ns) as usize;
                         if current.as_ref().is_none_or(|(c, _)| *c != i) {
                             current = Some((
                                 i,
@@ -373,10 +373,11 @@ fn interval_of(shared: &Shared) -> impl Fn(u64, u64) -> Option<u64> + '_ {
     let first = shared.first_recorded_n;
     let start = shared.intervals_start.get().copied().unwrap_or(0);
     let paced = shared.cfg.workload.is_paced();
+    let interval_ns = shared.cfg.interval_ns.max(1);
     move |n, ts| {
         (n >= first).then(|| {
             if paced {
-                ts.saturating_sub(start) / INTERVAL_NS
+                ts.saturating_sub(start) / interval_ns
             } else {
                 0
             }

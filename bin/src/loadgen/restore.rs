@@ -43,11 +43,24 @@ pub(crate) const MAY_DIFFER: &[&str] = &[
     "quiet",
 ];
 
+/// Flags added after checkpoints began recording flags, with their
+/// defaults: recorded only when they differ from it, so that a folder
+/// written before a flag existed (which the run took with the default)
+/// restores, as `bin/tests/old_checkpoints.rs` checks.
+const RECORDED_UNLESS_DEFAULT: &[(&str, &str)] =
+    &[("output", "processing"), ("checkpoint_storage", "disk")];
+
 /// The flags in the JSON `config` that a checkpoint records: all but
-/// [`MAY_DIFFER`].
+/// [`MAY_DIFFER`], and those of [`RECORDED_UNLESS_DEFAULT`] at their
+/// default.
 pub(crate) fn recorded_flags(config_json: &Value) -> Value {
     let mut m = config_json.as_object().cloned().unwrap_or_default();
-    m.retain(|k, _| !MAY_DIFFER.contains(&k.as_str()));
+    m.retain(|k, v| {
+        !MAY_DIFFER.contains(&k.as_str())
+            && !RECORDED_UNLESS_DEFAULT
+                .iter()
+                .any(|(flag, default)| k == flag && v.as_str() == Some(*default))
+    });
     Value::Object(m)
 }
 

@@ -188,11 +188,7 @@ fn a_fall_back_past_a_committed_checkpoint_retracts_it() {
     ids.sort_unstable();
     let damaged = &ids[ids.len() - 2..];
     for id in damaged {
-        let victim = chk.join(format!("chk-{id}")).join("sink-0.state");
-        let mut bytes = std::fs::read(&victim).unwrap();
-        let last = bytes.len() - 1;
-        bytes[last] ^= 0x5a;
-        std::fs::write(&victim, bytes).unwrap();
+        common::flip_last_byte_of_part(&chk, *id, "sink", 0);
     }
     let json = dir.path().join("r.json");
     let o = loadgen(&[

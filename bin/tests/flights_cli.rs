@@ -201,8 +201,8 @@ fn a_restore_takes_the_unaligned_mode_from_the_checkpoint() {
         chk_s,
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    // The newest (the final checkpoint, aligned by FLIP-147) loses its
-    // metadata: the restore falls back to an unaligned one.
+    // The newest (the final checkpoint, aligned by FLIP-147) has its
+    // metadata damaged: the restore falls back to an unaligned one.
     let newest = std::fs::read_dir(&chk)
         .unwrap()
         .filter_map(|e| {
@@ -213,7 +213,10 @@ fn a_restore_takes_the_unaligned_mode_from_the_checkpoint() {
         .max()
         .unwrap();
     assert!(newest >= 2, "only {newest} checkpoint(s)");
-    std::fs::remove_file(chk.join(format!("chk-{newest}/_metadata"))).unwrap();
+    let victim = chk.join(format!("chk-{newest}"));
+    let mut bytes = std::fs::read(&victim).unwrap();
+    bytes[30] ^= 0x5a; // inside the metadata, past the 18-byte header
+    std::fs::write(&victim, bytes).unwrap();
     let o = lockgate(&[
         "flights",
         "--out",

@@ -121,19 +121,19 @@ fn newest_full(dir: &Path) -> Option<(CheckpointId, bool)> {
     Some((full, ids.last() != Some(&full)))
 }
 
-/// A state file of checkpoint `id` in `dir`.
-fn a_part_file(dir: &Path, id: CheckpointId) -> PathBuf {
-    let chk = dir.join(format!("chk-{}", id.get()));
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&chk)
+/// Where the first part of checkpoint `id` in `dir` lies: its file (the
+/// checkpoint's, or its own in a folder of an earlier build) and its bytes.
+fn a_part(dir: &Path, id: CheckpointId) -> (PathBuf, std::ops::Range<u64>) {
+    let storage = LocalDirStorage::open(dir).unwrap();
+    let mut keys: Vec<_> = storage
+        .part_bases(id)
         .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "state"))
-        .collect();
-    files.sort();
-    files
         .into_iter()
-        .next()
-        .expect("a checkpoint has part files")
+        .map(|(k, _)| k)
+        .collect();
+    keys.sort();
+    let key = keys.first().expect("a checkpoint has parts");
+    storage.part_location(id, key).unwrap()
 }
 
 /// The checkpoint of `dir` that a restore would take: the newest that
@@ -159,7 +159,7 @@ fn checkpoint(handle: &JobHandle) -> CheckpointId {
 /// `newest_restores`: every checkpoint that completes after the damage
 /// restores itself (a deleted base is seen by the next snapshot, which
 /// writes a full part), not only an older fallback.
-fn damaged_mid_run(damage: fn(&Path), what: &str, newest_restores: bool) {
+fn damaged_mid_run(damage: fn(&Path, std::ops::Range<u64>), what: &str, newest_restores: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("chk");
     let n = 1_000_000;
@@ -191,8 +191,8 @@ fn damaged_mid_run(damage: fn(&Path), what: &str, newest_restores: bool) {
         if damaged.is_none() {
             if let Some((full, read_back)) = newest_full(&dir) {
                 if read_back && full.get() >= 6 {
-                    let file = a_part_file(&dir, full);
-                    damage(&file);
+                    let (file, range) = a_part(&dir, full);
+                    damage(&file, range);
                     damaged = Some(file);
                 }
             }
@@ -239,9 +239,10 @@ fn damaged_mid_run(damage: fn(&Path), what: &str, newest_restores: bool) {
 
 #[test]
 fn a_deleted_base_file_leaves_a_restorable_checkpoint() {
+    // The whole checkpoint file: every subtask's base is gone.
     damaged_mid_run(
-        |f| std::fs::remove_file(f).unwrap(),
-        "a deleted part file",
+        |f, _| std::fs::remove_file(f).unwrap(),
+        "a deleted checkpoint file",
         true,
     );
 }
@@ -249,9 +250,9 @@ fn a_deleted_base_file_leaves_a_restorable_checkpoint() {
 #[test]
 fn a_flipped_byte_in_a_base_leaves_a_restorable_checkpoint() {
     damaged_mid_run(
-        |f| {
+        |f, part| {
             let mut bytes = std::fs::read(f).unwrap();
-            let i = bytes.len() - 1;
+            let i = (part.end - 1) as usize;
             bytes[i] ^= 0x40;
             std::fs::write(f, bytes).unwrap();
         },

@@ -325,17 +325,8 @@ fn a_corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
     let ids = storage.list().unwrap();
     assert!(ids.len() >= 2, "{ids:?}");
     let newest = *ids.last().unwrap();
-    // flip a byte in one state file of the newest checkpoint
-    let chk = storage.checkpoint_dir(newest);
-    let victim = std::fs::read_dir(&chk)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "state"))
-        .unwrap();
-    let mut bytes = std::fs::read(&victim).unwrap();
-    let last = bytes.len() - 1;
-    bytes[last] ^= 0x55;
-    std::fs::write(&victim, bytes).unwrap();
+    // flip a byte in one part of the newest checkpoint
+    flip_last_byte_of_part(&storage, newest, "keyed_sum");
     let latest = storage.load_latest_valid().unwrap();
     assert_eq!(latest.corrupt.len(), 1);
     assert!(
@@ -1594,18 +1585,9 @@ fn incremental_checkpoints_chain_deltas_and_a_corrupt_base_falls_back() {
 
     // Flip a byte of the chain's full part of keyed_sum[0]: every checkpoint
     // building on it is unusable, and the message names that file.
-    let victim = storage
-        .checkpoint_dir(chain_start)
-        .join("keyed_sum-0.state");
-    let mut bytes = std::fs::read(&victim).unwrap();
-    let last = bytes.len() - 1;
-    bytes[last] ^= 0x55;
-    std::fs::write(&victim, bytes).unwrap();
+    let victim = flip_last_byte_of_part(&storage, chain_start, "keyed_sum");
     let err = storage.load(newest).unwrap_err();
-    assert!(
-        err.to_string().contains(&victim.display().to_string()),
-        "{err}"
-    );
+    assert!(err.to_string().contains(&victim), "{err}");
     let latest = storage.load_latest_valid().unwrap();
     assert!(latest.corrupt.iter().any(|(id, _)| *id == newest));
     if let Some(ok) = &latest.checkpoint {
@@ -1775,4 +1757,20 @@ fn periodic_checkpoints_pause_and_resume() {
     assert!(wait_for(30, || h.checkpoint_counts().completed >= before + 5));
     h.stop();
     h.wait().unwrap();
+}
+
+/// Flips the last byte of subtask 0 of `task`'s part in checkpoint `id`;
+/// returns how a load names the part (`chk-<n>#<task>-0.state`).
+fn flip_last_byte_of_part(
+    storage: &lockgate::LocalDirStorage,
+    id: CheckpointId,
+    task: &str,
+) -> String {
+    let (file, range) = storage
+        .part_location(id, &lockgate::TaskStateKey::new(task, 0))
+        .unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[(range.end - 1) as usize] ^= 0x55;
+    std::fs::write(&file, bytes).unwrap();
+    format!("{}#{task}-0.state", file.display())
 }

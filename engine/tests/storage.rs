@@ -64,10 +64,69 @@ fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
     fs::write(path, bytes).unwrap();
 }
 
+/// The state file of `subtask` in checkpoint `id`, once [`to_folder`] has
+/// made it a folder.
 fn state_path(store: &LocalDirStorage, id: u64, subtask: u32) -> PathBuf {
     store
-        .checkpoint_dir(CheckpointId(id))
+        .checkpoint_path(CheckpointId(id))
         .join(format!("keyed_sum-{subtask}.state"))
+}
+
+/// A one-file checkpoint's metadata (JSON) and parts region.
+fn split_single(path: &Path) -> (serde_json::Value, Vec<u8>) {
+    let b = fs::read(path).unwrap();
+    assert_eq!(&b[0..4], b"LGCK");
+    assert_eq!(u16::from_le_bytes([b[4], b[5]]), 2, "a one-file checkpoint");
+    let m = u64::from_le_bytes(b[6..14].try_into().unwrap()) as usize;
+    (
+        serde_json::from_slice(&b[18..18 + m]).unwrap(),
+        b[18 + m..].to_vec(),
+    )
+}
+
+/// Writes a one-file checkpoint with a correct header (length, CRC32C) for
+/// `metadata`.
+fn join_single(path: &Path, metadata: &serde_json::Value, parts: &[u8]) {
+    let json = serde_json::to_vec(metadata).unwrap();
+    let mut b = b"LGCK".to_vec();
+    b.extend_from_slice(&2u16.to_le_bytes());
+    b.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    b.extend_from_slice(&crc32c::crc32c(&json).to_le_bytes());
+    b.extend_from_slice(&json);
+    b.extend_from_slice(parts);
+    fs::write(path, b).unwrap();
+}
+
+/// Rewrites the one-file checkpoint `id` as the folder a build before
+/// one-file checkpoints wrote (`_metadata` and a framed file per part), so
+/// that the old format's checks stay tested.
+fn to_folder(store: &LocalDirStorage, id: u64) {
+    let path = store.checkpoint_path(CheckpointId(id));
+    let (mut json, parts) = split_single(&path);
+    fs::remove_file(&path).unwrap();
+    fs::create_dir(&path).unwrap();
+    for entry in json["states"].as_array_mut().unwrap() {
+        let offset = entry["offset"].as_u64().unwrap() as usize;
+        let size = entry["size"].as_u64().unwrap() as usize;
+        let file = entry["file"].as_str().unwrap().to_string();
+        write_framed(
+            &path.join(file),
+            FORMAT_VERSION,
+            &parts[offset..offset + size],
+        );
+        entry.as_object_mut().unwrap().remove("offset");
+    }
+    write_framed(
+        &path.join("_metadata"),
+        FORMAT_VERSION,
+        &serde_json::to_vec(&json).unwrap(),
+    );
+}
+
+/// Writes checkpoint `id` and makes it a folder of an earlier build.
+fn write_folder(store: &LocalDirStorage, id: u64) {
+    write(store, id, SnapshotKind::Checkpoint);
+    to_folder(store, id);
 }
 
 #[test]
@@ -78,11 +137,11 @@ fn round_trip_returns_what_was_written() {
     let handle = store.write_checkpoint(&m, &s).unwrap();
     assert_eq!(handle.id, CheckpointId(3));
     assert_eq!(handle.path, store.root().join("chk-3"));
-    let on_disk: u64 = fs::read_dir(&handle.path)
-        .unwrap()
-        .map(|e| e.unwrap().metadata().unwrap().len())
-        .sum();
-    assert_eq!(handle.total_bytes, on_disk);
+    assert!(handle.path.is_file(), "one file per checkpoint");
+    assert_eq!(
+        handle.total_bytes,
+        fs::metadata(&handle.path).unwrap().len()
+    );
 
     let loaded = store.load(CheckpointId(3)).unwrap();
     assert_eq!(loaded.metadata, m);
@@ -93,6 +152,23 @@ fn round_trip_returns_what_was_written() {
     }
     assert_eq!(loaded.state("keyed_sum", 9), None);
     assert_eq!(store.load_metadata(CheckpointId(3)).unwrap(), m);
+}
+
+#[test]
+fn a_folder_of_an_earlier_build_loads_and_serves_as_a_base() {
+    let (_d, store) = open();
+    write_folder(&store, 2);
+    assert!(store.checkpoint_path(CheckpointId(2)).is_dir());
+    write(&store, 3, SnapshotKind::Checkpoint);
+    assert_eq!(store.list().unwrap(), ids(&[2, 3]));
+    let loaded = store.load(CheckpointId(2)).unwrap();
+    assert_eq!(loaded.states, states(2).into_iter().collect());
+    assert_eq!(loaded.metadata, meta(2, SnapshotKind::Checkpoint));
+    let latest = store.load_latest_valid().unwrap();
+    assert_eq!(latest.checkpoint.unwrap().metadata.id, CheckpointId(3));
+    // Retention deletes a folder as it deletes a file.
+    assert_eq!(store.retain(1).unwrap(), ids(&[2]));
+    assert!(!store.checkpoint_path(CheckpointId(2)).exists());
 }
 
 #[test]
@@ -160,7 +236,7 @@ fn abandoned_write_is_invisible_and_cleaned() {
     // its temporary name: simulate it by moving chk-2 back to one, and add a
     // partial one with a single file.
     let tmp = store.root().join(".tmp-chk-2-4242-0");
-    fs::rename(store.checkpoint_dir(CheckpointId(2)), &tmp).unwrap();
+    fs::rename(store.checkpoint_path(CheckpointId(2)), &tmp).unwrap();
     let partial = store.root().join(".tmp-chk-3-4242-1");
     fs::create_dir(&partial).unwrap();
     fs::write(partial.join("keyed_sum-0.state"), b"LGCK").unwrap();
@@ -206,20 +282,49 @@ fn ids_are_listed_in_numeric_order() {
     for id in [10, 9, 2, 100, 1] {
         write(&store, id, SnapshotKind::Checkpoint);
     }
-    // Names that are not canonical checkpoint folders are ignored.
+    // Names that are not canonical checkpoint names are ignored.
     fs::create_dir(store.root().join("chk-007")).unwrap();
     fs::create_dir(store.root().join("chk-abc")).unwrap();
-    fs::write(store.root().join("chk-11"), b"a file, not a folder").unwrap();
+    fs::write(store.root().join("chk-11.bak"), b"not a checkpoint").unwrap();
     assert_eq!(store.list().unwrap(), ids(&[1, 2, 9, 10, 100]));
     let latest = store.load_latest_valid().unwrap();
     assert_eq!(latest.checkpoint.unwrap().metadata.id, CheckpointId(100));
+    // A canonical name is a checkpoint, damaged if it does not load.
+    fs::write(store.root().join("chk-101"), b"garbage").unwrap();
+    assert_eq!(store.list().unwrap(), ids(&[1, 2, 9, 10, 100, 101]));
+    let latest = store.load_latest_valid().unwrap();
+    assert_eq!(latest.checkpoint.unwrap().metadata.id, CheckpointId(100));
+    assert_eq!(latest.corrupt[0].0, CheckpointId(101));
 }
 
 #[test]
-fn flipped_byte_is_a_checksum_error_and_recovery_falls_back() {
+fn flipped_byte_in_a_part_is_found_named_and_recovery_falls_back() {
     let (_d, store) = open();
     write(&store, 4, SnapshotKind::Checkpoint);
     write(&store, 5, SnapshotKind::Checkpoint);
+    let path = store.checkpoint_path(CheckpointId(5));
+    // The last byte of the file is the last byte of the last part.
+    edit(&path, |b| {
+        let last = b.len() - 1;
+        b[last] ^= 0x01;
+    });
+    let err = store.load(CheckpointId(5)).unwrap_err();
+    assert!(
+        matches!(err, StorageError::ChecksumMismatch { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("chk-5#keyed_sum-2.state"), "{err}");
+    let latest = store.load_latest_valid().unwrap();
+    assert_eq!(latest.checkpoint.unwrap().metadata.id, CheckpointId(4));
+    assert_eq!(latest.corrupt.len(), 1);
+    assert_eq!(latest.corrupt[0].0, CheckpointId(5));
+}
+
+#[test]
+fn flipped_byte_in_a_folder_is_a_checksum_error_and_recovery_falls_back() {
+    let (_d, store) = open();
+    write(&store, 4, SnapshotKind::Checkpoint);
+    write_folder(&store, 5);
     let path = state_path(&store, 5, 1);
     edit(&path, |b| {
         let last = b.len() - 1;
@@ -250,21 +355,53 @@ fn flipped_byte_is_a_checksum_error_and_recovery_falls_back() {
 fn flipped_byte_in_metadata_is_a_checksum_error() {
     let (_d, store) = open();
     write(&store, 1, SnapshotKind::Checkpoint);
-    let path = store.checkpoint_dir(CheckpointId(1)).join("_metadata");
+    let path = store.checkpoint_path(CheckpointId(1));
     edit(&path, |b| b[30] ^= 0x20);
     let err = store.load(CheckpointId(1)).unwrap_err();
     assert!(
         matches!(err, StorageError::ChecksumMismatch { .. }),
         "{err}"
     );
-    assert!(err.to_string().contains("_metadata"), "{err}");
+    assert!(err.to_string().contains("chk-1"), "{err}");
     assert!(store.load_metadata(CheckpointId(1)).is_err());
+
+    write_folder(&store, 2);
+    let path = store.checkpoint_path(CheckpointId(2)).join("_metadata");
+    edit(&path, |b| b[30] ^= 0x20);
+    let err = store.load(CheckpointId(2)).unwrap_err();
+    assert!(
+        matches!(err, StorageError::ChecksumMismatch { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("_metadata"), "{err}");
+    assert!(store.load_metadata(CheckpointId(2)).is_err());
 }
 
 #[test]
-fn truncated_and_extended_files_are_reported() {
+fn truncated_and_extended_checkpoint_files_are_reported() {
     let (_d, store) = open();
     write(&store, 1, SnapshotKind::Checkpoint);
+    let path = store.checkpoint_path(CheckpointId(1));
+    let full = fs::read(&path).unwrap();
+    for (bytes, cut) in [(&full[..full.len() - 10], true), (&full[..7], true)] {
+        fs::write(&path, bytes).unwrap();
+        let err = store.load(CheckpointId(1)).unwrap_err();
+        assert!(matches!(err, StorageError::Truncated { .. }), "{cut} {err}");
+        assert!(err.to_string().contains("chk-1"), "{err}");
+    }
+    let mut longer = full.clone();
+    longer.push(0);
+    fs::write(&path, &longer).unwrap();
+    let err = store.load(CheckpointId(1)).unwrap_err();
+    assert!(matches!(err, StorageError::TrailingBytes { .. }), "{err}");
+    fs::write(&path, &full).unwrap();
+    store.load(CheckpointId(1)).unwrap();
+}
+
+#[test]
+fn truncated_and_extended_files_of_a_folder_are_reported() {
+    let (_d, store) = open();
+    write_folder(&store, 1);
     let path = state_path(&store, 1, 2);
     let full = fs::read(&path).unwrap();
     fs::write(&path, &full[..full.len() - 10]).unwrap();
@@ -300,8 +437,8 @@ fn truncated_and_extended_files_are_reported() {
 #[test]
 fn missing_metadata_and_missing_state_file() {
     let (_d, store) = open();
-    write(&store, 1, SnapshotKind::Checkpoint);
-    write(&store, 2, SnapshotKind::Checkpoint);
+    write_folder(&store, 1);
+    write_folder(&store, 2);
     fs::remove_file(state_path(&store, 1, 0)).unwrap();
     let err = store.load(CheckpointId(1)).unwrap_err();
     assert!(
@@ -310,7 +447,7 @@ fn missing_metadata_and_missing_state_file() {
     );
     assert!(err.to_string().contains("keyed_sum-0.state"), "{err}");
 
-    fs::remove_file(store.checkpoint_dir(CheckpointId(2)).join("_metadata")).unwrap();
+    fs::remove_file(store.checkpoint_path(CheckpointId(2)).join("_metadata")).unwrap();
     let err = store.load(CheckpointId(2)).unwrap_err();
     assert!(matches!(err, StorageError::MissingMetadata { .. }), "{err}");
     assert!(err.to_string().starts_with("missing metadata"), "{err}");
@@ -337,10 +474,56 @@ fn write_framed(path: &Path, version: u16, payload: &[u8]) {
 }
 
 #[test]
-fn garbage_metadata_is_reported() {
+fn garbage_metadata_of_a_checkpoint_file_is_reported() {
     let (_d, store) = open();
     write(&store, 1, SnapshotKind::Checkpoint);
-    let path = store.checkpoint_dir(CheckpointId(1)).join("_metadata");
+    let path = store.checkpoint_path(CheckpointId(1));
+    let original = fs::read(&path).unwrap();
+    let (json, parts) = split_single(&path);
+
+    // Valid JSON of the wrong id (e.g. a file renamed by hand).
+    let mut wrong = json.clone();
+    wrong["checkpoint"]["id"] = 9.into();
+    join_single(&path, &wrong, &parts);
+    let err = store.load(CheckpointId(1)).unwrap_err();
+    assert!(err.to_string().contains("records checkpoint id 9"), "{err}");
+
+    // A part whose offset and size run past the end of the file.
+    let mut wrong = json.clone();
+    wrong["states"][2]["offset"] = 1_000_000.into();
+    join_single(&path, &wrong, &parts);
+    let err = store.load(CheckpointId(1)).unwrap_err();
+    assert!(matches!(err, StorageError::Truncated { .. }), "{err}");
+    assert!(err.to_string().contains("keyed_sum-2.state"), "{err}");
+
+    // A part without an offset.
+    let mut wrong = json.clone();
+    wrong["states"][0].as_object_mut().unwrap().remove("offset");
+    join_single(&path, &wrong, &parts);
+    let err = store.load(CheckpointId(1)).unwrap_err();
+    assert!(err.to_string().contains("has no offset"), "{err}");
+
+    // Metadata that disagrees with an (intact) part.
+    let mut wrong = json.clone();
+    let crc = wrong["states"][0]["crc32c"].as_u64().unwrap();
+    wrong["states"][0]["crc32c"] = (crc ^ 1).into();
+    join_single(&path, &wrong, &parts);
+    let err = store.load(CheckpointId(1)).unwrap_err();
+    assert!(
+        matches!(err, StorageError::ChecksumMismatch { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("chk-1#keyed_sum-0.state"), "{err}");
+
+    fs::write(&path, &original).unwrap();
+    store.load(CheckpointId(1)).unwrap();
+}
+
+#[test]
+fn garbage_metadata_is_reported() {
+    let (_d, store) = open();
+    write_folder(&store, 1);
+    let path = store.checkpoint_path(CheckpointId(1)).join("_metadata");
     let original = fs::read(&path).unwrap();
 
     // Not framed at all.
@@ -386,7 +569,18 @@ fn garbage_metadata_is_reported() {
 #[test]
 fn wrong_version_is_reported() {
     let (_d, store) = open();
-    write(&store, 1, SnapshotKind::Checkpoint);
+    write(&store, 3, SnapshotKind::Checkpoint);
+    edit(&store.checkpoint_path(CheckpointId(3)), |b| {
+        b[4..6].copy_from_slice(&7u16.to_le_bytes())
+    });
+    let err = store.load(CheckpointId(3)).unwrap_err();
+    assert!(
+        matches!(err, StorageError::UnsupportedVersion { found: 7, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("chk-3"), "{err}");
+
+    write_folder(&store, 1);
     let path = state_path(&store, 1, 0);
     edit(&path, |b| b[4..6].copy_from_slice(&7u16.to_le_bytes()));
     let err = store.load(CheckpointId(1)).unwrap_err();
@@ -397,8 +591,8 @@ fn wrong_version_is_reported() {
     assert!(err.to_string().contains("keyed_sum-0.state"), "{err}");
 
     // A version inside the metadata JSON is checked too.
-    write(&store, 2, SnapshotKind::Checkpoint);
-    let path = store.checkpoint_dir(CheckpointId(2)).join("_metadata");
+    write_folder(&store, 2);
+    let path = store.checkpoint_path(CheckpointId(2)).join("_metadata");
     let original = fs::read(&path).unwrap();
     let mut json: serde_json::Value = serde_json::from_slice(&original[18..]).unwrap();
     json["format_version"] = 7.into();
@@ -475,10 +669,11 @@ fn retain_keeps_newest_checkpoints_and_all_savepoints() {
 #[test]
 fn retain_leaves_unreadable_checkpoints_alone() {
     let (_d, store) = open();
-    for id in 1..=3 {
+    for id in 1..=2 {
         write(&store, id, SnapshotKind::Checkpoint);
     }
-    fs::remove_file(store.checkpoint_dir(CheckpointId(3)).join("_metadata")).unwrap();
+    write_folder(&store, 3);
+    fs::remove_file(store.checkpoint_path(CheckpointId(3)).join("_metadata")).unwrap();
     // chk-3 is unreadable: not counted, so chk-2 is the newest kept one.
     assert_eq!(store.retain(1).unwrap(), ids(&[1]));
     assert_eq!(store.list().unwrap(), ids(&[2, 3]));

@@ -18,3 +18,20 @@ pub(crate) fn bin() -> Command {
     c.env_remove("RUST_LOG");
     c
 }
+
+/// Flips the last byte of the part of `task`'s `subtask` in checkpoint `id`
+/// of the folder `chk` (a one-file checkpoint, or a folder of an earlier
+/// build): that checkpoint no longer loads.
+#[allow(dead_code)] // not every test file damages checkpoints
+pub(crate) fn flip_last_byte_of_part(chk: &std::path::Path, id: u64, task: &str, subtask: u32) {
+    let storage = lockgate::LocalDirStorage::open(chk).unwrap();
+    let (file, range) = storage
+        .part_location(
+            lockgate::CheckpointId(id),
+            &lockgate::TaskStateKey::new(task, subtask),
+        )
+        .unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[(range.end - 1) as usize] ^= 0x5a;
+    std::fs::write(&file, bytes).unwrap();
+}

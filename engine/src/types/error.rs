@@ -261,7 +261,9 @@ pub enum StorageError {
         /// Bytes it holds.
         found: u64,
     },
-    /// The payload's CRC32C differs from the one in the header (a flipped bit).
+    /// The bytes' CRC32C differs from the one recorded for them (a flipped
+    /// bit): a folder file's header, a one-file checkpoint's header (its
+    /// metadata) or its metadata (a part, named `chk-<n>#<part>`).
     #[error("checksum mismatch in {path}: expected 0x{expected:08x}, found 0x{found:08x}")]
     ChecksumMismatch {
         /// The file.

@@ -1,20 +1,24 @@
-//! [`LocalDirStorage`]: one atomically published, checksummed `chk-<n>/`
-//! folder per checkpoint under a root directory (layout and protocol in
-//! [`super`]'s docs).
+//! [`LocalDirStorage`]: one atomically published, checksummed checkpoint
+//! per `chk-<n>` under a root directory: a file holding the metadata and
+//! every part (what this build writes, `super::single`), or a folder of a
+//! `_metadata` file and a `.state` file per part (what builds before wrote;
+//! still read, restored and retired). Layout and protocol in [`super`]'s
+//! docs.
 
 use super::api::{
     validate_id, validate_parts, CheckpointHandle, CheckpointMetadata, CheckpointStorage,
     LoadedCheckpoint, PartHandle, Result, StorageError, TaskStateKey, MAX_CHECKPOINT_ID,
 };
-use super::framing::{read_framed, sync_dir, write_framed, FORMAT_VERSION, HEADER_LEN};
+use super::framing::{read_framed, sync_dir, FORMAT_VERSION, HEADER_LEN};
 use crate::types::element::CheckpointId;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 /// Name of the metadata file inside a checkpoint folder (Flink's name).
 const METADATA_FILE: &str = "_metadata";
@@ -51,7 +55,31 @@ struct StateFileEntry {
     /// (metadata version 2; absent: a complete part).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     base: Option<CheckpointId>,
+    /// In a one-file checkpoint: where the part starts, from the end of the
+    /// metadata (absent in a folder: the part is its own file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    offset: Option<u64>,
 }
+
+/// Where a published checkpoint lies.
+#[derive(Clone, Debug)]
+enum Stored {
+    /// A one-file checkpoint (this build's).
+    File(PathBuf),
+    /// A folder of files (earlier builds').
+    Folder(PathBuf),
+}
+
+impl Stored {
+    fn path(&self) -> &Path {
+        match self {
+            Stored::File(p) | Stored::Folder(p) => p,
+        }
+    }
+}
+
+/// Parts written for checkpoints not published yet, by checkpoint.
+type Staged = BTreeMap<CheckpointId, BTreeMap<TaskStateKey, Vec<u8>>>;
 
 /// The version of `_metadata`'s JSON. Version 2 added `base` to state
 /// entries (incremental checkpoints); version 1 files are read as they
@@ -67,18 +95,23 @@ struct MetadataFile {
     states: Vec<StateFileEntry>,
 }
 
-/// The default store: one folder per checkpoint under a root directory (see
+/// The default store: one file per checkpoint under a root directory (see
 /// the module docs for the layout and the atomic publish protocol).
 #[derive(Clone, Debug)]
 pub struct LocalDirStorage {
     root: PathBuf,
     /// Checkpoints this handle (or a clone) discarded: a part written for
     /// one later is refused ([`StorageError::Discarded`]), so a snapshot
-    /// thread that finishes after an abort cannot recreate the staging
-    /// folder the abort removed. Part writes hold the read side while
-    /// they create and fill the folder, `discard` the write side, so the
-    /// two never interleave and parts still write side by side.
+    /// thread that finishes after an abort cannot stage bytes no publish
+    /// will ever take. Part writes hold the read side, `discard` the
+    /// write side, so the two never interleave.
     discarded: Arc<RwLock<BTreeSet<CheckpointId>>>,
+    /// Parts written and not published: a checkpoint's parts go to disk
+    /// together, in one file, when it is published.
+    staged: Arc<Mutex<Staged>>,
+    /// The length of each checkpoint file this handle published (what a
+    /// snapshot's check of its chain compares with).
+    published_len: Arc<Mutex<HashMap<CheckpointId, u64>>>,
 }
 
 impl LocalDirStorage {
@@ -109,6 +142,8 @@ impl LocalDirStorage {
         Ok(LocalDirStorage {
             root,
             discarded: Arc::default(),
+            staged: Arc::default(),
+            published_len: Arc::default(),
         })
     }
 
@@ -130,9 +165,59 @@ impl LocalDirStorage {
         FolderLock::take(&self.root)
     }
 
-    /// The folder checkpoint `id` is (or would be) published at: `<root>/chk-<n>`.
-    pub fn checkpoint_dir(&self, id: CheckpointId) -> PathBuf {
+    /// The path checkpoint `id` is (or would be) published at,
+    /// `<root>/chk-<n>`: a file, or a folder written by an earlier build.
+    pub fn checkpoint_path(&self, id: CheckpointId) -> PathBuf {
         self.root.join(format!("{CHK_PREFIX}{}", id.get()))
+    }
+
+    /// Where the part of `key` in checkpoint `id` lies: the file and the
+    /// byte range of the part's bytes in it (for inspection and for tests
+    /// that damage one part). Reads only the metadata.
+    ///
+    /// # Errors
+    /// [`StorageError::NotFound`] without checkpoint `id`,
+    /// [`StorageError::MissingStateFile`] when it has no part for `key`,
+    /// any error reading its metadata.
+    ///
+    /// # Examples
+    /// ```
+    /// use lockgate::{CheckpointId, CheckpointMetadata, CheckpointStorage, JobFingerprint};
+    /// use lockgate::{LocalDirStorage, SnapshotKind, TaskStateKey};
+    /// let dir = tempfile::tempdir()?;
+    /// let store = LocalDirStorage::open(dir.path())?;
+    /// let key = TaskStateKey::new("sum", 0);
+    /// let meta = CheckpointMetadata::new(CheckpointId(1), SnapshotKind::Checkpoint, 0, JobFingerprint::default());
+    /// store.write_checkpoint(&meta, &[(key.clone(), b"state".to_vec())])?;
+    /// let (file, range) = store.part_location(CheckpointId(1), &key)?;
+    /// assert_eq!(&std::fs::read(file)?[range.start as usize..range.end as usize], b"state");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn part_location(
+        &self,
+        id: CheckpointId,
+        key: &TaskStateKey,
+    ) -> Result<(PathBuf, std::ops::Range<u64>)> {
+        let (meta, stored) = self.read_meta(id)?;
+        let Some(entry) = meta
+            .states
+            .iter()
+            .find(|e| e.task == key.task && e.subtask == key.subtask)
+        else {
+            return Err(StorageError::MissingStateFile {
+                path: stored.path().join(state_file_name(key)),
+            });
+        };
+        Ok(match stored {
+            Stored::File(path) => {
+                let start = super::single::parts_start(&path)? + entry.offset.unwrap_or(0);
+                (path, start..start + entry.size)
+            }
+            Stored::Folder(dir) => {
+                let start = HEADER_LEN as u64;
+                (dir.join(&entry.file), start..start + entry.size)
+            }
+        })
     }
 
     /// A fresh temporary path in the root, `.tmp-<what>-<n>-<pid>-<seq>`.
@@ -140,17 +225,6 @@ impl LocalDirStorage {
         let seq = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
         self.root.join(format!(
             "{TMP_PREFIX}{what}-{}-{}-{seq}",
-            id.get(),
-            std::process::id()
-        ))
-    }
-
-    /// The staging folder of checkpoint `id` in this process,
-    /// `.tmp-chk-<n>-<pid>`: every part of `id` is written there, side by
-    /// side, and it is renamed to `chk-<n>` on publish.
-    fn staging_dir(&self, id: CheckpointId) -> PathBuf {
-        self.root.join(format!(
-            "{TMP_PREFIX}chk-{}-{}",
             id.get(),
             std::process::id()
         ))
@@ -172,12 +246,24 @@ impl LocalDirStorage {
             }
             other => other?,
         };
+        self.parse_metadata(id, &path, &payload)
+    }
+
+    /// Parses and checks (version, id, file names) the metadata of
+    /// checkpoint `id` read from `path`.
+    fn parse_metadata(
+        &self,
+        id: CheckpointId,
+        path: &Path,
+        payload: &[u8],
+    ) -> Result<MetadataFile> {
+        let path = path.to_path_buf();
         let bad = |reason: String| StorageError::BadMetadata {
             path: path.clone(),
             reason,
         };
         let meta: MetadataFile =
-            serde_json::from_slice(&payload).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+            serde_json::from_slice(payload).map_err(|e| bad(format!("not valid JSON: {e}")))?;
         if !(FORMAT_VERSION..=METADATA_VERSION).contains(&meta.format_version) {
             return Err(StorageError::UnsupportedVersion {
                 path,
@@ -209,28 +295,57 @@ impl LocalDirStorage {
         }
         Ok(meta)
     }
+
+    /// Where checkpoint `id` lies: a file or a folder `chk-<n>`.
+    fn locate(&self, id: CheckpointId) -> Result<Stored> {
+        let path = self.checkpoint_path(id);
+        match fs::metadata(&path) {
+            Ok(m) if m.is_dir() => Ok(Stored::Folder(path)),
+            Ok(_) => Ok(Stored::File(path)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(StorageError::NotFound {
+                id,
+                root: self.root.clone(),
+            }),
+            Err(e) => Err(StorageError::io("inspecting", &path, e)),
+        }
+    }
+
+    /// The metadata of checkpoint `id`, and where it lies.
+    fn read_meta(&self, id: CheckpointId) -> Result<(MetadataFile, Stored)> {
+        let stored = self.locate(id)?;
+        let meta = match &stored {
+            Stored::Folder(dir) => self.read_metadata_file(id, dir)?,
+            Stored::File(path) => {
+                let bytes = super::single::read_single_metadata(path)?;
+                self.parse_metadata(id, path, &bytes)?
+            }
+        };
+        Ok((meta, stored))
+    }
 }
 
 impl LocalDirStorage {
     /// The parts of `key`'s chain up to and including its part in `base`
     /// (oldest first), for checkpoint `id`, each read and validated.
+    /// `files` keeps each base file read once for all the subtasks whose
+    /// chains pass through it.
     fn read_chain(
         &self,
         id: CheckpointId,
         mut base: CheckpointId,
         key: &TaskStateKey,
+        files: &mut HashMap<CheckpointId, Vec<u8>>,
     ) -> Result<Vec<Vec<u8>>> {
         let mut chain = Vec::new();
         let mut newer = id;
         loop {
-            let dir = self.checkpoint_dir(base);
             let missing = |why: String| StorageError::MissingBase {
                 id,
                 base,
                 task: key.task.clone(),
                 subtask: key.subtask,
                 why,
-                path: dir.clone(),
+                path: self.checkpoint_path(base),
             };
             // A base is always older: anything else is a damaged chain (and
             // would loop).
@@ -239,7 +354,7 @@ impl LocalDirStorage {
                     "checkpoint {newer} names a base not older than itself"
                 )));
             }
-            let meta = match self.read_metadata_file(base, &dir) {
+            let (meta, stored) = match self.read_meta(base) {
                 Ok(m) => m,
                 Err(StorageError::NotFound { .. }) => {
                     return Err(missing("the checkpoint is gone".into()))
@@ -253,7 +368,18 @@ impl LocalDirStorage {
             else {
                 return Err(missing("it has no part for this subtask".into()));
             };
-            chain.push(read_entry(&dir, entry)?);
+            chain.push(match &stored {
+                Stored::Folder(dir) => read_entry(dir, entry)?,
+                Stored::File(path) => {
+                    let parts = match files.entry(base) {
+                        std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                        std::collections::hash_map::Entry::Vacant(v) => {
+                            v.insert(super::single::read_single(path)?.1)
+                        }
+                    };
+                    part_in_file(path, parts, entry)?
+                }
+            });
             match entry.base {
                 Some(b) => {
                     newer = base;
@@ -264,6 +390,61 @@ impl LocalDirStorage {
         }
         chain.reverse();
         Ok(chain)
+    }
+}
+
+/// Part `entry` of the one-file checkpoint at `path` (whose parts are
+/// `parts`), checked against its size and CRC32C.
+fn part_in_file(path: &Path, parts: &[u8], entry: &StateFileEntry) -> Result<Vec<u8>> {
+    let name = PathBuf::from(format!("{}#{}", path.display(), entry.file));
+    let Some(offset) = entry.offset else {
+        return Err(StorageError::BadMetadata {
+            path: path.to_path_buf(),
+            reason: format!(
+                "part {:?} has no offset in a one-file checkpoint",
+                entry.file
+            ),
+        });
+    };
+    let end = offset
+        .checked_add(entry.size)
+        .filter(|e| *e <= parts.len() as u64);
+    let Some(end) = end else {
+        return Err(StorageError::Truncated {
+            path: name,
+            expected: offset.saturating_add(entry.size),
+            found: parts.len() as u64,
+        });
+    };
+    let bytes = &parts[offset as usize..end as usize];
+    let crc = crc32c::crc32c(bytes);
+    if crc != entry.crc32c {
+        return Err(StorageError::ChecksumMismatch {
+            path: name,
+            expected: entry.crc32c,
+            found: crc,
+        });
+    }
+    Ok(bytes.to_vec())
+}
+
+/// Checks that the parts of a one-file checkpoint fill its parts region
+/// exactly (a cut or grown file).
+fn check_file_length(path: &Path, meta: &MetadataFile, parts: &[u8]) -> Result<()> {
+    let expected: u64 = meta.states.iter().map(|e| e.size).sum();
+    let found = parts.len() as u64;
+    match found.cmp(&expected) {
+        std::cmp::Ordering::Equal => Ok(()),
+        std::cmp::Ordering::Less => Err(StorageError::Truncated {
+            path: path.to_path_buf(),
+            expected,
+            found,
+        }),
+        std::cmp::Ordering::Greater => Err(StorageError::TrailingBytes {
+            path: path.to_path_buf(),
+            expected,
+            found,
+        }),
     }
 }
 
@@ -300,19 +481,10 @@ fn read_entry(dir: &Path, entry: &StateFileEntry) -> Result<Vec<u8>> {
     Ok(payload)
 }
 
-/// Creates a staging folder (or finds it there) inside the root, never the
-/// root itself: a root removed under a running job (a second Ctrl-C of the
-/// load generator removes its temporary one) fails the write instead of
-/// coming back.
-fn create_staging(dir: &Path) -> Result<()> {
-    match fs::create_dir(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
-        Err(e) => Err(StorageError::io("creating", dir, e)),
-    }
-}
-
 impl CheckpointStorage for LocalDirStorage {
+    /// Keeps the part in memory until [`CheckpointStorage::publish`]
+    /// writes it, with the checkpoint's other parts, in one file (its
+    /// CRC32C computed here, on the caller's thread).
     fn write_part(&self, id: CheckpointId, key: &TaskStateKey, bytes: &[u8]) -> Result<PartHandle> {
         validate_id(id)?;
         let discarded = self
@@ -325,34 +497,42 @@ impl CheckpointStorage for LocalDirStorage {
                 root: self.root.clone(),
             });
         }
-        let dir = self.staging_dir(id);
-        let file = state_file_name(key);
-        let path = dir.join(&file);
-        let _call = crate::util::calls::call(|| format!("writing {}", path.display()));
-        create_staging(&dir)?;
-        let crc32c = write_framed(&path, bytes)?;
+        let crc32c = crc32c::crc32c(bytes);
+        let mut staged = self.staged.lock().unwrap_or_else(PoisonError::into_inner);
+        let parts = staged.entry(id).or_default();
+        if parts.contains_key(key) {
+            return Err(StorageError::InvalidInput {
+                id,
+                reason: format!(
+                    "the part of task {:?} subtask {} is written twice",
+                    key.task, key.subtask
+                ),
+            });
+        }
+        parts.insert(key.clone(), bytes.to_vec());
         Ok(PartHandle {
             checkpoint: id,
             key: key.clone(),
-            file,
+            file: state_file_name(key),
             size: bytes.len() as u64,
             crc32c,
-            written_bytes: (HEADER_LEN + bytes.len()) as u64,
+            written_bytes: bytes.len() as u64,
             base: None,
         })
     }
 
+    /// Writes the metadata and every part into one new file, `fsync`s it,
+    /// renames it to `chk-<n>` and `fsync`s the root: two `fsync`s a
+    /// checkpoint, whatever its number of parts.
     fn publish(&self, meta: &CheckpointMetadata, parts: &[PartHandle]) -> Result<CheckpointHandle> {
         validate_parts(meta, parts)?;
-        let target = self.checkpoint_dir(meta.id);
+        let target = self.checkpoint_path(meta.id);
         if target.exists() {
             return Err(StorageError::AlreadyExists {
                 id: meta.id,
                 path: target,
             });
         }
-        let dir = self.staging_dir(meta.id);
-        create_staging(&dir)?;
         let mut names = HashSet::with_capacity(parts.len());
         for p in parts {
             if !is_safe_file_name(&p.file) || !names.insert(p.file.to_ascii_lowercase()) {
@@ -371,51 +551,101 @@ impl CheckpointStorage for LocalDirStorage {
                 ),
             });
         }
+        let mut staged = self
+            .staged
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&meta.id)
+            .unwrap_or_default();
+        let mut bytes = Vec::with_capacity(parts.len());
+        let mut states = Vec::with_capacity(parts.len());
+        let mut offset = 0u64;
+        for p in parts {
+            let Some(b) = staged.remove(&p.key) else {
+                return Err(StorageError::MissingStateFile {
+                    path: target.join(&p.file),
+                });
+            };
+            states.push(StateFileEntry {
+                task: p.key.task.clone(),
+                subtask: p.key.subtask,
+                file: p.file.clone(),
+                size: b.len() as u64,
+                crc32c: p.crc32c,
+                base: p.base,
+                offset: Some(offset),
+            });
+            offset += b.len() as u64;
+            bytes.push(b);
+        }
         let metadata = MetadataFile {
             format_version: METADATA_VERSION,
             checkpoint: meta.clone(),
-            states: parts
-                .iter()
-                .map(|p| StateFileEntry {
-                    task: p.key.task.clone(),
-                    subtask: p.key.subtask,
-                    file: p.file.clone(),
-                    size: p.size,
-                    crc32c: p.crc32c,
-                    base: p.base,
-                })
-                .collect(),
+            states,
         };
-        let meta_path = dir.join(METADATA_FILE);
-        let json = serde_json::to_vec_pretty(&metadata).map_err(|e| StorageError::BadMetadata {
-            path: meta_path.clone(),
+        let json = serde_json::to_vec(&metadata).map_err(|e| StorageError::BadMetadata {
+            path: target.clone(),
             reason: format!("cannot serialize: {e}"),
         })?;
-        write_framed(&meta_path, &json)?;
-        sync_dir(&dir)?;
-        publish(&dir, &target, meta.id, &self.root)?;
-        let total_bytes =
-            parts.iter().map(|p| p.written_bytes).sum::<u64>() + (HEADER_LEN + json.len()) as u64;
+        let tmp = self.temp_path("chk", meta.id);
+        let slices: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+        let written = super::single::write_single(&tmp, &json, &slices).inspect_err(|_| {
+            let _ = fs::remove_file(&tmp);
+        })?;
+        publish(&tmp, &target, meta.id, &self.root).inspect_err(|_| {
+            let _ = fs::remove_file(&tmp);
+        })?;
+        self.published_len
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(meta.id, written);
         Ok(CheckpointHandle {
             id: meta.id,
             path: target,
-            total_bytes,
+            total_bytes: written,
         })
     }
 
     fn check_part(&self, part: &PartHandle) -> Result<()> {
-        let path = self.checkpoint_dir(part.checkpoint).join(&part.file);
+        let path = self.checkpoint_path(part.checkpoint);
         let meta = match fs::metadata(&path) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(StorageError::MissingStateFile { path })
             }
             other => other.map_err(|e| StorageError::io("looking at", &path, e))?,
         };
-        if meta.len() != part.written_bytes {
+        if meta.is_dir() {
+            // A folder of an earlier build: the part is its own file.
+            let file = path.join(&part.file);
+            let len = match fs::metadata(&file) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    return Err(StorageError::MissingStateFile { path: file })
+                }
+                other => other
+                    .map_err(|e| StorageError::io("looking at", &file, e))?
+                    .len(),
+            };
+            if len != HEADER_LEN as u64 + part.size {
+                return Err(StorageError::StateMismatch {
+                    path: file,
+                    what: "file size",
+                    expected: HEADER_LEN as u64 + part.size,
+                    found: len,
+                });
+            }
+            return Ok(());
+        }
+        let expected = self
+            .published_len
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&part.checkpoint)
+            .copied();
+        if let Some(expected) = expected.filter(|e| *e != meta.len()) {
             return Err(StorageError::StateMismatch {
                 path,
                 what: "file size",
-                expected: part.written_bytes,
+                expected,
                 found: meta.len(),
             });
         }
@@ -423,20 +653,73 @@ impl CheckpointStorage for LocalDirStorage {
     }
 
     fn verify_part(&self, part: &PartHandle) -> Result<()> {
-        let entry = StateFileEntry {
-            task: part.key.task.clone(),
-            subtask: part.key.subtask,
-            file: part.file.clone(),
-            size: part.size,
-            crc32c: part.crc32c,
-            base: part.base,
+        self.verify_parts(std::slice::from_ref(part))
+            .pop()
+            .unwrap_or(Ok(()))
+    }
+
+    /// Reads each checkpoint file once, whatever its number of parts (a
+    /// file that failed is read again for each of its parts, so that each
+    /// gets its own error: the errors hold an `io::Error`, which does not
+    /// clone).
+    fn verify_parts(&self, parts: &[PartHandle]) -> Vec<Result<()>> {
+        let read = |id: CheckpointId| -> Result<(MetadataFile, Stored, Vec<u8>)> {
+            let (meta, stored) = self.read_meta(id)?;
+            let region = match &stored {
+                Stored::File(path) => {
+                    let (_, region) = super::single::read_single(path)?;
+                    check_file_length(path, &meta, &region)?;
+                    region
+                }
+                Stored::Folder(_) => Vec::new(),
+            };
+            Ok((meta, stored, region))
         };
-        read_entry(&self.checkpoint_dir(part.checkpoint), &entry).map(drop)
+        let mut files: HashMap<CheckpointId, Option<(MetadataFile, Stored, Vec<u8>)>> =
+            HashMap::new();
+        parts
+            .iter()
+            .map(|part| {
+                let cached = match files.get(&part.checkpoint) {
+                    Some(Some(file)) => file,
+                    Some(None) => return read(part.checkpoint).map(drop),
+                    None => match read(part.checkpoint) {
+                        Ok(file) => files.entry(part.checkpoint).or_insert(Some(file)),
+                        Err(e) => {
+                            files.insert(part.checkpoint, None);
+                            return Err(e);
+                        }
+                    }
+                    .as_ref()
+                    .expect("just read"),
+                };
+                let (meta, stored, region) = cached;
+                let Some(entry) = meta
+                    .states
+                    .iter()
+                    .find(|e| e.task == part.key.task && e.subtask == part.key.subtask)
+                else {
+                    return Err(StorageError::MissingStateFile {
+                        path: stored.path().join(&part.file),
+                    });
+                };
+                if entry.size != part.size || entry.crc32c != part.crc32c {
+                    return Err(StorageError::StateMismatch {
+                        path: stored.path().join(&part.file),
+                        what: "payload size or crc32c",
+                        expected: part.size,
+                        found: entry.size,
+                    });
+                }
+                match stored {
+                    Stored::File(path) => part_in_file(path, region, entry).map(drop),
+                    Stored::Folder(dir) => read_entry(dir, entry).map(drop),
+                }
+            })
+            .collect()
     }
 
     fn discard(&self, id: CheckpointId) -> Result<()> {
-        let _call =
-            crate::util::calls::call(|| format!("deleting {}", self.staging_dir(id).display()));
         // No part write is under way once this is held, and none starts
         // for `id` after it.
         let mut discarded = self
@@ -444,13 +727,11 @@ impl CheckpointStorage for LocalDirStorage {
             .write()
             .unwrap_or_else(PoisonError::into_inner);
         discarded.insert(id);
-        let dir = self.staging_dir(id);
-        match fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                Err(StorageError::io("deleting", &dir, e))
-            }
-            _ => Ok(()),
-        }
+        self.staged
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+        Ok(())
     }
 
     fn list(&self) -> Result<Vec<CheckpointId>> {
@@ -459,13 +740,8 @@ impl CheckpointStorage for LocalDirStorage {
             fs::read_dir(&self.root).map_err(|e| StorageError::io("listing", &self.root, e))?;
         for entry in entries {
             let entry = entry.map_err(|e| StorageError::io("listing", &self.root, e))?;
-            let Some(id) = entry.file_name().to_str().and_then(parse_chk_name) else {
-                continue;
-            };
-            let file_type = entry
-                .file_type()
-                .map_err(|e| StorageError::io("inspecting", &entry.path(), e))?;
-            if file_type.is_dir() {
+            // A file (this build's) or a folder (earlier builds').
+            if let Some(id) = entry.file_name().to_str().and_then(parse_chk_name) {
                 ids.push(id);
             }
         }
@@ -474,37 +750,62 @@ impl CheckpointStorage for LocalDirStorage {
     }
 
     fn load(&self, id: CheckpointId) -> Result<LoadedCheckpoint> {
-        let dir = self.checkpoint_dir(id);
-        let meta = self.read_metadata_file(id, &dir)?;
+        let (meta, stored) = self.read_meta(id)?;
+        let region = match &stored {
+            Stored::File(path) => {
+                let (_, region) = super::single::read_single(path)?;
+                check_file_length(path, &meta, &region)?;
+                Some(region)
+            }
+            Stored::Folder(_) => None,
+        };
         let mut states = BTreeMap::new();
         let mut bases = BTreeMap::new();
+        let mut base_files = HashMap::new();
         let mut total = 0u64;
         for entry in &meta.states {
-            let payload = read_entry(&dir, entry)?;
-            total += HEADER_LEN as u64 + payload.len() as u64;
+            let payload = match (&stored, &region) {
+                (Stored::File(path), Some(region)) => part_in_file(path, region, entry)?,
+                (Stored::Folder(dir), _) => {
+                    let p = read_entry(dir, entry)?;
+                    total += HEADER_LEN as u64;
+                    p
+                }
+                (Stored::File(_), None) => unreachable!("a file's parts were read"),
+            };
+            total += payload.len() as u64;
             let key = TaskStateKey::new(entry.task.clone(), entry.subtask);
             if let Some(base) = entry.base {
-                bases.insert(key.clone(), self.read_chain(id, base, &key)?);
+                bases.insert(
+                    key.clone(),
+                    self.read_chain(id, base, &key, &mut base_files)?,
+                );
             }
             states.insert(key, payload);
         }
-        let meta_len = fs::metadata(dir.join(METADATA_FILE))
-            .map(|m| m.len())
-            .unwrap_or(0);
+        let total_bytes = match &stored {
+            Stored::File(path) => fs::metadata(path).map(|m| m.len()).unwrap_or(total),
+            Stored::Folder(dir) => {
+                total
+                    + fs::metadata(dir.join(METADATA_FILE))
+                        .map(|m| m.len())
+                        .unwrap_or(0)
+            }
+        };
         Ok(LoadedCheckpoint {
             metadata: meta.checkpoint,
             states,
             bases,
             handle: CheckpointHandle {
                 id,
-                path: dir,
-                total_bytes: total + meta_len,
+                path: stored.path().to_path_buf(),
+                total_bytes,
             },
         })
     }
 
     fn part_bases(&self, id: CheckpointId) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>> {
-        let meta = self.read_metadata_file(id, &self.checkpoint_dir(id))?;
+        let (meta, _) = self.read_meta(id)?;
         Ok(meta
             .states
             .iter()
@@ -513,21 +814,44 @@ impl CheckpointStorage for LocalDirStorage {
     }
 
     fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata> {
-        let dir = self.checkpoint_dir(id);
-        Ok(self.read_metadata_file(id, &dir)?.checkpoint)
+        Ok(self.read_meta(id)?.0.checkpoint)
     }
 
     fn remove(&self, id: CheckpointId) -> Result<()> {
         self.remove_many(&[id])
     }
 
+    /// A file is unlinked (at once whole: no `fsync`, a crash that forgets
+    /// it leaves an old checkpoint, which retention deletes again); a
+    /// folder is renamed out of the way first, the renames made durable by
+    /// one `fsync` of the root, then deleted, so that no half-deleted
+    /// `chk-<n>` is ever visible.
     fn remove_many(&self, ids: &[CheckpointId]) -> Result<()> {
         let mut renamed = Vec::with_capacity(ids.len());
         let mut failed = None;
         for &id in ids {
-            let dir = self.checkpoint_dir(id);
+            let path = self.checkpoint_path(id);
+            let stored = match self.locate(id) {
+                Ok(s) => s,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
+            if let Stored::File(_) = stored {
+                let _call = crate::util::calls::call(|| format!("deleting {}", path.display()));
+                if let Err(e) = fs::remove_file(&path) {
+                    failed = Some(StorageError::io("deleting", &path, e));
+                    break;
+                }
+                self.published_len
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&id);
+                continue;
+            }
             let tmp = self.temp_path("del-chk", id);
-            match fs::rename(&dir, &tmp) {
+            match fs::rename(&path, &tmp) {
                 Ok(()) => renamed.push(tmp),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     failed = Some(StorageError::NotFound {
@@ -537,13 +861,11 @@ impl CheckpointStorage for LocalDirStorage {
                     break;
                 }
                 Err(e) => {
-                    failed = Some(StorageError::io("renaming for deletion", &dir, e));
+                    failed = Some(StorageError::io("renaming for deletion", &path, e));
                     break;
                 }
             }
         }
-        // One fsync for every rename: no `chk-<n>` half deleted is ever
-        // visible after a crash, whichever of them the deletion reached.
         if !renamed.is_empty() {
             sync_dir(&self.root)?;
         }
@@ -558,13 +880,7 @@ impl CheckpointStorage for LocalDirStorage {
     /// Renames `chk-<id>` to `corrupt-chk-<id>` (`corrupt-chk-<id>-2`, ...
     /// when taken), a name no listing, restore or retention reads.
     fn set_aside(&self, id: CheckpointId) -> Result<Option<String>> {
-        let dir = self.checkpoint_dir(id);
-        if !dir.is_dir() {
-            return Err(StorageError::NotFound {
-                id,
-                root: self.root.clone(),
-            });
-        }
+        let path = self.locate(id)?.path().to_path_buf();
         let base = format!("corrupt-{CHK_PREFIX}{}", id.get());
         let target = (1u64..)
             .map(|n| match n {
@@ -573,7 +889,7 @@ impl CheckpointStorage for LocalDirStorage {
             })
             .find(|p| !p.exists())
             .expect("some name is free");
-        fs::rename(&dir, &target).map_err(|e| StorageError::io("setting aside", &dir, e))?;
+        fs::rename(&path, &target).map_err(|e| StorageError::io("setting aside", &path, e))?;
         sync_dir(&self.root)?;
         Ok(Some(target.display().to_string()))
     }
@@ -608,7 +924,8 @@ impl CheckpointStorage for LocalDirStorage {
     }
 }
 
-/// Renames the complete folder `tmp` to `target` and makes the rename durable.
+/// Renames the complete file (or folder) `tmp` to `target` and makes the
+/// rename durable.
 fn publish(tmp: &Path, target: &Path, id: CheckpointId, root: &Path) -> Result<()> {
     // rename(2) would replace an empty existing folder, so check first (one
     // writer per store, see the trait docs).

@@ -6,26 +6,43 @@
 //!
 //! ```text
 //! <root>/
-//!   chk-3/                  one folder per published checkpoint, n in decimal
-//!     _metadata             framed JSON: id, kind, times, job fingerprint, file list
-//!     keyed_sum-0.state     framed opaque state bytes of (task "keyed_sum", subtask 0)
-//!     keyed_sum-1.state
-//!   chk-4/
-//!   .tmp-chk-5-812-7/       a write in progress (or abandoned by a crash): ignored
+//!   chk-3                   one file per published checkpoint, n in decimal
+//!   chk-4
+//!   chk-2/                  a checkpoint written by a build before one-file checkpoints
+//!     _metadata
+//!     keyed_sum-0.state
+//!   .tmp-chk-5-812-7        a write in progress (or abandoned by a crash): ignored
 //! ```
 //!
-//! A checkpoint is written into a `.tmp-chk-<n>-<pid>/` folder, file by
-//! file, each file `fsync`ed (the state files by the tasks' snapshot
-//! threads, side by side, as [`CheckpointStorage::write_part`]; `_metadata`
-//! last, by [`CheckpointStorage::publish`]), then the folder `fsync`ed,
-//! renamed to `chk-<n>/` and the root `fsync`ed. A rename within one file system is
-//! atomic, so only complete checkpoints ever appear as `chk-<n>`; a crash
-//! leaves at most a `.tmp-*` entry, which [`CheckpointStorage::list`] ignores
-//! and [`CheckpointStorage::clean_temporaries`] removes.
+//! The tasks' snapshot threads hand their parts over with
+//! [`CheckpointStorage::write_part`], which keeps them in memory: a part is
+//! durable once [`CheckpointStorage::publish`] has returned. `publish`
+//! writes the metadata and every part into one `.tmp-chk-<n>-<pid>-<k>`
+//! file, `fsync`s it, renames it to `chk-<n>` and `fsync`s the root: two
+//! `fsync`s a checkpoint, whatever the number of subtasks (a folder per
+//! checkpoint took one per part, then `_metadata`, the folder and the root).
+//! A rename within one file system is atomic, so only complete checkpoints
+//! ever appear as `chk-<n>`; a crash leaves at most a `.tmp-*` entry, which
+//! [`CheckpointStorage::list`] ignores and
+//! [`CheckpointStorage::clean_temporaries`] removes. Folders written by
+//! earlier builds are listed, loaded, used as bases and retired as before.
 //!
 //! # File format
 //!
-//! Every file (state files and `_metadata`) is framed:
+//! A one-file checkpoint (version 2):
+//!
+//! | bytes | field                                              |
+//! |-------|----------------------------------------------------|
+//! | 4     | magic [`MAGIC`] = `b"LGCK"`                        |
+//! | 2     | format version 2, u16 LE                           |
+//! | 8     | metadata length `m`, u64 LE                        |
+//! | 4     | CRC32C (Castagnoli) of the metadata, u32 LE        |
+//! | m     | metadata (JSON): id, kind, times, job fingerprint, each part's offset, size and CRC32C |
+//! | ...   | the parts, one after another                       |
+//!
+//! The file's length must be exactly the header, the metadata and the parts.
+//! In a folder (version [`FORMAT_VERSION`], 1), every file (state files and
+//! `_metadata`) is framed alone:
 //!
 //! | bytes | field                                     |
 //! |-------|-------------------------------------------|
@@ -35,15 +52,15 @@
 //! | 4     | CRC32C (Castagnoli) of the payload, u32 LE |
 //! | n     | payload                                   |
 //!
-//! The `_metadata` payload is JSON (serde) and lists every state file with its
-//! payload size and CRC32C, so a load checks each file twice: against its own
-//! header and against the metadata. Loading never trusts a length field
-//! before comparing it with the file's real size, and never panics on a bad
-//! file: every problem is a [`StorageError`] naming the file.
+//! Either way a load checks every part's size and CRC32C against the
+//! metadata, never trusts a length field before comparing it with the
+//! file's real size, and never panics on a bad file: every problem is a
+//! [`StorageError`] naming the file (and the part, `chk-4#keyed_sum-0.state`).
 //!
 //! # Modules
 //! - `api`: the [`CheckpointStorage`] trait, its types and errors.
-//! - `framing`: the file frame above.
+//! - `framing`: a folder's file frame.
+//! - `single`: the one-file checkpoint.
 //! - `local`: [`LocalDirStorage`].
 //! - `memory`: [`MemoryStorage`], for tests.
 
@@ -51,6 +68,7 @@ mod api;
 mod framing;
 mod local;
 mod memory;
+mod single;
 
 pub use api::{
     unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStorage, JobFingerprint,

@@ -1,0 +1,158 @@
+//! The one-file checkpoint of [`LocalDirStorage`](super::LocalDirStorage):
+//! a checkpoint's metadata and every part in one file `chk-<n>`, written
+//! once, `fsync`ed once, published by a rename and one `fsync` of the
+//! root.
+//!
+//! | bytes | field                                              |
+//! |-------|----------------------------------------------------|
+//! | 4     | magic [`MAGIC`](super::MAGIC) = `b"LGCK"`          |
+//! | 2     | [`SINGLE_FILE_VERSION`] (2), u16 LE                |
+//! | 8     | metadata length `m`, u64 LE                        |
+//! | 4     | CRC32C of the metadata, u32 LE                     |
+//! | m     | metadata: the JSON of a folder's `_metadata`, each part's offset added |
+//! | ...   | the parts, one after another, each at its offset   |
+//!
+//! Each part's size and CRC32C are in the metadata, and the file's length
+//! must be exactly the header, the metadata and the parts: a cut or grown
+//! file, or a flipped byte anywhere, is found and named. A build that
+//! reads only folders refuses the file by its version.
+
+use super::api::{Result, StorageError};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::Path;
+
+/// The version of a one-file checkpoint, in its header (a folder's files
+/// carry [`FORMAT_VERSION`](super::FORMAT_VERSION), 1).
+pub(crate) const SINGLE_FILE_VERSION: u16 = 2;
+
+/// Header bytes: magic, version, metadata length, metadata CRC32C.
+pub(super) const SINGLE_HEADER_LEN: usize = 4 + 2 + 8 + 4;
+
+/// Writes `metadata` and `parts` as one new file at `path` and `fsync`s
+/// it; returns its length.
+pub(super) fn write_single(path: &Path, metadata: &[u8], parts: &[&[u8]]) -> Result<u64> {
+    let _call = crate::util::calls::call(|| format!("writing {}", path.display()));
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| StorageError::io("creating", path, e))?;
+    let mut header = [0u8; SINGLE_HEADER_LEN];
+    header[0..4].copy_from_slice(&super::MAGIC);
+    header[4..6].copy_from_slice(&SINGLE_FILE_VERSION.to_le_bytes());
+    header[6..14].copy_from_slice(&(metadata.len() as u64).to_le_bytes());
+    header[14..18].copy_from_slice(&crc32c::crc32c(metadata).to_le_bytes());
+    let io = |e| StorageError::io("writing", path, e);
+    file.write_all(&header).map_err(io)?;
+    file.write_all(metadata).map_err(io)?;
+    let mut len = (SINGLE_HEADER_LEN + metadata.len()) as u64;
+    for part in parts {
+        // Megabytes into the page cache are milliseconds of a background
+        // thread's CPU: give the core back between parts.
+        crate::util::background::yield_point();
+        file.write_all(part).map_err(io)?;
+        len += part.len() as u64;
+    }
+    crate::util::background::yield_point();
+    file.sync_all()
+        .map_err(|e| StorageError::io("syncing", path, e))?;
+    Ok(len)
+}
+
+/// Checks the header of a one-file checkpoint; returns the metadata's
+/// length and CRC32C.
+fn parse_header(path: &Path, bytes: &[u8], file_len: u64) -> Result<(usize, u32)> {
+    if bytes.len() < SINGLE_HEADER_LEN {
+        return Err(StorageError::Truncated {
+            path: path.to_path_buf(),
+            expected: SINGLE_HEADER_LEN as u64,
+            found: file_len,
+        });
+    }
+    if bytes[0..4] != super::MAGIC {
+        return Err(StorageError::BadMagic {
+            path: path.to_path_buf(),
+            expected: super::MAGIC,
+            found: bytes[0..4].to_vec(),
+        });
+    }
+    let version = u16::from_le_bytes([bytes[4], bytes[5]]);
+    if version != SINGLE_FILE_VERSION {
+        return Err(StorageError::UnsupportedVersion {
+            path: path.to_path_buf(),
+            found: version,
+            supported: SINGLE_FILE_VERSION,
+        });
+    }
+    let m = u64::from_le_bytes(bytes[6..14].try_into().expect("8 bytes"));
+    if m > file_len.saturating_sub(SINGLE_HEADER_LEN as u64) {
+        return Err(StorageError::Truncated {
+            path: path.to_path_buf(),
+            expected: SINGLE_HEADER_LEN as u64 + m,
+            found: file_len,
+        });
+    }
+    let crc = u32::from_le_bytes(bytes[14..18].try_into().expect("4 bytes"));
+    Ok((m as usize, crc))
+}
+
+/// Reads a one-file checkpoint whole: its metadata (checked against its
+/// CRC32C) and the parts' bytes after it.
+pub(super) fn read_single(path: &Path) -> Result<(Vec<u8>, Vec<u8>)> {
+    let _call = crate::util::calls::call(|| format!("reading {}", path.display()));
+    let mut bytes = std::fs::read(path).map_err(|e| StorageError::io("reading", path, e))?;
+    let file_len = bytes.len() as u64;
+    let (m, crc) = parse_header(path, &bytes, file_len)?;
+    let parts = bytes.split_off(SINGLE_HEADER_LEN + m);
+    let metadata = bytes.split_off(SINGLE_HEADER_LEN);
+    check_metadata_crc(path, &metadata, crc)?;
+    Ok((metadata, parts))
+}
+
+/// Where the parts of the one-file checkpoint at `path` start: the header
+/// and the metadata's length.
+pub(super) fn parts_start(path: &Path) -> Result<u64> {
+    Ok((SINGLE_HEADER_LEN + read_single_metadata(path)?.len()) as u64)
+}
+
+/// Reads only the header and metadata of a one-file checkpoint.
+pub(super) fn read_single_metadata(path: &Path) -> Result<Vec<u8>> {
+    let _call = crate::util::calls::call(|| format!("reading {}", path.display()));
+    let mut file = File::open(path).map_err(|e| StorageError::io("reading", path, e))?;
+    let file_len = file
+        .metadata()
+        .map_err(|e| StorageError::io("inspecting", path, e))?
+        .len();
+    let mut header = [0u8; SINGLE_HEADER_LEN];
+    let n = read_up_to(&mut file, &mut header).map_err(|e| StorageError::io("reading", path, e))?;
+    let (m, crc) = parse_header(path, &header[..n], file_len)?;
+    let mut metadata = vec![0u8; m];
+    file.read_exact(&mut metadata)
+        .map_err(|e| StorageError::io("reading", path, e))?;
+    check_metadata_crc(path, &metadata, crc)?;
+    Ok(metadata)
+}
+
+fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+fn check_metadata_crc(path: &Path, metadata: &[u8], expected: u32) -> Result<()> {
+    let found = crc32c::crc32c(metadata);
+    if found != expected {
+        return Err(StorageError::ChecksumMismatch {
+            path: path.to_path_buf(),
+            expected,
+            found,
+        });
+    }
+    Ok(())
+}

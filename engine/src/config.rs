@@ -104,10 +104,17 @@ pub struct CheckpointConfig {
     /// A checkpoint not complete after this long is aborted (`timeout`).
     /// Default 60 s.
     pub timeout: Duration,
-    /// Checkpoints in flight at once. Default 1.
+    /// Checkpoints in flight at once. Default 1: a checkpoint that
+    /// outlasts the interval delays the next trigger until it ends, and the
+    /// next one is then triggered at once (the interval counts from the
+    /// previous trigger), so checkpoints run back to back at the rate their
+    /// duration allows. A second one in flight would only queue behind the
+    /// first's barriers and asynchronous writes (one snapshot thread per
+    /// task): it commits no record earlier.
     pub max_concurrent: usize,
     /// Least time from the end of one checkpoint to the next trigger.
-    /// Default 0.
+    /// Default 0, which keeps committed output latency lowest; a pause
+    /// leaves the record path time between back-to-back checkpoints.
     pub min_pause: Duration,
     /// Failed checkpoints (timeouts, storage errors, declines by a failing
     /// snapshot) tolerated in a row before the job fails, as Flink's
@@ -147,9 +154,19 @@ pub struct CheckpointConfig {
     /// (its full snapshot and the deltas after it); the next one is full,
     /// and every subtask writes a full part at the checkpoints whose id is
     /// a multiple of it (so one checkpoint in this many is complete on its
-    /// own). At least 1 (1: every snapshot full). Default 10.
+    /// own). It bounds the files a restore reads per subtask at short
+    /// intervals. At least 1 (1: every snapshot full). Default 1,000.
     #[serde(default = "default_full_every")]
     pub full_every: u32,
+    /// With `incremental`: every subtask writes a full part at the first
+    /// checkpoint triggered at least this long after the last one triggered
+    /// full (and at the first of each attempt; an aborted full one makes
+    /// the next full), so that at a 10 ms interval the whole state is not
+    /// written ten times a second while a checkpoint complete on its own
+    /// still comes every few seconds. [`Duration::ZERO`]: every checkpoint
+    /// full. Default 2 s.
+    #[serde(default = "default_full_min_interval")]
+    pub full_min_interval: Duration,
     /// With `incremental`: a subtask writes a full snapshot once its
     /// chain's bytes exceed this multiple of its live state's full size
     /// (positive, finite). Default 2.0.
@@ -179,7 +196,11 @@ fn default_history() -> usize {
 }
 
 fn default_full_every() -> u32 {
-    10
+    1000
+}
+
+fn default_full_min_interval() -> Duration {
+    Duration::from_secs(2)
 }
 
 fn default_max_chain_ratio() -> f64 {
@@ -307,6 +328,7 @@ impl Default for CheckpointConfig {
             allow_non_restored_state: false,
             incremental: true,
             full_every: default_full_every(),
+            full_min_interval: default_full_min_interval(),
             max_chain_ratio: default_max_chain_ratio(),
             aligned_checkpoint_timeout: None,
         }
@@ -431,6 +453,10 @@ impl JobConfig {
             ("checkpoint.interval", self.checkpoint.interval),
             ("checkpoint.timeout", Some(self.checkpoint.timeout)),
             ("checkpoint.min_pause", Some(self.checkpoint.min_pause)),
+            (
+                "checkpoint.full_min_interval",
+                Some(self.checkpoint.full_min_interval),
+            ),
             ("restart.delay", Some(self.restart.delay)),
             (
                 "checkpoint.aligned_checkpoint_timeout",

@@ -1774,3 +1774,70 @@ fn flip_last_byte_of_part(
     std::fs::write(&file, bytes).unwrap();
     format!("{}#{task}-0.state", file.display())
 }
+
+/// Whether every part of checkpoint `id` in `dir` is full (no base).
+fn all_full(dir: &std::path::Path, id: CheckpointId) -> bool {
+    use lockgate::CheckpointStorage;
+    lockgate::LocalDirStorage::open(dir)
+        .unwrap()
+        .part_bases(id)
+        .unwrap()
+        .iter()
+        .all(|(_, base)| base.is_none())
+}
+
+/// Runs the paced sum job with `full_min_interval` and on-demand
+/// checkpoints until `count` completed; returns the ids.
+fn checkpoints_with_full_min_interval(
+    dir: &std::path::Path,
+    full_min_interval: Duration,
+    count: usize,
+) -> Vec<CheckpointId> {
+    let mut config = dir_config(dir, false);
+    config.checkpoint.interval = None;
+    config.checkpoint.full_every = 1000;
+    config.checkpoint.max_chain_ratio = 1000.0;
+    config.checkpoint.retained = 100;
+    config.checkpoint.full_min_interval = full_min_interval;
+    let (job, _) = paced_sum_job(config, u64::MAX, 100_000, 50);
+    let h = job.start().unwrap();
+    let mut ids = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while ids.len() < count {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "checkpoints {ids:?} only"
+        );
+        if let Ok(id) = h.trigger_checkpoint() {
+            ids.push(id);
+        }
+    }
+    h.stop();
+    h.wait().unwrap();
+    ids
+}
+
+#[test]
+fn full_min_interval_decides_which_checkpoints_are_full_for_every_subtask() {
+    // An hour: the first checkpoint of the attempt is full; the rest are
+    // deltas (keyed_sum's parts have a base) once a base has been read
+    // back, which happens after its checkpoint completed.
+    let dir = tempfile::tempdir().unwrap();
+    let ids = checkpoints_with_full_min_interval(dir.path(), Duration::from_secs(3600), 8);
+    assert!(all_full(dir.path(), ids[0]));
+    let deltas = ids[1..]
+        .iter()
+        .filter(|id| !all_full(dir.path(), **id))
+        .count();
+    assert!(
+        deltas >= 3,
+        "{deltas} of {} checkpoints with deltas",
+        ids.len() - 1
+    );
+    // Zero: every checkpoint is full, with the same chains allowed.
+    let dir = tempfile::tempdir().unwrap();
+    let ids = checkpoints_with_full_min_interval(dir.path(), Duration::ZERO, 4);
+    for id in &ids {
+        assert!(all_full(dir.path(), *id), "checkpoint {id} has a delta");
+    }
+}

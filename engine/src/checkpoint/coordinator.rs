@@ -127,6 +127,9 @@ pub(crate) struct Coordinator {
     /// ([`crate::JobHandle::set_periodic_checkpoints`]).
     periodic: bool,
     last_trigger_ns: u64,
+    /// When the last checkpoint marked full was triggered (`None`: none
+    /// yet in this attempt, or it was aborted): the next is full.
+    last_full_ns: Option<u64>,
     last_end_ns: u64,
     consecutive_failures: u32,
     last_failure: Option<AbortReason>,
@@ -160,6 +163,7 @@ impl Coordinator {
             events,
             latest: restored.map(RestorePoint::Initial),
             last_trigger_ns: 0,
+            last_full_ns: None,
             last_end_ns: 0,
             consecutive_failures: 0,
             last_failure: None,
@@ -185,6 +189,7 @@ impl Coordinator {
         self.drained = vec![false; num_tasks];
         self.pending.clear();
         self.final_done = false;
+        self.last_full_ns = None;
         self.last_trigger_ns = crate::util::clock::now_ns();
     }
 
@@ -269,10 +274,21 @@ impl Coordinator {
             .map(|t| !self.finished[t])
             .collect();
         let num_waiting = waiting.iter().filter(|w| **w).count();
+        let full = kind == SnapshotKind::Savepoint
+            || self.last_full_ns.is_none_or(|t| {
+                now.saturating_sub(t) >= self.config.full_min_interval.as_nanos() as u64
+            });
+        if full {
+            self.last_full_ns = Some(now);
+        }
         let barrier = CheckpointBarrier {
             id,
             timestamp_ns: now,
-            options: CheckpointOptions { kind, is_final },
+            options: CheckpointOptions {
+                kind,
+                is_final,
+                full,
+            },
         };
         // Savepoints and the final checkpoint stay aligned
         // (`CheckpointBarrier::must_align`, rule 18).
@@ -533,6 +549,9 @@ impl Coordinator {
         };
         let now = crate::util::clock::now_ns();
         self.last_end_ns = now;
+        if p.barrier.options.full {
+            self.last_full_ns = None;
+        }
         if reason.counts_as_failure() {
             self.consecutive_failures += 1;
             self.last_failure = Some(reason);

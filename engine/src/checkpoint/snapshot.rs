@@ -26,7 +26,9 @@ use std::thread::JoinHandle;
 /// One checkpoint of one task, its synchronous part done.
 pub(crate) struct SnapshotJob {
     pub(crate) id: CheckpointId,
-    /// True for a savepoint: always full, whatever the chain.
+    /// True for a savepoint or a checkpoint the coordinator marked full
+    /// ([`CheckpointOptions::full`](crate::CheckpointOptions::full)):
+    /// full, whatever the chain.
     pub(crate) full: bool,
     pub(crate) parts: Vec<PendingSnapshot>,
     /// Filled in by the task: everything but the asynchronous part's
@@ -257,11 +259,12 @@ impl Chain {
 
     /// The base for checkpoint `id`'s part, `None` when it must be full:
     /// no completed base yet (the first snapshot of an attempt, or no
-    /// storage), a savepoint, a chain at its length or byte limit, or an
-    /// id that is a multiple of `full_every`: then every subtask writes a
-    /// full part at the same checkpoint, so that there is a checkpoint
-    /// complete on its own at least every `full_every` (retention keeps
-    /// the newest such one, the fallback when a delta is damaged).
+    /// storage), a savepoint or a checkpoint marked full (every
+    /// `full_min_interval`), a chain at its length or byte limit, or an
+    /// id that is a multiple of `full_every`. The last two rules make every
+    /// subtask write a full part at the same checkpoint, so that one is
+    /// complete on its own at least that often (retention keeps the newest
+    /// such one, the fallback when a delta is damaged).
     ///
     /// Every part of the base's chain is checked (`stat`,
     /// [`CheckpointStorage::check_part`]) first: a part deleted or cut

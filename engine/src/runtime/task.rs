@@ -75,7 +75,8 @@ fn checkpoint<I>(
     };
     Ok(SnapshotJob {
         id: barrier.id,
-        full: barrier.options.kind == crate::types::element::SnapshotKind::Savepoint,
+        full: barrier.options.kind == crate::types::element::SnapshotKind::Savepoint
+            || barrier.options.full,
         parts,
         stats,
     })

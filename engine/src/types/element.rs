@@ -60,6 +60,12 @@ pub struct CheckpointOptions {
     /// sources ended (Flink's FLIP-147), so two-phase-commit sinks commit the
     /// tail of the output.
     pub is_final: bool,
+    /// True when every subtask writes a full part, however short its
+    /// incremental chain ([`crate::CheckpointConfig::full_min_interval`]):
+    /// the checkpoint is then complete on its own. Savepoints are always
+    /// full.
+    #[serde(default)]
+    pub full: bool,
 }
 
 /// A checkpoint barrier: injected by the checkpoint coordinator at the

@@ -14,7 +14,7 @@
 # wait G ms for reasons that are not the engine's, so a p99 latency
 # measured in a run that keeps every core busy is noise below the gaps'
 # share of the time: on the 2-core VM of 2026-12-06, one process saw no
-# gap over 1.75 ms, two saw gaps up to 8.9-28.9 ms (BENCHMARKS.md, "What
+# gap over 1.75 ms, two saw gaps up to 8.9-28.9 ms (docs/benchmarks-history.md, "What
 # this VM can resolve today"). A loop iteration of the probe costs ~0.1
 # µs of Python, far below the 0.5 ms threshold.
 #

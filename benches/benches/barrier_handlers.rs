@@ -26,7 +26,7 @@
 //!
 //! One criterion iteration is one pass over the script; the element count
 //! per pass is the criterion throughput, so ns/element = time per iteration
-//! / elements. Results and the machine are in `BENCHMARKS.md`.
+//! / elements. Results and the machine are in `docs/benchmarks-history.md`.
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use lockgate::{

@@ -113,11 +113,11 @@ fn default_sigpipe() {}
 /// free pages and costs every thread page faults afterwards: collecting
 /// after every job that encoded 1 MiB (as until 2026-12-03) gave a
 /// 20 M-record W1 with exactly-once checkpoints 8,397 page faults, against
-/// 471 now and 380 without checkpoints (BENCHMARKS.md).
+/// 471 now and 380 without checkpoints (docs/benchmarks-history.md).
 /// Under W4 with unaligned checkpoints every 100 ms (megabytes of channel
 /// state each time), peak RSS was 146-152 MiB without a collection and
 /// 100-106 MiB with one after every job; with the buffers kept, see
-/// BENCHMARKS.md. `mi_collect(false)` does not lower it; mimalloc's purge
+/// docs/benchmarks-history.md. `mi_collect(false)` does not lower it; mimalloc's purge
 /// delay at 0 for every thread instead gave 105 MiB but cost W1 about a
 /// quarter of its throughput.
 fn collect_snapshot_heap(freed_bytes: u64) {

@@ -5,7 +5,7 @@
 /// word), with no heap allocation. A set of more channels allocates the
 /// words of channels `64..` once, at construction (8 bytes per 64
 /// channels), and a test of one of those channels costs a bounds check
-/// more (issue 12's handler figures, BENCHMARKS.md: 130 channels 1.19×
+/// more (issue 12's handler figures, docs/benchmarks-history.md: 130 channels 1.19×
 /// the tracker, 2 and 8 channels 1.13×). 64 is one machine word: the
 /// common gates (parallelism up to 64) pay one compare and one bit test.
 pub const INLINE_CHANNELS: usize = 64;

@@ -212,7 +212,7 @@ impl Drop for SnapshotWorker {
 /// runnable, so on 2 cores a `SCHED_IDLE` snapshot thread that yields at
 /// its yield points got its turns seconds of CPU apart: W2's checkpoints
 /// took 46 ms end to end (p50) instead of 4 ms at normal priority, and
-/// with 1,000,000 keys 283 ms (BENCHMARKS.md, "Background threads
+/// with 1,000,000 keys 283 ms (docs/benchmarks-history.md, "Background threads
 /// yield"). At normal priority its yield points bound each of its turns.
 #[cfg(target_os = "linux")]
 fn lower_priority() {
@@ -337,7 +337,7 @@ static AFTER_SNAPSHOT: std::sync::OnceLock<fn(u64)> = std::sync::OnceLock::new()
 /// allocator's caches: a caching allocator keeps what a snapshot thread
 /// frees until that thread calls into it again, at the next checkpoint.
 /// The `lockgate` binary returns mimalloc's free memory to the OS here
-/// (`mi_collect`) after jobs that freed at least 1 MiB (BENCHMARKS.md has
+/// (`mi_collect`) after jobs that freed at least 1 MiB (docs/benchmarks-history.md has
 /// what collecting after every large job cost). Returns false (and
 /// changes nothing) when a hook was set already: set it once per process,
 /// before jobs start (a hook set later applies to later snapshot jobs).
@@ -458,7 +458,7 @@ fn finish<E>(
         // not walked), so that the buffer grows at most once: extended
         // piece by piece it was reallocated and a growing part copied into
         // fresh pages (1.2 % of the samples in one `perf record` of a 40
-        // M-record W1 with exactly-once checkpoints, BENCHMARKS.md).
+        // M-record W1 with exactly-once checkpoints, docs/benchmarks-history.md).
         if let Ok(size) = postcard::experimental::serialized_size(&states) {
             buf.reserve_exact(size);
         }

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 /// The hash map of keyed state: foldhash's fast hasher, seeded per map
 /// (the one `hashbrown` defaults to), instead of `std`'s SipHash-1-3: a
 /// `u64` key costs a few instructions to hash, not about 130 (callgrind,
-/// W1; see BENCHMARKS.md).
+/// W1; see docs/benchmarks-history.md).
 pub(crate) type StateMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::hash::Hash;
 

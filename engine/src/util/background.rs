@@ -13,7 +13,7 @@
 //! (W2, exactly-once every 100 ms, 2 cooperative workers, 3 s): task
 //! threads were off their cores 181-201 ms in gaps longer than 0.2 ms,
 //! and snapshot threads ran 115-130 ms of that time, single turns up to
-//! 4.8 ms (BENCHMARKS.md, "Background threads yield"; 68 ms and 10 ms
+//! 4.8 ms (docs/benchmarks-history.md, "Background threads yield"; 68 ms and 10 ms
 //! with the yield points).
 //!
 //! So a background thread calls [`yield_point`] between pieces of its
@@ -23,7 +23,7 @@
 //! yield. On any other thread the call costs one thread-local read.
 //!
 //! How a snapshot thread and the tasks share the cores then depends on
-//! where the tasks run (measured on 2 cores, BENCHMARKS.md): on
+//! where the tasks run (measured on 2 cores, docs/benchmarks-history.md): on
 //! cooperative workers it runs at `SCHED_IDLE` and idle workers nap while
 //! it works ([`yield_or_nap`]), so it takes their idle time; with a thread
 //! per task it keeps the tasks' priority, and its yield points bound each
@@ -81,7 +81,7 @@ pub(crate) fn busy() -> Busy {
 /// is a wake-up, which preempts a `SCHED_IDLE` thread at once: the worker
 /// gets its core back on time. The cost: a record that another thread
 /// sends during a nap waits up to 20 µs, only while a checkpoint's
-/// asynchronous part runs. Measured on 2 cores (BENCHMARKS.md,
+/// asynchronous part runs. Measured on 2 cores (docs/benchmarks-history.md,
 /// "Background threads yield"): W2 on 2 workers, exactly-once, end-to-end
 /// p50 8 ms with naps, 20-40 ms without. Tasks on threads of their own
 /// keep yielding: a nap in the input gate delays every hop of a record

@@ -8,7 +8,7 @@
 //! disk) the reference sink's snapshot thread spent about 2.5 % of all of
 //! the run's `perf` samples faulting in fresh pages for its encodings (the
 //! full part, its sequence bitset of 5 MB, and each delta, grown by
-//! doubling; BENCHMARKS.md). So once a part is written to storage, the
+//! doubling; docs/benchmarks-history.md). So once a part is written to storage, the
 //! snapshot thread gives its operators' buffers back here, and the next
 //! encodings take them again. Without storage the encodings go to the job
 //! (it keeps the parts in memory) and nothing is kept.

@@ -26,7 +26,7 @@ pub const W4_IN_FLIGHT: u64 = 1 << 22;
 pub const INTERVAL_NS: u64 = 100_000_000;
 /// The default source tick of W2/W3 in µs (see the module doc): 10.
 ///
-/// Chosen from a measurement (BENCHMARKS.md, "Source pacing"): W2 at
+/// Chosen from a measurement (docs/benchmarks-history.md, "Source pacing"): W2 at
 /// 200,000 records/s without checkpoints, 5 alternated rounds on the 2-core
 /// VM, p50 52.3 µs with a 50 µs tick, 39.1 µs with 10 µs and 36.6 µs with
 /// 5 µs, at the same CPU time (the job keeps both cores busy at that rate
@@ -42,7 +42,7 @@ pub const DEFAULT_TICK: Duration = Duration::from_micros(DEFAULT_TICK_US);
 /// sleeps shorter than a wake-up; a worker that waits a few µs for the
 /// next record spins instead, so the tick only delays records: a record
 /// waited half a tick on average before it left. Measured on the 2-core
-/// VM (BENCHMARKS.md, "A shorter source tick on workers"), W2 on 2
+/// VM (docs/benchmarks-history.md, "A shorter source tick on workers"), W2 on 2
 /// workers without checkpoints, p50 7.1-8.0 µs with a 10 µs tick and
 /// 1.3-1.5 µs with 1, 2 or 5 µs, at the same CPU time (the workers keep
 /// both cores busy at 200,000 records/s either way; at 20,000 records/s

@@ -228,7 +228,7 @@ impl Checkpointed for RefSink {
             // the sink's thread; one of them, emptied, becomes the next
             // interval's recordings, else a new one is allocated here (a
             // fresh one each checkpoint cost this thread 0.5 MB of page
-            // faults, `perf record`, BENCHMARKS.md). Neither holds the
+            // faults, `perf record`, docs/benchmarks-history.md). Neither holds the
             // slot's lock.
             let recycled = SinkSlot::merge_settled(&shared.slots[index])?;
             lockgate::yield_point();

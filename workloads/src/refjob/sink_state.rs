@@ -175,7 +175,7 @@ pub(super) fn seeded_replica(check: &mut SinkCheck) -> Arc<Mutex<SinkReplica>> {
 /// changed yet: the replica starts empty instead of as a copy, so the
 /// job's start does not copy the bitset into fresh memory (the job thread
 /// builds the sink; copying W1's 5 MB there zeroed fresh huge pages
-/// beside the first records, `perf record`, BENCHMARKS.md).
+/// beside the first records, `perf record`, docs/benchmarks-history.md).
 pub(super) fn fresh_replica(check: &mut SinkCheck) -> Arc<Mutex<SinkReplica>> {
     check.track_changes();
     Arc::new(Mutex::new(SinkReplica::new(check.empty_replica())))

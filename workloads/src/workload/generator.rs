@@ -421,7 +421,7 @@ impl Iterator for Generator {
     /// Always inlined: a reference source calls it for every record, and
     /// as a call it cost lockgate's W1 sources 7 instructions a record
     /// more than the raw pipeline, where it was inlined (callgrind,
-    /// BENCHMARKS.md).
+    /// docs/benchmarks-history.md).
     #[inline(always)]
     fn next(&mut self) -> Option<(u64, u64)> {
         if self.next_n >= self.end {

@@ -111,7 +111,7 @@ struct ChangeMarks {
 /// changed. Marking costs the sink a bit test, a store and a branch for
 /// every record, most of the 10.6 instructions a record that tracking
 /// changes added to W1's sink (callgrind: `RefSink::write` 50.0 → 71.3 M
-/// instructions for 2 M records, BENCHMARKS.md), several ms of the sink
+/// instructions for 2 M records, docs/benchmarks-history.md), several ms of the sink
 /// thread's CPU per 100 ms checkpoint interval at W1's rate; listing
 /// 16,384 sums from the seen-key bitset costs the synchronous part tens of
 /// µs once per checkpoint. With W1's and W2's 10,000 keys nearly every
@@ -140,7 +140,7 @@ impl Eq for Marks {}
 /// all arrive sooner or later, so most changed blocks end full: a 100 ms
 /// interval of W1 changes about 85,000 words, which took 1.1 MB as
 /// `(index, word)` varint pairs, and takes a few runs and the few hundred
-/// words at the sources' frontiers this way (BENCHMARKS.md).
+/// words at the sources' frontiers this way (docs/benchmarks-history.md).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SinkChanges {
     received: u64,
@@ -282,7 +282,7 @@ mod words_as_bytes {
     /// machine that is the words' own memory, passed without a copy (the
     /// full part of W1's sink state is a 2.5 MB bitset: the copy cost the
     /// snapshot thread a fresh 2.5 MB buffer and its page faults at every
-    /// full checkpoint, `perf record`, BENCHMARKS.md).
+    /// full checkpoint, `perf record`, docs/benchmarks-history.md).
     pub(super) fn serialize<S: Serializer>(words: &[u64], s: S) -> Result<S::Ok, S::Error> {
         if cfg!(target_endian = "little") {
             return s.serialize_bytes(bytemuck::cast_slice(words));
@@ -489,7 +489,7 @@ impl SinkCheck {
     /// lends its capacity, so the sink's synchronous snapshot part
     /// allocates nothing (a fresh list of W1's ~60,000 changed words a
     /// checkpoint, about 1 MB, came from fresh pages that the kernel
-    /// zeroed on the sink's thread: `perf record`, BENCHMARKS.md).
+    /// zeroed on the sink's thread: `perf record`, docs/benchmarks-history.md).
     ///
     /// ```
     /// use lockgate_workloads::workload::{SinkChanges, SinkCheck, SumRecord};
@@ -851,7 +851,7 @@ impl SinkCheck {
     /// Always inlined: the reference sink calls it for every record, and
     /// as a call (register saves, the record copied into an argument) it
     /// cost lockgate's W1 sink 10 instructions a record more than the raw
-    /// pipeline, where it was inlined (callgrind, BENCHMARKS.md).
+    /// pipeline, where it was inlined (callgrind, docs/benchmarks-history.md).
     #[inline(always)]
     pub fn observe(&mut self, record: &SumRecord) {
         debug_assert!(

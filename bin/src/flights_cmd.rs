@@ -8,6 +8,7 @@
 
 use clap::ValueEnum;
 use lockgate::{CheckpointMode, JobConfig, JobError, RestartStrategy};
+use lockgate_cli::metrics_http::{MetricsArgs, MetricsServer};
 use lockgate_examples::flights::{find_bundled, BadRows, BundledFile};
 use lockgate_examples::flights_job::{
     run as run_job, seeded_failures, FlightsJobError, FlightsJobSpec,
@@ -120,6 +121,8 @@ pub(crate) struct Args {
     pub workers: Option<usize>,
     #[command(flatten)]
     pub incremental: crate::incremental_args::IncrementalArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 /// The flights job's parallelism unless `--parallelism` or a restored
@@ -193,7 +196,19 @@ fn usage_error(msg: &str) -> ExitCode {
 }
 
 /// Runs the command; prints what it did on stdout and errors on stderr.
-pub(crate) fn run(mut args: Args) -> ExitCode {
+/// Runs `lockgate flights`; with `--metrics-addr`, serves metrics from
+/// before the job starts and, after the report, for `--metrics-linger`
+/// more.
+pub(crate) fn run(args: Args) -> ExitCode {
+    let mut server = None;
+    let code = run_flights(args, &mut server);
+    if let Some(s) = &server {
+        s.finish();
+    }
+    code
+}
+
+fn run_flights(mut args: Args, server: &mut Option<MetricsServer>) -> ExitCode {
     if let Err(msg) = resolve_checkpoint_mode(&mut args) {
         return usage_error(&msg);
     }
@@ -330,6 +345,10 @@ pub(crate) fn run(mut args: Args) -> ExitCode {
     if let Err(e) = args.incremental.apply(&mut config.checkpoint) {
         return usage_error(&e);
     }
+    *server = match args.metrics.start() {
+        Ok(s) => s,
+        Err(e) => return usage_error(&e),
+    };
     // One restart per injected failure (input errors are fatal and never
     // restarted: a restart would read the same input again).
     config.restart = RestartStrategy {

@@ -18,6 +18,7 @@ use lockgate::{
     CheckpointMode, CheckpointStorage, JobBuilder, JobConfig, JobError, LocalDirStorage,
 };
 use lockgate_cli::kafka::{build_job, KafkaJobSpec, SinkGuarantee};
+use lockgate_cli::metrics_http::MetricsArgs;
 use lockgate_kafka::{
     connect_check, create_topic, end_offsets, partition_count, partition_of_key, read_topic,
     ClientSettings, InputRecord, KafkaError, KafkaSourceConfig, OutputRecord, TopicWriter,
@@ -161,6 +162,8 @@ pub(crate) struct RunFlags {
     /// output that had landed. Without it such a restore is refused.
     #[arg(long)]
     allow_missing_marker: bool,
+    #[command(flatten)]
+    metrics: MetricsArgs,
 }
 
 /// `kafka run`'s flags with the job's identity resolved.
@@ -181,6 +184,7 @@ struct RunArgs {
     restarts: u32,
     restart_delay_ms: u64,
     allow_missing_marker: bool,
+    metrics: MetricsArgs,
 }
 
 impl RunFlags {
@@ -222,6 +226,7 @@ impl RunFlags {
             restarts: self.restarts,
             restart_delay_ms: self.restart_delay_ms,
             allow_missing_marker: self.allow_missing_marker,
+            metrics: self.metrics,
         })
     }
 }
@@ -256,7 +261,19 @@ pub(crate) fn run(command: KafkaCommand) -> ExitCode {
     match command {
         KafkaCommand::Produce(a) => produce(&a),
         KafkaCommand::Run(flags) => match flags.resolve() {
-            Ok(a) => run_job(&a),
+            Ok(a) => {
+                // Serves from before the job starts; after the summary,
+                // for --metrics-linger more.
+                let server = match a.metrics.start() {
+                    Ok(s) => s,
+                    Err(e) => return usage_error(&e),
+                };
+                let code = run_job(&a);
+                if let Some(s) = &server {
+                    s.finish();
+                }
+                code
+            }
             Err(msg) => usage_error(&msg),
         },
         KafkaCommand::Verify(a) => verify(&a),

@@ -6,5 +6,8 @@
 //!   `lockgate-kafka` (which keeps the reusable connector and depends on
 //!   no workload), nor in `lockgate-workloads` (which would then pull
 //!   librdkafka into every bench).
+//! - [`metrics_http`]: `--metrics-addr`'s listener, serving `/metrics`
+//!   (Prometheus) and `/health`.
 
 pub mod kafka;
+pub mod metrics_http;

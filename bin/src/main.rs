@@ -40,8 +40,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
     propagate_version = true
 )]
 struct Cli {
-    /// More log output on stderr (-v info, -vv debug, -vvv trace);
-    /// RUST_LOG overrides it.
+    /// More log output on stderr (-v info: a line per recovery, -vv debug:
+    /// a line per checkpoint and its subtasks' parts, -vvv trace); RUST_LOG
+    /// overrides it.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
     #[command(subcommand)]
@@ -78,8 +79,11 @@ fn init_tracing(verbose: u8, quiet: bool) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    // A span (a recovery, at info; a checkpoint, at debug) is a line when
+    // it closes, with its fields and how long it lasted.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();

@@ -5,7 +5,9 @@
 //! [`Stream`], exchanges ([`Exchange`], [`Exchange::task`] starts the next
 //! task), sinks; configure it with [`JobConfig`] and [`CheckpointConfig`];
 //! run it with [`JobBuilder::start`] and a [`JobHandle`]. Every public item
-//! is re-exported here, flat (as crossbeam does); the modules are private.
+//! is re-exported here, flat (as crossbeam does); the modules are private,
+//! but for [`telemetry`]: the metric names, health and spans a job shows
+//! outside its process.
 //!
 //! A record's path, one module each, under `engine/src/`:
 //! `types::element` ([`StreamElement`]: what a channel carries) →
@@ -20,7 +22,7 @@
 //!
 //! The top-level modules are layers, bottom to top: `util`, `types`,
 //! `testing`, `barrier`, `transport`, `config`, `operator`, `state`,
-//! `checkpoint`, `runtime`, `job`, `graph`. A module imports only from the
+//! `checkpoint`, `telemetry`, `runtime`, `job`, `graph`. A module imports only from the
 //! layers below it: the order is declared once, in `layers.toml` at the
 //! repository root, and `.ci/layers.py` enforces it in CI.
 
@@ -32,6 +34,7 @@ mod job;
 mod operator;
 mod runtime;
 mod state;
+pub mod telemetry;
 mod testing;
 mod transport;
 mod types;

@@ -241,6 +241,8 @@ pub(crate) struct Args {
     /// about latency.
     #[arg(long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub metrics: lockgate_cli::metrics_http::MetricsArgs,
     /// A line on stderr every SECS seconds with that interval's figures:
     /// records/s at the sink, checkpoints completed per second, their
     /// end-to-end p50 and p99, and the process's resident memory (for long

@@ -14,6 +14,7 @@ pub(crate) mod restore;
 pub(crate) use args::Args;
 
 use lockgate::JobError;
+use lockgate_cli::metrics_http::MetricsServer;
 use lockgate_workloads::latency::{write_hgrm, HlogWriter, NS_PER_MS};
 use lockgate_workloads::refjob::{
     seeded_failures, start_reference_job, wait_reference_job, RefJobError, RefJobReport,
@@ -31,8 +32,19 @@ pub(crate) const EXIT_USAGE: u8 = 2;
 /// Exit code: interrupted by Ctrl-C (128 + SIGINT, as shells report it).
 pub(crate) const EXIT_INTERRUPTED: u8 = 130;
 
-/// Runs `lockgate loadgen` and returns its exit code.
+/// Runs `lockgate loadgen` and returns its exit code; with
+/// `--metrics-addr`, serves metrics from before the job starts and, after
+/// the report, for `--metrics-linger` more.
 pub(crate) fn run(args: Args) -> u8 {
+    let mut server = None;
+    let code = run_load(args, &mut server);
+    if let Some(s) = &server {
+        s.finish();
+    }
+    code
+}
+
+fn run_load(args: Args, server: &mut Option<MetricsServer>) -> u8 {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let args = match restore::resolve(args, &argv) {
         Ok(a) => a,
@@ -43,6 +55,13 @@ pub(crate) fn run(args: Args) -> u8 {
     };
     let plan = match args.plan() {
         Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    *server = match args.metrics.start() {
+        Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
             return EXIT_USAGE;

@@ -41,6 +41,9 @@ pub(crate) const MAY_DIFFER: &[&str] = &[
     "html",
     "progress",
     "quiet",
+    // Outputs too (not in the JSON `config`, so never recorded).
+    "metrics_addr",
+    "metrics_linger",
 ];
 
 /// Flags added after checkpoints began recording flags, with their

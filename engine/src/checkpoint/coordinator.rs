@@ -29,6 +29,7 @@
 //! job thread delivers its outputs, the publisher thread
 //! (`super::publisher`) carries out its storage requests.
 
+use super::observer::CheckpointObserver;
 use super::stats::CheckpointHistory;
 use super::{CheckpointStats, CheckpointStatus, PartHandle, RestoredState, SubtaskCheckpointStats};
 use crate::barrier::AbortReason;
@@ -119,6 +120,8 @@ pub(crate) struct Coordinator {
     /// Where each ended checkpoint's statistics go, when asked
     /// ([`crate::JobBuilder::checkpoint_events`]).
     events: Option<OutputSender<CheckpointStats>>,
+    /// Told of each trigger and end (the job's telemetry).
+    observer: Option<Box<dyn CheckpointObserver>>,
     latest: Option<RestorePoint>,
     /// Unaligned mode or an aligned-checkpoint timeout: how long after its
     /// trigger a checkpoint's barrier goes on the priority lanes.
@@ -161,6 +164,7 @@ impl Coordinator {
             pending: BTreeMap::new(),
             history,
             events,
+            observer: None,
             latest: restored.map(RestorePoint::Initial),
             last_trigger_ns: 0,
             last_full_ns: None,
@@ -171,6 +175,11 @@ impl Coordinator {
             final_kind: SnapshotKind::Checkpoint,
             final_done: false,
         }
+    }
+
+    /// Tells `observer` of each checkpoint's trigger and end.
+    pub(crate) fn set_observer(&mut self, observer: Box<dyn CheckpointObserver>) {
+        self.observer = Some(observer);
     }
 
     /// The next checkpoint gets id `id` (after the ids already in storage).
@@ -196,6 +205,9 @@ impl Coordinator {
     /// Records that `stats`'s checkpoint ended, and sends it to whoever
     /// subscribed.
     fn ended(&mut self, stats: CheckpointStats) {
+        if let Some(o) = &mut self.observer {
+            o.ended(&stats);
+        }
         if let Some(tx) = &self.events {
             if tx.send(stats.clone()).is_err() {
                 // The application dropped its end: no more events.
@@ -327,6 +339,9 @@ impl Coordinator {
             incremental: false,
             unaligned: false,
         });
+        if let Some(o) = &mut self.observer {
+            o.triggered(id, kind, is_final);
+        }
         // Due at once in unaligned mode (T = 0): on the lanes before any
         // task hears of the checkpoint.
         self.due_priority_barriers(now, &mut out);

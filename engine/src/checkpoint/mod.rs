@@ -32,6 +32,7 @@
 
 pub(crate) mod channel_state;
 pub(crate) mod coordinator;
+pub(crate) mod observer;
 pub(crate) mod publisher;
 pub(crate) mod restore;
 mod retention;

@@ -26,6 +26,7 @@ use crate::config::JobConfig;
 use crate::runtime::events::TaskEvent;
 use crate::runtime::plan::{JobGraph, PlanTask, SubtaskCtx, TaskBody, TaskRt, Wiring};
 use crate::runtime::worker::{end_task, panic_message, run_worker, WorkerTask};
+use crate::telemetry::{CheckpointTelemetry, Health, HealthCell, HealthProbe, JobTelemetry};
 use crate::testing::FailurePlan;
 use crate::testing::FailurePoint;
 use crate::testing::InjectedFailure;
@@ -137,6 +138,7 @@ pub(crate) struct Shared {
     pub(crate) restarts: Mutex<(u32, Vec<JobFailure>)>,
     pub(crate) restore_skipped: Vec<SkippedCheckpoint>,
     pub(crate) restored: Option<RestoredAtStart>,
+    pub(crate) health: Arc<HealthCell>,
 }
 
 impl Shared {
@@ -180,6 +182,18 @@ impl JobHandle {
     /// The job's metrics now (tasks and checkpoints).
     pub fn metrics(&self) -> JobMetrics {
         self.shared.snapshot()
+    }
+
+    /// Whether the job is healthy now, and why not (the rule of
+    /// [`Health`]: what the `lockgate` command's `/health` answers).
+    pub fn health(&self) -> Health {
+        self.shared.health.health()
+    }
+
+    /// A handle that reads [`JobHandle::health`] from another thread,
+    /// also after the handle is gone (e.g. in an HTTP handler).
+    pub fn health_probe(&self) -> HealthProbe {
+        HealthProbe(self.shared.health.clone())
     }
 
     /// Stops the job: sources stop emitting, everything in flight drains,
@@ -307,6 +321,8 @@ pub(crate) struct JobSpec {
 
 /// What the job thread starts with, checkpoint-wise.
 struct Prepared {
+    name: String,
+    health: Arc<HealthCell>,
     restored: Option<RestoredState>,
     coordinator: Coordinator,
     publisher: Option<Publisher>,
@@ -317,6 +333,8 @@ struct Prepared {
 /// Starts the job thread.
 fn start(graph: JobGraph, config: JobConfig, failures: FailurePlan, p: Prepared) -> JobHandle {
     let Prepared {
+        name,
+        health,
         restored,
         coordinator,
         publisher,
@@ -344,7 +362,15 @@ fn start(graph: JobGraph, config: JobConfig, failures: FailurePlan, p: Prepared)
             .collect(),
         history,
         restarts: Mutex::new((0, Vec::new())),
+        health: health.clone(),
     });
+    let telemetry = JobTelemetry::start(
+        &name,
+        &graph.task_ids(),
+        shared.metrics.clone(),
+        health,
+        restored.as_ref(),
+    );
     let (cmd_tx, cmd_rx) = unbounded();
     let s2 = shared.clone();
     let thread = std::thread::Builder::new()
@@ -359,8 +385,10 @@ fn start(graph: JobGraph, config: JobConfig, failures: FailurePlan, p: Prepared)
                 commands: cmd_rx,
                 coordinator,
                 publisher,
+                telemetry,
             };
             let result = driver.run(restored);
+            driver.telemetry.ended(result.as_ref().err());
             // Lets the publisher finish what was asked (retention,
             // discards) and release the folder.
             drop(driver.publisher.take());
@@ -403,6 +431,8 @@ struct Driver {
     coordinator: Coordinator,
     /// Where checkpoints go, with the thread that publishes them.
     publisher: Option<Publisher>,
+    /// Metrics, spans and health.
+    telemetry: JobTelemetry,
 }
 
 impl Driver {
@@ -410,6 +440,7 @@ impl Driver {
         let mut stopping: Option<bool> = None;
         loop {
             let attempt = self.spawn(restored.take())?;
+            self.telemetry.running();
             let end = self.supervise(&attempt, &mut stopping);
             let ended_ns = crate::util::clock::now_ns();
             let late_events = self.teardown(attempt);
@@ -464,6 +495,8 @@ impl Driver {
                             self.fired.push(i);
                         }
                     }
+                    self.telemetry
+                        .restarting(&task_name, &error.to_string(), used + 1);
                     // The restart delay, cut short by a stop: the job then
                     // ends with the failure instead of restarting.
                     if self.wait_restart_delay() {
@@ -473,6 +506,7 @@ impl Driver {
                         });
                     }
                     restored = self.restore_point()?;
+                    self.telemetry.restoring(restored.as_ref());
                     {
                         let mut r = self.shared.restarts.lock().expect("not poisoned");
                         r.0 += 1;
@@ -867,6 +901,7 @@ pub(crate) fn prepare_and_start(spec: JobSpec) -> Result<JobHandle, JobError> {
             graph.num_tasks()
         )));
     }
+    let job_name = name.clone();
     let job = JobFingerprint {
         job_name: name,
         config: app_config,
@@ -915,6 +950,12 @@ pub(crate) fn prepare_and_start(spec: JobSpec) -> Result<JobHandle, JobError> {
     let history = Arc::new(Mutex::new(CheckpointHistory::new(
         config.checkpoint.history,
     )));
+    let checkpointing = config.checkpoint.mode != CheckpointMode::None;
+    let health = HealthCell::new(
+        &job_name,
+        checkpointing,
+        config.checkpoint.tolerable_failures,
+    );
     let mut coordinator = Coordinator::new(
         config.checkpoint.clone(),
         graph.num_tasks(),
@@ -925,7 +966,15 @@ pub(crate) fn prepare_and_start(spec: JobSpec) -> Result<JobHandle, JobError> {
     if let Some(id) = opened.next_id {
         coordinator.set_next_id(id);
     }
+    coordinator.set_observer(Box::new(CheckpointTelemetry::new(
+        &job_name,
+        config.checkpoint.mode.as_str(),
+        &graph.task_ids(),
+        health.clone(),
+    )));
     let prepared = Prepared {
+        name: job_name,
+        health,
         restored: opened.restored,
         coordinator,
         publisher: opened.publisher,

@@ -43,6 +43,17 @@ pub enum Pinning {
     Failed(usize),
 }
 
+/// The counters the telemetry sampler copies into the metrics facade
+/// (`crate::telemetry`), read without the task's name.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TaskCounters {
+    pub(crate) records_in: u64,
+    pub(crate) records_out: u64,
+    pub(crate) idle_ns: u64,
+    pub(crate) backpressure_ns: u64,
+    pub(crate) queued: u64,
+}
+
 /// A copy of a task's counters at one moment.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskMetricsSnapshot {
@@ -124,6 +135,17 @@ impl TaskMetrics {
         // Core ids are far below i64::MAX, so `core + 1` fits.
         let v = core as i64 + 1;
         self.pin.store(if ok { v } else { -v }, Relaxed);
+    }
+
+    /// The counters the sampler copies, now.
+    pub(crate) fn counters(&self) -> TaskCounters {
+        TaskCounters {
+            records_in: self.records_in.load(Relaxed),
+            records_out: self.records_out.load(Relaxed),
+            idle_ns: self.idle_ns.load(Relaxed),
+            backpressure_ns: self.backpressure_ns.load(Relaxed),
+            queued: self.queued.load(Relaxed),
+        }
     }
 
     /// The counters now.

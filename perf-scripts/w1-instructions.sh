@@ -19,7 +19,9 @@ is at most 1000000000 (callgrind runs ~50x slower than native). Extra
 arguments after -- go to the lockgate pipeline only (w1's options, e.g.
 `--checkpoint exactly-once --interval-ms 2000`: raw takes no
 checkpoints, so the ratio is then that of lockgate with checkpoints
-against raw without).
+against raw without; `--metrics prometheus` installs the Prometheus
+recorder the CLI's --metrics-addr serves, so that the job's sampler and
+checkpoint metrics record into it).
 Instruction counts repeat run to run, whatever the machine's load.
 
 Needs valgrind (Debian: apt-get install valgrind). Takes about a minute

@@ -3,7 +3,7 @@
 //!
 //! `w1 --pipeline raw|lockgate [--records N] [--checkpoint none|exactly-once|at-least-once]
 //!     [--interval-ms N] [--batch-size N] [--channel-capacity N] [--workers N]
-//!     [--storage disk|memory]`
+//!     [--storage disk|memory] [--metrics none|prometheus]`
 //!
 //! `--storage`: where checkpoints go. `disk` (the default, as `lockgate
 //! loadgen`'s): a temporary folder, every part written and `fsync`ed,
@@ -13,11 +13,21 @@
 //! `--workers N`: lockgate's tasks on N cooperative worker threads
 //! (`JobConfig::workers`) instead of one thread per task.
 //!
+//! `--metrics prometheus`: installs `metrics-exporter-prometheus`'s
+//! recorder (as `lockgate loadgen --metrics-addr` does, without the HTTP
+//! listener) before the lockgate pipeline starts, and renders it once at
+//! the end: the job's sampler then copies its tasks' counters into it
+//! every 100 ms and each checkpoint records its histograms
+//! (`perf-scripts/w1-instructions.sh -- --metrics prometheus` counts what
+//! that costs; the record path itself does no more work).
+//!
 //! `perf-scripts/w1-compare.sh` runs it alternately and prints medians.
 
+use lockgate::telemetry::SECONDS_BUCKETS;
 use lockgate::{CheckpointMode, FailurePlan, JobConfig};
 use lockgate_workloads::refjob::{run_reference_job, RefJobConfig};
 use lockgate_workloads::workload::{WorkloadError, MAX_CHECKED_RECORDS};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -25,7 +35,7 @@ use std::time::Duration;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const USAGE: &str = "usage: w1 --pipeline raw|lockgate [--records N] [--checkpoint none|exactly-once|at-least-once] [--interval-ms N] [--batch-size N] [--channel-capacity N] [--workers N] [--storage disk|memory]";
+const USAGE: &str = "usage: w1 --pipeline raw|lockgate [--records N] [--checkpoint none|exactly-once|at-least-once] [--interval-ms N] [--batch-size N] [--channel-capacity N] [--workers N] [--storage disk|memory] [--metrics none|prometheus]";
 
 fn main() -> ExitCode {
     let mut pipeline = String::from("lockgate");
@@ -36,6 +46,7 @@ fn main() -> ExitCode {
     let mut capacity: usize = 64;
     let mut workers: Option<usize> = None;
     let mut on_disk = true;
+    let mut prometheus = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let v = args.next();
@@ -75,6 +86,11 @@ fn main() -> ExitCode {
                 "memory" => on_disk = false,
                 _ => return bad(),
             },
+            ("--metrics", Some(v)) => match v.as_str() {
+                "none" => prometheus = false,
+                "prometheus" => prometheus = true,
+                _ => return bad(),
+            },
             (other, v) => {
                 if v.is_none() && other.starts_with("--") {
                     eprintln!("error: {other} needs a value (or is not an option of w1)");
@@ -106,9 +122,11 @@ fn main() -> ExitCode {
             ))
         }
     };
-    if pipeline == "raw" && (checkpoint_mode != CheckpointMode::None || workers.is_some()) {
+    if pipeline == "raw"
+        && (checkpoint_mode != CheckpointMode::None || workers.is_some() || prometheus)
+    {
         return bad_input(
-            "--checkpoint and --workers are lockgate's settings; the raw pipeline has neither"
+            "--checkpoint, --workers and --metrics are lockgate's settings; the raw pipeline has none"
                 .into(),
         );
     }
@@ -161,6 +179,20 @@ fn main() -> ExitCode {
                 }
             }
         }
+        let recorder = if prometheus {
+            match PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
+                .and_then(PrometheusBuilder::install_recorder)
+            {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    eprintln!("error: cannot install the Prometheus recorder: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+        } else {
+            None
+        };
         let report =
             match run_reference_job(&RefJobConfig::w1(records), config, FailurePlan::none()) {
                 Ok(r) => r,
@@ -169,6 +201,17 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
+        // One scrape's work, after the run.
+        if let Some(h) = &recorder {
+            let text = h.render();
+            if !text.contains(lockgate::telemetry::RECORDS_IN) {
+                eprintln!(
+                    "error: the recorder holds no {}",
+                    lockgate::telemetry::RECORDS_IN
+                );
+                return ExitCode::from(1);
+            }
+        }
         (
             report.records_per_s(),
             report.recorded_seconds,
@@ -177,7 +220,7 @@ fn main() -> ExitCode {
         )
     };
     println!(
-        "{{\"workload\":\"W1\",\"pipeline\":\"{pipeline}\",\"checkpoint\":\"{}\",\"records\":{records},\"seconds\":{secs:.4},\"records_per_s\":{rps:.0},\"exact\":{exact},\"checkpoints_completed\":{completed},\"batch_size\":{batch},\"workers\":{},\"storage\":{},\"peak_rss_bytes\":{}}}",
+        "{{\"workload\":\"W1\",\"pipeline\":\"{pipeline}\",\"checkpoint\":\"{}\",\"records\":{records},\"seconds\":{secs:.4},\"records_per_s\":{rps:.0},\"exact\":{exact},\"checkpoints_completed\":{completed},\"batch_size\":{batch},\"workers\":{},\"storage\":{},\"metrics\":\"{}\",\"peak_rss_bytes\":{}}}",
         mode,
         workers.map_or("null".to_string(), |n| n.to_string()),
         match (checkpoints, on_disk) {
@@ -185,6 +228,7 @@ fn main() -> ExitCode {
             (true, true) => "\"disk\"",
             (true, false) => "\"memory\"",
         },
+        if prometheus { "prometheus" } else { "none" },
         lockgate::peak_rss_bytes()
     );
     if exact {

@@ -25,7 +25,7 @@
 //! first: written, not `fsync`ed, so it survives a killed process, not a
 //! machine crash.
 
-use super::shared::Recorded;
+use super::recorded::Recorded;
 use hdrhistogram::Histogram;
 use lockgate::{BoxError, CheckpointId};
 use serde::{Deserialize, Serialize};

@@ -83,6 +83,7 @@ mod committed;
 mod config;
 mod job;
 mod keyed_sum;
+mod recorded;
 mod records;
 mod report;
 mod shared;

@@ -6,9 +6,8 @@
 
 use super::committed::CommittedOutput;
 use super::config::{OutputMode, RefJobConfig, RefJobError};
-use super::shared::{
-    lock, CheckpointBands, CheckpointInterval, Recorded, Shared, SinkSlot, SourceStats,
-};
+use super::recorded::Recorded;
+use super::shared::{lock, CheckpointBands, CheckpointInterval, Shared, SinkSlot, SourceStats};
 use crate::latency::{merge, new_interval_histogram, LatencyError, Percentiles};
 use crate::workload::{CheckReport, ExpectedResult, KeySpace, SinkCheck, Workload};
 use hdrhistogram::Histogram;

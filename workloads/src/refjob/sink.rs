@@ -4,8 +4,9 @@
 //! parts are `sink_state`'s.
 
 use super::committed::Txn;
+use super::recorded::Recorded;
 use super::records::{Payload, RefSum};
-use super::shared::{lock, Recorded, Shared, SinkSlot};
+use super::shared::{lock, Shared, SinkSlot};
 use super::sink_state::{
     check_of_chain, decode_sink_state, encode_full_part, seeded_replica, SinkReplica,
 };

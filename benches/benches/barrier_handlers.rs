@@ -30,8 +30,8 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use lockgate::{
-    Aligner, BarrierHandler, BarrierSignal, CheckpointBarrier, CheckpointId, HandlerConfig,
-    StreamElement, Tracker,
+    barrier::Aligner, barrier::BarrierHandler, barrier::BarrierSignal, barrier::CheckpointBarrier,
+    barrier::HandlerConfig, barrier::StreamElement, barrier::Tracker, CheckpointId,
 };
 
 /// Records per batch (element).

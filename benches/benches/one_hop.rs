@@ -41,8 +41,8 @@
 use criterion::Criterion;
 use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError};
 use hdrhistogram::Histogram;
-use lockgate::{CheckpointMode, JobBuilder, JobConfig, WaitStrategy};
-use lockgate::{DEFAULT_SPINS, SPIN_YIELD_EVERY};
+use lockgate::{config::WaitStrategy, CheckpointMode, JobBuilder, JobConfig};
+use lockgate::{config::DEFAULT_SPINS, config::SPIN_YIELD_EVERY};
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
@@ -156,8 +156,8 @@ impl<T> RecvEnd<T> for Receiver<T> {
 impl<T> RecvEnd<T> for lockgate::Output<T> {
     fn take_now(&self) -> Result<T, TryRecvError> {
         self.try_recv().map_err(|e| match e {
-            lockgate::TryRecvError::Empty => TryRecvError::Empty,
-            lockgate::TryRecvError::Ended => TryRecvError::Disconnected,
+            lockgate::ingest::TryRecvError::Empty => TryRecvError::Empty,
+            lockgate::ingest::TryRecvError::Ended => TryRecvError::Disconnected,
         })
     }
     fn take_timeout(&self, limit: Duration) -> Option<T> {

@@ -132,7 +132,7 @@ pub fn run_w1(
         threads.push(thread::spawn(move || {
             let gen = Generator::new(&space, i, p, records).expect("valid source");
             let mut out = Batcher::new(senders, batch);
-            let t0 = lockgate::now_ns();
+            let t0 = lockgate::tuning::now_ns();
             for (n, key) in gen {
                 let ev = lockgate_workloads::workload::Event::generated(n, key, t0).mapped();
                 out.push(key_to_subtask(key, p), ev);
@@ -159,7 +159,7 @@ pub fn run_w1(
     // batch).
     let mut latency = LatencyRecorder::new();
     drain_all(sink_in, |b| {
-        let now = lockgate::now_ns();
+        let now = lockgate::tuning::now_ns();
         for r in &b {
             check.observe(r);
             latency.record(now, r.ts_ns);
@@ -333,9 +333,9 @@ pub fn run_paced(cfg: &PacedConfig) -> Result<PacedReport, String> {
         threads.push(thread::spawn(move || {
             let mut gen = Generator::new(&space, i, p, records).expect("valid source");
             let mut out = Batcher::new(senders, batch);
-            let t0 = *t0_cell.get_or_init(lockgate::now_ns);
+            let t0 = *t0_cell.get_or_init(lockgate::tuning::now_ns);
             while let Some(mut next) = gen.next_n() {
-                let now = lockgate::now_ns();
+                let now = lockgate::tuning::now_ns();
                 let due = due_until(now.saturating_sub(t0), rate, burst);
                 while next < due {
                     let Some((n, key)) = gen.next() else { break };
@@ -354,7 +354,7 @@ pub fn run_paced(cfg: &PacedConfig) -> Result<PacedReport, String> {
                     break;
                 }
                 let next_due = t0 + scheduled_offset_ns(next, rate, burst);
-                let now = lockgate::now_ns();
+                let now = lockgate::tuning::now_ns();
                 let wake = next_due.max(now + tick);
                 thread::sleep(Duration::from_nanos(wake - now));
             }
@@ -385,7 +385,7 @@ pub fn run_paced(cfg: &PacedConfig) -> Result<PacedReport, String> {
     drain_flushing(
         sink_in,
         |b| {
-            let now = lockgate::now_ns();
+            let now = lockgate::tuning::now_ns();
             for r in &b {
                 check.observe(r);
                 if r.n >= first_recorded {

@@ -22,7 +22,7 @@ const MAX_INJECTED_FAILURES: usize = 1000;
 
 /// Failures injected by `--inject-failures` strike after a record count in
 /// `1..=FAILURE_MAX_RECORDS` of their task (the load generator's seeded
-/// plan, [`lockgate::FailurePlan::seeded`]). On the bundled data most tasks
+/// plan, [`lockgate::testing::FailurePlan::seeded`]). On the bundled data most tasks
 /// get far more than 50 000 records (337k flights), so most planned
 /// failures strike, spread over the first part of the run; one planned past
 /// its task's input (the weather source emits 26 115 rows; an aggregate
@@ -311,11 +311,11 @@ fn run_flights(mut args: Args, server: &mut Option<MetricsServer>) -> ExitCode {
     let mut config = JobConfig::default();
     if let Some(w) = args
         .workers
-        .filter(|w| *w == 0 || *w > lockgate::MAX_WORKERS)
+        .filter(|w| *w == 0 || *w > lockgate::config::MAX_WORKERS)
     {
         return usage_error(&format!(
             "--workers must be between 1 and {} threads, got {w} (leave it out for one thread per task)",
-            lockgate::MAX_WORKERS
+            lockgate::config::MAX_WORKERS
         ));
     }
     config.workers = args.workers;

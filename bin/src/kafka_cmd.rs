@@ -15,7 +15,8 @@
 
 use clap::{Subcommand, ValueEnum};
 use lockgate::{
-    CheckpointMode, CheckpointStorage, JobBuilder, JobConfig, JobError, LocalDirStorage,
+    storage::CheckpointStorage, storage::LocalDirStorage, CheckpointMode, JobBuilder, JobConfig,
+    JobError,
 };
 use lockgate_cli::kafka::{build_job, KafkaJobSpec, SinkGuarantee};
 use lockgate_cli::metrics_http::MetricsArgs;
@@ -310,10 +311,10 @@ fn produce(a: &ProduceArgs) -> ExitCode {
     match create_topic(&settings, &a.topic, a.partitions) {
         Ok(true) => {
             println!("created topic {} with {} partitions", a.topic, a.partitions);
-            if lockgate::DEFAULT_MAX_PARALLELISM % a.partitions != 0 {
+            if lockgate::keys::DEFAULT_MAX_PARALLELISM % a.partitions != 0 {
                 println!(
                     "note: `lockgate kafka run` needs a partition count that divides {} (the key groups); it will refuse this topic",
-                    lockgate::DEFAULT_MAX_PARALLELISM
+                    lockgate::keys::DEFAULT_MAX_PARALLELISM
                 );
             }
         }
@@ -484,7 +485,7 @@ fn run_job(a: &RunArgs) -> ExitCode {
     // process, and a restore across processes can hand it on whole): with
     // P dividing max_parallelism, key group g = hash % 128 lies in
     // partition g % P. And every process owns as many partitions.
-    let groups = lockgate::DEFAULT_MAX_PARALLELISM;
+    let groups = lockgate::keys::DEFAULT_MAX_PARALLELISM;
     if groups % partitions != 0 {
         return usage_error(&format!(
             "--input: topic `{}` has {partitions} partitions, which does not divide the {groups} key groups (use 1, 2, 4, 8, ... {groups} partitions)",
@@ -839,7 +840,7 @@ enum RestorePlan {
         /// The old process count.
         old_processes: u32,
         /// The merged state.
-        state: lockgate::RestoredState,
+        state: lockgate::storage::RestoredState,
     },
 }
 
@@ -862,7 +863,7 @@ fn differences(recorded: &Value, identity: &Value, keys: &[&str]) -> Vec<String>
             .collect::<serde_json::Map<_, _>>()
             .into()
     };
-    lockgate::config_differences(&pick(recorded), &pick(identity))
+    lockgate::storage::config_differences(&pick(recorded), &pick(identity))
 }
 
 /// Checks `--restore` and `--checkpoint-dir` and decides the plan (see
@@ -1001,7 +1002,7 @@ fn plan_restore(a: &RunArgs, identity: &Value) -> Result<RestorePlan, String> {
     for d in by_index.into_iter().flatten() {
         let storage =
             LocalDirStorage::open(&d).map_err(|e| format!("--restore {}: {e}", d.display()))?;
-        let state = lockgate::load_restorable(&storage)
+        let state = lockgate::storage::load_restorable(&storage)
             .map_err(|e| format!("--restore {}: {e}", d.display()))?
             .ok_or_else(|| format!("--restore {}: no checkpoint there loads", d.display()))?;
         let sinks = state.parallelism.get("keyed_sum").copied().unwrap_or(0);
@@ -1009,7 +1010,7 @@ fn plan_restore(a: &RunArgs, identity: &Value) -> Result<RestorePlan, String> {
         from.push((d, sinks));
     }
     let (processes, index) = (a.processes, a.index);
-    let state = lockgate::RestoredState::merge(parts, move |j, operator| {
+    let state = lockgate::storage::RestoredState::merge(parts, move |j, operator| {
         operator != "sink" || j as u32 % processes == index
     });
     Ok(RestorePlan::Merged {

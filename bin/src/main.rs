@@ -106,7 +106,7 @@ fn default_sigpipe() {
 fn default_sigpipe() {}
 
 /// Run by every snapshot thread after each snapshot job
-/// ([`lockgate::set_after_snapshot_hook`]): after a job that freed at
+/// ([`lockgate::tuning::set_after_snapshot_hook`]): after a job that freed at
 /// least [`COLLECT_AFTER_BYTES`] of encoding buffers (those the snapshot
 /// thread does not keep for its next jobs: one over 8 MiB, or past the
 /// 8 MiB its spares keep together) and of an
@@ -140,7 +140,7 @@ const COLLECT_AFTER_BYTES: u64 = 1 << 20;
 
 fn main() -> ExitCode {
     default_sigpipe();
-    lockgate::set_after_snapshot_hook(collect_snapshot_heap);
+    lockgate::tuning::set_after_snapshot_hook(collect_snapshot_heap);
     let cli = Cli::parse();
     match cli.command {
         Command::Loadgen(args) => {

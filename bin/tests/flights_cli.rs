@@ -328,12 +328,12 @@ fn the_bundled_data_rescaled_mid_run_gives_the_golden_files() {
         chk.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let store = lockgate::LocalDirStorage::open(&chk).unwrap();
-    let newest = *lockgate::CheckpointStorage::list(&store)
+    let store = lockgate::storage::LocalDirStorage::open(&chk).unwrap();
+    let newest = *lockgate::storage::CheckpointStorage::list(&store)
         .unwrap()
         .last()
         .unwrap();
-    let meta = lockgate::CheckpointStorage::load_metadata(&store, newest).unwrap();
+    let meta = lockgate::storage::CheckpointStorage::load_metadata(&store, newest).unwrap();
     assert_eq!(meta.job.parallelism.get("aggregate"), Some(&3), "{meta:?}");
 }
 

@@ -3,7 +3,10 @@
 //! (`lockgate_cli::kafka::build_job`): skipped, saying so, when tansu is
 //! not installed, unless `LOCKGATE_REQUIRE_KAFKA=1` (then they fail).
 
-use lockgate::{CheckpointMode, FailurePlan, FailurePoint, JobBuilder, JobConfig, RestartStrategy};
+use lockgate::{
+    testing::FailurePlan, testing::FailurePoint, CheckpointMode, JobBuilder, JobConfig,
+    RestartStrategy,
+};
 use lockgate_cli::kafka::{build_job, KafkaJobSpec, SinkGuarantee, TestBroker};
 use lockgate_kafka::{
     create_topic, end_offsets, partition_of_key, read_topic, ClientSettings, InputRecord,

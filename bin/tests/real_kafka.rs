@@ -3,7 +3,10 @@
 //! saying so (tansu, the test broker, has no transactions). Topics are
 //! named after the time, so runs never share them.
 
-use lockgate::{CheckpointMode, FailurePlan, FailurePoint, JobBuilder, JobConfig, RestartStrategy};
+use lockgate::{
+    testing::FailurePlan, testing::FailurePoint, CheckpointMode, JobBuilder, JobConfig,
+    RestartStrategy,
+};
 use lockgate_cli::kafka::{build_job, KafkaJobSpec, SinkGuarantee};
 use lockgate_kafka::{
     create_topic, end_offsets, partition_of_key, read_topic, ClientSettings, InputRecord,

@@ -9,8 +9,8 @@
 //! code 1 if a count is wrong.
 
 use lockgate::{
-    BoxError, CheckpointConfig, Context, FailurePlan, FailurePoint, JobBuilder, JobConfig,
-    KeyedState, Managed, RestartStrategy, StatefulOperator,
+    testing::FailurePlan, testing::FailurePoint, BoxError, CheckpointConfig, Context, JobBuilder,
+    JobConfig, KeyedState, Managed, RestartStrategy, StatefulOperator,
 };
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //!
 //! Run it with `cargo run -p lockgate --example embedded`.
 
-use lockgate::{JobBuilder, JobConfig, PushError};
+use lockgate::{ingest::PushError, JobBuilder, JobConfig};
 use std::time::Duration;
 
 /// Pushes `n` prices for 4 instruments, doubles them in the job, and

@@ -2,7 +2,8 @@
 //! restarts.
 
 use crate::barrier::{CheckpointMode, HandlerConfig};
-use crate::transport::input_gate::WaitStrategy;
+/// How a task waits for input (a setting of [`JobConfig`]).
+pub use crate::transport::input_gate::{WaitStrategy, DEFAULT_SPINS, SPIN_YIELD_EVERY};
 use crate::types::key_groups::{DEFAULT_MAX_PARALLELISM, UPPER_MAX_PARALLELISM};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -130,8 +131,8 @@ pub struct CheckpointConfig {
     pub history: usize,
     /// Where checkpoints are written (`chk-<n>/` folders): the shorthand
     /// of [`crate::JobBuilder::with_storage`] with a
-    /// [`crate::LocalDirStorage`]. `None` (the default): kept in a
-    /// [`crate::MemoryStorage`] of the job's own (enough for restarts
+    /// [`crate::storage::LocalDirStorage`]. `None` (the default): kept in a
+    /// [`crate::storage::MemoryStorage`] of the job's own (enough for restarts
     /// within the process).
     pub dir: Option<PathBuf>,
     /// Resume from the latest complete checkpoint in `dir` (default
@@ -367,7 +368,7 @@ pub struct JobConfig {
     /// The number of key groups (default [`DEFAULT_MAX_PARALLELISM`],
     /// 128; at most [`UPPER_MAX_PARALLELISM`]): the largest parallelism
     /// of any operator, now or after a rescale. Hash partitioning and
-    /// keyed state go by key group (see [`crate::KeyGroupRange`]); it is
+    /// keyed state go by key group (see [`crate::keys::KeyGroupRange`]); it is
     /// stored in every checkpoint, and a restore with another value is
     /// refused (as Flink's `maxParallelism`).
     pub max_parallelism: u32,

@@ -281,14 +281,17 @@ fn register(g: &Rc<RefCell<GraphState>>, parent: Parent, make: MakeFn) {
 struct BranchBuilt;
 
 impl TaskBody for BranchBuilt {
-    fn run(&mut self, _rt: &mut crate::runtime::plan::TaskRt) -> Result<(), crate::TaskError> {
+    fn run(
+        &mut self,
+        _rt: &mut crate::runtime::plan::TaskRt,
+    ) -> Result<(), crate::error::TaskError> {
         Ok(())
     }
     fn step(
         &mut self,
         _rt: &mut crate::runtime::plan::TaskRt,
         _budget: u32,
-    ) -> Result<crate::runtime::plan::Step, crate::TaskError> {
+    ) -> Result<crate::runtime::plan::Step, crate::error::TaskError> {
         Ok(crate::runtime::plan::Step::Done)
     }
     fn watch<'a>(&'a self, _sel: &mut crossbeam_channel::Select<'a>) {}
@@ -407,9 +410,9 @@ impl JobBuilder {
     /// (enough for restarts within the process). With
     /// [`CheckpointConfig::restore`] the job restores from `storage`.
     ///
-    /// [`CheckpointStorage`]: crate::CheckpointStorage
-    /// [`MemoryStorage`]: crate::MemoryStorage
-    /// [`LocalDirStorage`]: crate::LocalDirStorage
+    /// [`CheckpointStorage`]: crate::storage::CheckpointStorage
+    /// [`MemoryStorage`]: crate::storage::MemoryStorage
+    /// [`LocalDirStorage`]: crate::storage::LocalDirStorage
     /// [`CheckpointConfig::dir`]: crate::CheckpointConfig::dir
     /// [`CheckpointConfig::restore`]: crate::CheckpointConfig::restore
     pub fn with_storage(mut self, storage: Box<dyn crate::checkpoint::CheckpointStorage>) -> Self {
@@ -425,9 +428,9 @@ impl JobBuilder {
     /// newest checkpoint there whose whole chain loads
     /// ([`load_restorable`]) and checks that this job took it.
     ///
-    /// [`RestoredState::merge`]: crate::RestoredState::merge
+    /// [`RestoredState::merge`]: crate::storage::RestoredState::merge
     /// [`CheckpointConfig::restore`]: crate::CheckpointConfig::restore
-    /// [`load_restorable`]: crate::load_restorable
+    /// [`load_restorable`]: crate::storage::load_restorable
     pub fn with_restored_state(mut self, state: crate::checkpoint::RestoredState) -> Self {
         self.restore = Some(state);
         self
@@ -528,7 +531,7 @@ impl JobBuilder {
     /// last completed checkpoint in a replay log (at most
     /// [`IngestConfig::replay_capacity`] records; when the log is full the
     /// source stops taking records, so [`Ingest::push`] blocks and
-    /// [`Ingest::try_push`] answers [`PushError::Full`](crate::PushError::Full) until a checkpoint
+    /// [`Ingest::try_push`] answers [`PushError::Full`](crate::ingest::PushError::Full) until a checkpoint
     /// completes and cuts the log). After an in-process restart it replays
     /// the log from the restored checkpoint's position, so a record pushed
     /// once is applied once (exactly-once) or at least once, as the mode
@@ -936,9 +939,9 @@ impl<T: Data> Stream<T> {
     }
 
     /// Hash-partitions by `key` (`workloads.md`'s routing, see
-    /// [`crate::key_to_subtask`]): every record of a key goes to the same
+    /// [`crate::keys::key_to_subtask`]): every record of a key goes to the same
     /// subtask of the next operator. The key is a `u64`; for a string or
-    /// another hashable key use [`crate::hash_key`] (stable across runs,
+    /// another hashable key use [`crate::keys::hash_key`] (stable across runs,
     /// so restored keyed state meets its keys again).
     pub fn key_by<F>(self, key: F) -> Exchange<T>
     where

@@ -1,95 +1,195 @@
 //! lockgate: a streaming dataflow engine for low-latency work, with Flink's
 //! checkpoint semantics.
 //!
-//! Build a job with [`JobBuilder`]: sources, chained operators on a
-//! [`Stream`], exchanges ([`Exchange`], [`Exchange::task`] starts the next
-//! task), sinks; configure it with [`JobConfig`] and [`CheckpointConfig`];
-//! run it with [`JobBuilder::start`] and a [`JobHandle`]. Every public item
-//! is re-exported here, flat (as crossbeam does); the modules are private,
-//! but for [`telemetry`]: the metric names, health and spans a job shows
-//! outside its process.
+//! # A tour
 //!
-//! A record's path, one module each, under `engine/src/`:
-//! `types::element` ([`StreamElement`]: what a channel carries) →
-//! `transport::channel` (bounded crossbeam channels, output batching,
-//! backpressure) → `transport::input_gate` (polling a task's channels,
-//! [`WaitStrategy`]) → `barrier` (the handler, [`Aligner`] or [`Tracker`],
-//! that aligns or tracks checkpoint barriers) → the task
-//! (`runtime::task`) and its operator chain (`runtime::chain`, calling
-//! [`Operator`]s) → the chain's output, a channel again. A checkpoint's
-//! path is all under `checkpoint/`: the coordinator, the snapshot threads,
-//! storage, publication and retention, restore.
+//! **1. Build a job.** A [`JobBuilder`] adds sources; a [`Stream`] is an
+//! operator chain still open at its end (`map`, `filter`, `process`,
+//! `sink` run in the same task); `key_by` and `rebalance` end the chain
+//! with an [`Exchange`], whose `task` starts the next task. Records enter
+//! through a [`Source`] or, pushed by the application, an [`Ingest`];
+//! they leave through a [`Sink`] or an [`Output`].
 //!
-//! The top-level modules are layers, bottom to top: `util`, `types`,
-//! `testing`, `barrier`, `transport`, `config`, `operator`, `state`,
-//! `checkpoint`, `telemetry`, `runtime`, `job`, `graph`. A module imports only from the
-//! layers below it: the order is declared once, in `layers.toml` at the
-//! repository root, and `.ci/layers.py` enforces it in CI.
+//! ```
+//! use lockgate::{JobBuilder, JobConfig};
+//! let job = JobBuilder::new("double", JobConfig::default());
+//! let (numbers, ingest) = job.ingest::<u64>("in", 64);
+//! let out = numbers.map(|x| x * 2).collect();
+//! let handle = job.start()?;
+//! for x in 0..100 {
+//!     ingest.push(x).expect("the job runs");
+//! }
+//! drop(ingest); // the end of the input
+//! handle.wait()?;
+//! let mut got: Vec<u64> = out.iter().collect();
+//! got.sort_unstable();
+//! assert_eq!(got, (0..100).map(|x| x * 2).collect::<Vec<_>>());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! **2. Checkpoint it.** [`JobConfig::checkpoint`] takes a
+//! [`CheckpointConfig`]: a [`CheckpointMode`] (exactly-once aligned,
+//! unaligned, at-least-once), an interval, a folder. A failed task
+//! restarts the job from the newest completed checkpoint
+//! ([`RestartStrategy`]); a new process restores the folder. State lives in
+//! an [`Operator`]'s [`Managed`] state ([`KeyedState`], [`ValueState`],
+//! [`ListState`], through [`StatefulOperator`]) or in its own
+//! [`Checkpointed`] implementation.
+//!
+//! **3. Output exactly once.** A [`TwoPhaseCommitSink`] pre-commits at the
+//! barrier and commits when the checkpoint completes ([`TwoPhaseCommit`]);
+//! [`Stream::collect_committed`] hands the application each record once,
+//! as a [`Committed`] batch naming its [`CheckpointId`]:
+//!
+//! ```
+//! use lockgate::{CheckpointConfig, JobBuilder, JobConfig};
+//! use std::time::Duration;
+//! let mut config = JobConfig::default();
+//! config.checkpoint = CheckpointConfig::exactly_once(Duration::from_millis(5), None);
+//! let job = JobBuilder::new("committed", config);
+//! let (numbers, ingest) = job.ingest::<u64>("in", 64);
+//! let out = numbers.collect_committed(None);
+//! let handle = job.start()?;
+//! for x in 0..100 {
+//!     ingest.push(x).expect("the job runs");
+//! }
+//! drop(ingest);
+//! handle.wait()?;
+//! assert_eq!(out.iter().map(|batch| batch.records.len()).sum::<usize>(), 100);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! **4. Observe it.** A [`JobHandle`] triggers checkpoints and savepoints,
+//! stops the job and reads its [`JobMetrics`] (each checkpoint's
+//! [`CheckpointStats`]); [`telemetry`] publishes them through the
+//! `metrics` facade and `tracing`.
+//!
+//! # The root
+//!
+//! Building: [`JobBuilder`], [`Stream`], [`Exchange`], [`Connected`],
+//! [`Data`], [`Either`]. Configuring: [`JobConfig`], [`CheckpointConfig`],
+//! [`CheckpointMode`], [`RestartStrategy`], [`IngestConfig`]. Operators:
+//! [`Source`], [`SourcePoll`], [`Operator`], [`Sink`], [`Context`],
+//! [`Checkpointed`], [`Batch`], [`RecordSize`], [`Watermark`],
+//! [`SnapshotKind`]. State: [`Managed`], [`StatefulOperator`],
+//! [`KeyedState`], [`ValueState`], [`ListState`]. The application's ends:
+//! [`Ingest`], [`Output`]. Exactly-once output: [`TwoPhaseCommit`],
+//! [`TwoPhaseCommitSink`], [`Committed`], [`CheckpointId`]. Running:
+//! [`JobHandle`], [`JobMetrics`], [`CheckpointStats`]. Errors:
+//! [`JobError`], [`OperatorError`], [`BoxError`].
+//!
+//! # The modules
+//!
+//! - [`barrier`]: the barrier handlers ([`barrier::Aligner`],
+//!   [`barrier::Tracker`], [`barrier::Unaligned`]), sans-I/O.
+//! - [`storage`]: checkpoint storage ([`storage::LocalDirStorage`], one
+//!   file per checkpoint) and its format.
+//! - [`state`]: every managed state type and the snapshot types.
+//! - [`config`]: the limits and tuning of [`JobConfig`].
+//! - [`stats`], [`telemetry`]: what a job reports.
+//! - [`keys`]: key groups, the unit of rescaling.
+//! - [`ingest`], [`task`], [`error`], [`tuning`]: the rest of the
+//!   vocabulary.
+//! - [`testing`]: failure injection for chaos tests.
+//!
+//! Inside `engine/src/` the folders are layers, bottom to top: `util`,
+//! `types`, `testing`, `barrier`, `transport`, `config`, `operator`,
+//! `state`, `checkpoint`, `telemetry`, `runtime`, `job`, `graph`. A module
+//! imports only from the layers below it (`layers.toml`, checked by
+//! `.ci/layers.py`).
 
-mod barrier;
+pub mod barrier;
 mod checkpoint;
-mod config;
+pub mod config;
 mod graph;
 mod job;
 mod operator;
 mod runtime;
-mod state;
+pub mod state;
 pub mod telemetry;
-mod testing;
+pub mod testing;
 mod transport;
 mod types;
 mod util;
 
-pub use barrier::{
-    AbortReason, Aligner, AlignmentStats, AnyHandler, BarrierHandler, BarrierSignal, ChannelSet,
-    CheckpointMode, HandlerConfig, Tracker, Unaligned, DEFAULT_BLOCKER_CAPACITY_BYTES,
-    INLINE_CHANNELS, MAX_PENDING_CHECKPOINTS,
-};
-pub use checkpoint::{
-    config_differences, load_restorable, set_after_snapshot_hook, unix_time_ms, CheckpointCounts,
-    CheckpointHandle, CheckpointMetadata, CheckpointStats, CheckpointStatus, CheckpointStorage,
-    CheckpointSummary, Distribution, FolderLock, JobFingerprint, LatestValid, LoadedCheckpoint,
-    LocalDirStorage, MemoryStorage, OperatorSnapshot, PartHandle, RestoredState, SkippedCheckpoint,
-    StorageError, SubtaskCheckpointStats, TaskStateKey, FORMAT_VERSION, MAGIC, MAX_CHECKPOINT_ID,
-};
-pub use config::{
-    CheckpointConfig, IngestConfig, JobConfig, PinPolicy, RestartStrategy, DEFAULT_TIMER_SLACK_NS,
-    MAX_BATCH_SIZE, MAX_CHANNEL_CAPACITY, MAX_PARALLELISM, MAX_PIN_CORE, MAX_TIME, MAX_WORKERS,
-};
+// The root: building, running and observing a job (38 names, listed above).
+pub use barrier::CheckpointMode;
+pub use checkpoint::CheckpointStats;
+pub use config::{CheckpointConfig, IngestConfig, JobConfig, RestartStrategy};
 pub use graph::{Connected, Data, Exchange, JobBuilder, Stream};
-pub use job::{JobFailure, JobHandle, JobMetrics, RestoredAtStart};
+pub use job::{JobHandle, JobMetrics};
 pub use operator::two_phase::{TwoPhaseCommit, TwoPhaseCommitSink};
-pub use operator::Committed;
-pub use operator::{
-    Checkpointed, Context, Either, EncodedState, Operator, Sink, SnapshotRequest, Source,
-    SourcePoll, StateSnapshot,
-};
-pub use state::{
-    key_group, KeyedFold, KeyedState, ListState, Managed, ManagedState, StateError, StateKey,
-    StatefulOperator, UnionListState, ValueState,
-};
-pub use testing::{FailurePlan, FailurePoint, PlannedFailure};
-pub use transport::handoff::{
-    ingest_channel, Ingest, IngestReceiver, Output, PushError, RecvTimeoutError, TryRecvError,
-};
-pub use transport::input_gate::{WaitStrategy, DEFAULT_SPINS, SPIN_YIELD_EVERY};
-pub use types::element::{
-    Batch, CheckpointBarrier, CheckpointId, CheckpointOptions, RecordSize, SnapshotKind,
-    StreamElement, Watermark,
-};
-pub use types::error::{
-    is_fatal_error, BoxError, FatalError, JobError, OperatorError, SharedError, TaskError,
-};
-pub use types::key_groups::{
-    hash_key, key_group_of, key_hash, key_to_subtask, subtask_of_key_group, KeyGroupRange, Rescale,
-    DEFAULT_MAX_PARALLELISM, KEY_HASH_MULTIPLIER, UPPER_MAX_PARALLELISM,
-};
-pub use types::metrics::{peak_rss_bytes, Pinning, TaskMetrics, TaskMetricsSnapshot};
-pub use types::task_id::{ParseTaskIdError, SubtaskInfo, TaskId};
-pub use util::background::{yield_point, YIELD_EVERY_NS};
-pub use util::buffers::snapshot_buffer;
-pub use util::calls::{storage_calls_in_progress, StorageCall};
-pub use util::clock::now_ns;
+pub use operator::{Checkpointed, Committed, Context, Either, Operator, Sink, Source, SourcePoll};
+pub use state::{KeyedState, ListState, Managed, StatefulOperator, ValueState};
+pub use transport::handoff::{Ingest, Output};
+pub use types::element::{Batch, CheckpointId, RecordSize, SnapshotKind, Watermark};
+pub use types::error::{BoxError, JobError, OperatorError};
+
+/// Checkpoint storage: the [`CheckpointStorage`](storage::CheckpointStorage)
+/// trait, [`LocalDirStorage`](storage::LocalDirStorage) (one file per
+/// checkpoint in a folder), [`MemoryStorage`](storage::MemoryStorage), the
+/// format's constants, and what a restore reads.
+pub mod storage {
+    pub use crate::checkpoint::{
+        config_differences, load_restorable, unix_time_ms, CheckpointHandle, CheckpointMetadata,
+        CheckpointStorage, FolderLock, JobFingerprint, LatestValid, LoadedCheckpoint,
+        LocalDirStorage, MemoryStorage, OperatorSnapshot, PartHandle, RestoredState,
+        SkippedCheckpoint, StorageError, TaskStateKey, FORMAT_VERSION, MAGIC, MAX_CHECKPOINT_ID,
+    };
+    pub use crate::util::calls::{storage_calls_in_progress, StorageCall};
+}
+
+/// What a running job reports: checkpoint statistics (counts, summaries,
+/// per subtask) and task counters.
+pub mod stats {
+    pub use crate::checkpoint::{
+        CheckpointCounts, CheckpointStats, CheckpointStatus, CheckpointSummary, Distribution,
+        SubtaskCheckpointStats,
+    };
+    pub use crate::job::RestoredAtStart;
+    pub use crate::types::metrics::{peak_rss_bytes, Pinning, TaskMetrics, TaskMetricsSnapshot};
+}
+
+/// Key groups: how keys map to key groups and key groups to subtasks
+/// (Flink's `KeyGroupRangeAssignment`), the unit of rescaling.
+pub mod keys {
+    pub use crate::types::key_groups::{
+        hash_key, key_group_of, key_hash, key_to_subtask, subtask_of_key_group, KeyGroupRange,
+        Rescale, DEFAULT_MAX_PARALLELISM, KEY_HASH_MULTIPLIER, UPPER_MAX_PARALLELISM,
+    };
+}
+
+/// Every error type: the root's [`JobError`], [`OperatorError`] and
+/// [`BoxError`], and those of tasks and job failures.
+pub mod error {
+    pub use crate::job::JobFailure;
+    pub use crate::types::error::{
+        is_fatal_error, BoxError, FatalError, JobError, OperatorError, SharedError, TaskError,
+    };
+}
+
+/// Tasks and subtasks: ids, names and what a subtask knows about itself.
+pub mod task {
+    pub use crate::types::task_id::{ParseTaskIdError, SubtaskInfo, TaskId};
+}
+
+/// The application's ends of a job: [`Ingest`] (push records in, replayed
+/// after a failure) and [`Output`] (take records out), and their errors.
+pub mod ingest {
+    pub use crate::transport::handoff::{
+        ingest_channel, Ingest, IngestReceiver, Output, PushError, RecvTimeoutError, TryRecvError,
+    };
+}
+
+/// Hooks and helpers for applications tuned to the last microsecond:
+/// background threads' yield points, the engine's clock, snapshot buffers
+/// and the allocator hook after a snapshot.
+pub mod tuning {
+    pub use crate::checkpoint::set_after_snapshot_hook;
+    pub use crate::util::background::{yield_point, YIELD_EVERY_NS};
+    pub use crate::util::buffers::snapshot_buffer;
+    pub use crate::util::clock::now_ns;
+}
 
 /// The README's Rust blocks, compiled and run as doctests (as timely does).
 #[cfg(doctest)]

@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use lockgate::testing::{FailurePlan, FailurePoint};
 use lockgate::*;
 use std::path::Path;
 use std::time::Duration;

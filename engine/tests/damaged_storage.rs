@@ -8,6 +8,13 @@ mod common;
 
 use common::*;
 use lockgate::*;
+use lockgate::{
+    storage::{
+        load_restorable, CheckpointHandle, CheckpointMetadata, CheckpointStorage, LoadedCheckpoint,
+        LocalDirStorage, PartHandle, StorageError, TaskStateKey,
+    },
+    testing::{FailurePlan, FailurePoint},
+};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

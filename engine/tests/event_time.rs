@@ -2,6 +2,7 @@
 
 mod common;
 
+use lockgate::tuning::now_ns;
 use lockgate::*;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -10,8 +10,8 @@
 //! (idle, active, idle, ...), and nothing follows an end of partition.
 
 use lockgate::{
-    Aligner, BarrierHandler, BarrierSignal, CheckpointBarrier, CheckpointId, HandlerConfig,
-    StreamElement, Tracker, Watermark,
+    barrier::Aligner, barrier::BarrierHandler, barrier::BarrierSignal, barrier::CheckpointBarrier,
+    barrier::HandlerConfig, barrier::StreamElement, barrier::Tracker, CheckpointId, Watermark,
 };
 use proptest::prelude::*;
 use std::collections::{HashMap, HashSet};
@@ -366,7 +366,7 @@ proptest! {
 }
 
 fn tracker_pending_bounded(t: &Tracker) -> bool {
-    t.pending_ids().len() <= lockgate::MAX_PENDING_CHECKPOINTS
+    t.pending_ids().len() <= lockgate::barrier::MAX_PENDING_CHECKPOINTS
         && t.pending_ids().windows(2).all(|w| w[0] < w[1])
 }
 

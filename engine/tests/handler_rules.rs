@@ -4,8 +4,9 @@
 //! markers (`testdata/scenarios/EXTENSIONS.md`: elements like records).
 
 use lockgate::{
-    AbortReason, Aligner, BarrierHandler, BarrierSignal, CheckpointBarrier, CheckpointId,
-    HandlerConfig, RecordSize, StreamElement, Tracker, Watermark,
+    barrier::AbortReason, barrier::Aligner, barrier::BarrierHandler, barrier::BarrierSignal,
+    barrier::CheckpointBarrier, barrier::HandlerConfig, barrier::StreamElement, barrier::Tracker,
+    CheckpointId, RecordSize, Watermark,
 };
 
 /// A record of the rule tests: a buffer's id and its size in bytes, which
@@ -780,7 +781,7 @@ fn rule8_each_channel_counts_once() {
 
 #[test]
 fn rule8_a_51st_pending_checkpoint_drops_the_oldest_silently() {
-    let cap = lockgate::MAX_PENDING_CHECKPOINTS as u64;
+    let cap = lockgate::barrier::MAX_PENDING_CHECKPOINTS as u64;
     assert_eq!(cap, 50, "Flink's MAX_CHECKPOINTS_TO_TRACK");
     let mut t = tracker(2);
     for id in 1..=cap {

@@ -6,6 +6,14 @@ mod common;
 
 use common::*;
 use lockgate::*;
+use lockgate::{
+    barrier::AbortReason,
+    stats::CheckpointStatus,
+    storage::{
+        storage_calls_in_progress, CheckpointHandle, CheckpointMetadata, CheckpointStorage,
+        LoadedCheckpoint, MemoryStorage, PartHandle, StorageError, TaskStateKey,
+    },
+};
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;

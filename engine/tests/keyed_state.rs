@@ -2,7 +2,7 @@
 //! chain restores exactly the state at that snapshot, and its reported
 //! full size is exact.
 
-use lockgate::{CheckpointId, KeyedState, SnapshotRequest};
+use lockgate::{state::SnapshotRequest, CheckpointId, KeyedState};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 
@@ -109,7 +109,7 @@ fn a_delta_holds_only_the_changed_keys() {
 
 #[test]
 fn a_pair_of_managed_states_snapshots_and_restores_both() {
-    use lockgate::{ManagedState, ValueState};
+    use lockgate::{state::ManagedState, ValueState};
     let mut s: (KeyedState<u64, u64>, ValueState<u64>) = Default::default();
     for k in 0..1_000 {
         s.0.insert(k, k);

@@ -5,7 +5,15 @@
 mod common;
 
 use common::{wait_for, MaxSink};
+use lockgate::storage::CheckpointStorage;
 use lockgate::*;
+use lockgate::{
+    keys::Rescale,
+    state::UnionListState,
+    storage::{LocalDirStorage, TaskStateKey},
+    testing::{FailurePlan, FailurePoint},
+    tuning::now_ns,
+};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -4,6 +4,18 @@ mod common;
 
 use common::*;
 use lockgate::*;
+use lockgate::{
+    barrier::AbortReason,
+    config::PinPolicy,
+    error::{is_fatal_error, FatalError, TaskError},
+    stats::{CheckpointStatus, Pinning},
+    storage::{
+        CheckpointHandle, CheckpointMetadata, CheckpointStorage, LoadedCheckpoint, LocalDirStorage,
+        MemoryStorage, PartHandle, StorageError, TaskStateKey,
+    },
+    testing::{FailurePlan, FailurePoint},
+    tuning::now_ns,
+};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -320,8 +332,8 @@ fn a_corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
         h.stop_with_savepoint();
         h.wait().unwrap();
     }
-    let storage = lockgate::LocalDirStorage::open(dir.path()).unwrap();
-    use lockgate::CheckpointStorage;
+    let storage = lockgate::storage::LocalDirStorage::open(dir.path()).unwrap();
+    use lockgate::storage::CheckpointStorage;
     let ids = storage.list().unwrap();
     assert!(ids.len() >= 2, "{ids:?}");
     let newest = *ids.last().unwrap();
@@ -446,7 +458,7 @@ fn restarts_are_bounded_by_the_strategy() {
         Err(JobError::TaskFailed {
             task,
             cause: TaskError::Injected(_),
-        }) => assert_eq!(task, lockgate::TaskId::new("keyed_sum", 0)),
+        }) => assert_eq!(task, lockgate::task::TaskId::new("keyed_sum", 0)),
         other => panic!("the second failure must fail the job, got {other:?}"),
     }
     assert_eq!(restarts, 1, "exactly the one restart the strategy allows");
@@ -531,7 +543,7 @@ fn pushed_records_survive_restarts_at_least_once() {
 
 #[test]
 fn storage_errors_abort_checkpoints_and_too_many_fail_the_job() {
-    use lockgate::MemoryStorage;
+    use lockgate::storage::MemoryStorage;
     let storage = Arc::new(MemoryStorage::new());
     storage.set_fail_writes(true);
     let mut config = JobConfig::default();
@@ -553,7 +565,7 @@ fn storage_errors_abort_checkpoints_and_too_many_fail_the_job() {
 
 #[test]
 fn storage_errors_below_the_tolerance_let_the_job_go_on() {
-    use lockgate::{CheckpointStorage, MemoryStorage};
+    use lockgate::{storage::CheckpointStorage, storage::MemoryStorage};
     let storage = Arc::new(MemoryStorage::new());
     storage.set_fail_writes(true);
     let mut config = JobConfig::default();
@@ -856,7 +868,7 @@ fn pinning_works_when_tasks_outnumber_cores() {
 #[cfg(target_os = "linux")]
 #[test]
 fn a_core_that_does_not_exist_is_reported_and_the_job_still_runs() {
-    let missing = lockgate::MAX_PIN_CORE - 1;
+    let missing = lockgate::config::MAX_PIN_CORE - 1;
     let (seen, m) = affinity_job(PinPolicy::Cores(vec![missing]));
     assert!(!seen.is_empty(), "the job ran unpinned");
     let failures = m.pinning_failures();
@@ -1004,7 +1016,7 @@ fn a_fatal_error_fails_the_job_without_restarts() {
         }
         match err {
             JobError::TaskFailed { task, cause } => {
-                assert_eq!(task, lockgate::TaskId::new("doomed", 0));
+                assert_eq!(task, lockgate::task::TaskId::new("doomed", 0));
                 assert!(cause.is_fatal(), "{cause}");
                 assert!(
                     matches!(
@@ -1511,7 +1523,7 @@ fn the_timeout_covers_the_metadata_write_and_a_late_publish_is_deleted() {
 
 #[test]
 fn incremental_checkpoints_chain_deltas_and_a_corrupt_base_falls_back() {
-    use lockgate::{CheckpointStorage, LocalDirStorage};
+    use lockgate::{storage::CheckpointStorage, storage::LocalDirStorage};
     let dir = tempfile::tempdir().unwrap();
     // 100,000 keys, few of them changed per checkpoint: deltas.
     let keys = 100_000;
@@ -1640,7 +1652,7 @@ fn an_incremental_job_restores_exactly_after_failures() {
 
 #[test]
 fn incremental_retention_stays_bounded_and_a_checkpoint_missing_a_task_is_skipped() {
-    use lockgate::{CheckpointMetadata, CheckpointStorage};
+    use lockgate::{storage::CheckpointMetadata, storage::CheckpointStorage};
     let storage = Arc::new(MemoryStorage::new());
     let mut config = JobConfig::default();
     config.checkpoint.mode = CheckpointMode::ExactlyOnce;
@@ -1762,12 +1774,12 @@ fn periodic_checkpoints_pause_and_resume() {
 /// Flips the last byte of subtask 0 of `task`'s part in checkpoint `id`;
 /// returns how a load names the part (`chk-<n>#<task>-0.state`).
 fn flip_last_byte_of_part(
-    storage: &lockgate::LocalDirStorage,
+    storage: &lockgate::storage::LocalDirStorage,
     id: CheckpointId,
     task: &str,
 ) -> String {
     let (file, range) = storage
-        .part_location(id, &lockgate::TaskStateKey::new(task, 0))
+        .part_location(id, &lockgate::storage::TaskStateKey::new(task, 0))
         .unwrap();
     let mut bytes = std::fs::read(&file).unwrap();
     bytes[(range.end - 1) as usize] ^= 0x55;
@@ -1777,8 +1789,8 @@ fn flip_last_byte_of_part(
 
 /// Whether every part of checkpoint `id` in `dir` is full (no base).
 fn all_full(dir: &std::path::Path, id: CheckpointId) -> bool {
-    use lockgate::CheckpointStorage;
-    lockgate::LocalDirStorage::open(dir)
+    use lockgate::storage::CheckpointStorage;
+    lockgate::storage::LocalDirStorage::open(dir)
         .unwrap()
         .part_bases(id)
         .unwrap()

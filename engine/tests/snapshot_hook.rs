@@ -8,6 +8,10 @@ mod common;
 
 use common::*;
 use lockgate::*;
+use lockgate::{
+    state::StateSnapshot,
+    tuning::{set_after_snapshot_hook, snapshot_buffer},
+};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,11 +1,12 @@
 //! Tests of durable checkpoint storage (`lockgate::storage`):
 //! round trip, atomic publish, corruption detection and fallback, retention.
 
-use lockgate::{CheckpointId, SnapshotKind};
 use lockgate::{
-    CheckpointMetadata, CheckpointStorage, JobFingerprint, LocalDirStorage, MemoryStorage,
-    StorageError, TaskStateKey, FORMAT_VERSION,
+    storage::CheckpointMetadata, storage::CheckpointStorage, storage::JobFingerprint,
+    storage::LocalDirStorage, storage::MemoryStorage, storage::StorageError, storage::TaskStateKey,
+    storage::FORMAT_VERSION,
 };
+use lockgate::{CheckpointId, SnapshotKind};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::fs;
@@ -737,7 +738,7 @@ proptest! {
     #[test]
     fn any_checkpoint_round_trips(
         states in arb_states(),
-        id in 1u64..=lockgate::MAX_CHECKPOINT_ID,
+        id in 1u64..=lockgate::storage::MAX_CHECKPOINT_ID,
         trigger in any::<u64>(),
         rate in any::<f64>().prop_filter("JSON has no NaN/inf", |f| f.is_finite()),
         savepoint in any::<bool>(),

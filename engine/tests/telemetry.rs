@@ -12,6 +12,14 @@ mod common;
 use common::{wait_for, Counter};
 use lockgate::telemetry::{JobState, SECONDS_BUCKETS};
 use lockgate::*;
+use lockgate::{
+    barrier::AbortReason,
+    storage::{
+        CheckpointHandle, CheckpointMetadata, CheckpointStorage, LoadedCheckpoint, MemoryStorage,
+        PartHandle, StorageError, TaskStateKey,
+    },
+    testing::{FailurePlan, FailurePoint},
+};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

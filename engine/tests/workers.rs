@@ -7,6 +7,10 @@ mod common;
 
 use common::*;
 use lockgate::*;
+use lockgate::{
+    config::MAX_WORKERS,
+    testing::{FailurePlan, FailurePoint},
+};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

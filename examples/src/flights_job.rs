@@ -29,7 +29,7 @@ use crate::flights::{
     DAILY_FILE, MS_PER_DAY,
 };
 use lockgate::TwoPhaseCommitSink;
-use lockgate::{FailurePlan, JobBuilder, JobConfig, JobError, JobMetrics};
+use lockgate::{testing::FailurePlan, JobBuilder, JobConfig, JobError, JobMetrics};
 use lockgate_operators::co_process::KeyedCoProcessOperator;
 use lockgate_operators::csv_source::{CsvSource, CsvSourceProbe};
 use lockgate_operators::file_sink::{read_committed, Formatter, TransactionalFileSink};

@@ -1,5 +1,6 @@
 //! The transactional file sink gives exactly-once output across failures.
 
+use lockgate::testing::{FailurePlan, FailurePoint};
 use lockgate::*;
 use lockgate_examples::demo::{self, expected_lines, Pace};
 use lockgate_operators::file_sink::read_committed;

@@ -1,8 +1,10 @@
 //! The flights job on the engine against the plain-Rust reference, on a
 //! slice of the bundled data, with and without failures.
 
-use lockgate::key_to_subtask;
-use lockgate::{CheckpointMode, FailurePlan, FailurePoint, JobConfig, RestartStrategy};
+use lockgate::keys::key_to_subtask;
+use lockgate::{
+    testing::FailurePlan, testing::FailurePoint, CheckpointMode, JobConfig, RestartStrategy,
+};
 use lockgate_examples::flights::{
     find_bundled, read_all, reference, render_by_visibility_csv, render_daily_csv, BadRows,
     BundledFile, Flight, Weather,

@@ -19,7 +19,9 @@ use crate::timers::TimerService;
 use crate::window::{RoutingKeyFn, WindowKey};
 use lockgate::Checkpointed;
 use lockgate::Context;
-use lockgate::{BoxError, CheckpointId, Either, FatalError, Operator, Rescale, Watermark};
+use lockgate::{
+    error::FatalError, keys::Rescale, BoxError, CheckpointId, Either, Operator, Watermark,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -30,7 +32,7 @@ pub enum FiredTimer {
     /// An event-time timer at this time (ms).
     EventTime(i64),
     /// A processing-time timer at this time (ns on
-    /// [`lockgate::now_ns`]'s clock).
+    /// [`lockgate::tuning::now_ns`]'s clock).
     ProcessingTime(u64),
 }
 

@@ -20,7 +20,7 @@
 
 use crate::csv::{BadRows, CsvError, CsvRecord, CsvRecordReader};
 use lockgate::Checkpointed;
-use lockgate::{BoxError, CheckpointId, FatalError, Source, SourcePoll, Watermark};
+use lockgate::{error::FatalError, BoxError, CheckpointId, Source, SourcePoll, Watermark};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,7 +1,7 @@
 //! General-purpose sources.
 
 use lockgate::Checkpointed;
-use lockgate::{now_ns, BoxError, CheckpointId, Source, SourcePoll};
+use lockgate::{tuning::now_ns, BoxError, CheckpointId, Source, SourcePoll};
 
 /// A replayable sequence of numbers: subtask `i` of `p` emits the `x <
 /// end` with `x % p == i`, in increasing order, optionally paced. Its state

@@ -9,7 +9,7 @@
 //! Flink). The whole service is `serde`-serializable: an operator stores it
 //! in its snapshot so that timers survive a restore.
 //!
-//! Processing-time timers are in ns on [`lockgate::now_ns`]'s clock.
+//! Processing-time timers are in ns on [`lockgate::tuning::now_ns`]'s clock.
 //! After a restore in a new process those values may lie in the past; they
 //! then fire on the first check, as restored processing-time timers do in
 //! Flink.
@@ -23,7 +23,7 @@ pub enum TimeDomain {
     /// Fires when the watermark reaches its time (ms of event time).
     EventTime,
     /// Fires when the clock reaches its time (ns on
-    /// [`lockgate::now_ns`]'s clock).
+    /// [`lockgate::tuning::now_ns`]'s clock).
     ProcessingTime,
 }
 

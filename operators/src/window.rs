@@ -27,7 +27,9 @@
 use crate::timers::TimerService;
 use lockgate::Checkpointed;
 use lockgate::Context;
-use lockgate::{BoxError, CheckpointId, FatalError, Operator, RecordSize, Rescale, Watermark};
+use lockgate::{
+    error::FatalError, keys::Rescale, BoxError, CheckpointId, Operator, RecordSize, Watermark,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -932,7 +934,7 @@ mod tests {
         assert_eq!(fired_at(restored(0, 1)), [1, 2, 3, 4, 5, 6]);
         for i in 0..2 {
             let want: Vec<u32> = (1..=6u32)
-                .filter(|k| lockgate::key_to_subtask(u64::from(*k), 2) == i)
+                .filter(|k| lockgate::keys::key_to_subtask(u64::from(*k), 2) == i)
                 .collect();
             assert_eq!(fired_at(restored(i, 2)), want, "subtask {i}");
         }

@@ -2,8 +2,8 @@
 //! watermark bound, late records beyond it, and an ended input that
 //! releases the watermark of a two-input task.
 
+use lockgate::ingest::{ingest_channel, IngestReceiver, TryRecvError};
 use lockgate::*;
-use lockgate::{ingest_channel, IngestReceiver, TryRecvError};
 use lockgate_operators::window::{Count, WindowAssigner, WindowOperator, WindowOutput};
 use std::time::Duration;
 
@@ -75,7 +75,8 @@ impl Checkpointed for Fed {}
 type Out = WindowOutput<u8, u64, i64>;
 
 /// Tumbling 10 ms windows counting records, one key, late side output.
-fn windows() -> impl Fn(&lockgate::SubtaskInfo) -> WindowOperator<i64, u8, Count> + Send + Sync {
+fn windows() -> impl Fn(&lockgate::task::SubtaskInfo) -> WindowOperator<i64, u8, Count> + Send + Sync
+{
     |_| {
         WindowOperator::new(
             WindowAssigner::tumbling(10).unwrap(),

@@ -2,7 +2,7 @@
 //! subtask's pre-committed parts are committed by its new owner, and what
 //! an old subtask wrote after the restored checkpoint is removed.
 
-use lockgate::{CheckpointId, Checkpointed, Rescale, Sink, TwoPhaseCommitSink};
+use lockgate::{keys::Rescale, CheckpointId, Checkpointed, Sink, TwoPhaseCommitSink};
 use lockgate_operators::file_sink::{read_committed, Formatter, TransactionalFileSink};
 
 fn sink(

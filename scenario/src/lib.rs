@@ -45,9 +45,12 @@
 //! nothing here panics on input.
 
 use lockgate::{
-    AbortReason, Aligner, BarrierHandler, BarrierSignal, HandlerConfig, Tracker, Unaligned,
+    barrier::AbortReason, barrier::Aligner, barrier::BarrierHandler, barrier::BarrierSignal,
+    barrier::HandlerConfig, barrier::Tracker, barrier::Unaligned,
 };
-use lockgate::{CheckpointBarrier, CheckpointId, RecordSize, StreamElement, Watermark};
+use lockgate::{
+    barrier::CheckpointBarrier, barrier::StreamElement, CheckpointId, RecordSize, Watermark,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;

@@ -1,7 +1,9 @@
 //! The reference job end to end: exact results against the closed form,
 //! with and without checkpoints and injected failures.
 
-use lockgate::{CheckpointMode, FailurePlan, FailurePoint, JobConfig, RestartStrategy};
+use lockgate::{
+    testing::FailurePlan, testing::FailurePoint, CheckpointMode, JobConfig, RestartStrategy,
+};
 use lockgate_workloads::refjob::{
     run_reference_job, seeded_failures, task_names, RefEvent, RefJobConfig, RefSum, JOB_NAME,
 };
@@ -432,7 +434,7 @@ fn invalid_configurations_are_refused_before_starting() {
 /// aborted with a reason); none is left pending.
 #[test]
 fn w3_skew_with_small_channels_never_deadlocks() {
-    use lockgate::CheckpointStatus;
+    use lockgate::stats::CheckpointStatus;
     for mode in [CheckpointMode::ExactlyOnce, CheckpointMode::AtLeastOnce] {
         let cfg = RefJobConfig::paced(
             Workload::W3,
@@ -459,7 +461,7 @@ fn w3_skew_with_small_channels_never_deadlocks() {
 /// `alignment_limit` and the job goes on to an exact result.
 #[test]
 fn w3_checkpoints_over_the_alignment_limit_abort_and_the_job_goes_on() {
-    use lockgate::{AbortReason, CheckpointStatus};
+    use lockgate::{barrier::AbortReason, stats::CheckpointStatus};
     let cfg = RefJobConfig::paced(
         Workload::W3,
         50_000,

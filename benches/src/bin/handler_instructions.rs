@@ -16,8 +16,8 @@
 //! elements handled and a checksum (so the loop is not optimised away).
 
 use lockgate::{
-    Aligner, BarrierHandler, BarrierSignal, CheckpointBarrier, CheckpointId, HandlerConfig,
-    StreamElement, Tracker,
+    barrier::Aligner, barrier::BarrierHandler, barrier::BarrierSignal, barrier::CheckpointBarrier,
+    barrier::HandlerConfig, barrier::StreamElement, barrier::Tracker, CheckpointId,
 };
 
 /// Records per batch (as `benches/barrier_handlers.rs`).

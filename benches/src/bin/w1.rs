@@ -24,7 +24,7 @@
 //! `perf-scripts/w1-compare.sh` runs it alternately and prints medians.
 
 use lockgate::telemetry::SECONDS_BUCKETS;
-use lockgate::{CheckpointMode, FailurePlan, JobConfig};
+use lockgate::{testing::FailurePlan, CheckpointMode, JobConfig};
 use lockgate_workloads::refjob::{run_reference_job, RefJobConfig};
 use lockgate_workloads::workload::{WorkloadError, MAX_CHECKED_RECORDS};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
@@ -229,7 +229,7 @@ fn main() -> ExitCode {
             (true, false) => "\"memory\"",
         },
         if prometheus { "prometheus" } else { "none" },
-        lockgate::peak_rss_bytes()
+        lockgate::stats::peak_rss_bytes()
     );
     if exact {
         ExitCode::SUCCESS

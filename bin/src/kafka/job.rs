@@ -7,8 +7,8 @@
 //! connector depends on no workload.
 
 use lockgate::{
-    BoxError, CheckpointId, Checkpointed, Context, JobBuilder, KeyedState, Operator, Rescale,
-    StateSnapshot, TwoPhaseCommitSink,
+    keys::Rescale, state::StateSnapshot, BoxError, CheckpointId, Checkpointed, Context, JobBuilder,
+    KeyedState, Operator, TwoPhaseCommitSink,
 };
 use lockgate_kafka::{
     partition_of_key, process_owns, ClientSettings, KafkaError, KafkaSink, KafkaSource,
@@ -48,7 +48,7 @@ pub struct KafkaJobSpec {
     /// two running jobs).
     pub transactional_prefix: String,
     /// Exactly-once, after a restore merged from other processes'
-    /// checkpoints ([`lockgate::RestoredState::merge`]): the transactional
+    /// checkpoints ([`lockgate::storage::RestoredState::merge`]): the transactional
     /// id of each old sink subtask, by its index in the merged state, whose
     /// pending transactions this process finishes. Empty: old subtask `j`
     /// had `<prefix>-<j>` (a restore of this process's own folder).

@@ -98,7 +98,7 @@ impl AbDriver {
     /// Moves the schedule on: called often (every few ms) while the job
     /// runs.
     pub(crate) fn step(&mut self, handle: &JobHandle, results: &RefJobResults) {
-        let now = lockgate::now_ns();
+        let now = lockgate::tuning::now_ns();
         if now < self.begin_ns {
             return;
         }

@@ -1,8 +1,10 @@
 //! The flags of `lockgate loadgen` and their checking: every invalid value
 //! or impossible combination is refused here, before anything runs.
 
-use lockgate::DEFAULT_BLOCKER_CAPACITY_BYTES;
-use lockgate::{CheckpointMode, JobConfig, PinPolicy, RestartStrategy, WaitStrategy};
+use lockgate::barrier::DEFAULT_BLOCKER_CAPACITY_BYTES;
+use lockgate::{
+    config::PinPolicy, config::WaitStrategy, CheckpointMode, JobConfig, RestartStrategy,
+};
 use lockgate_workloads::refjob::{RefJobConfig, MAX_PAYLOAD_BYTES};
 use lockgate_workloads::workload::{KeyDist, Workload};
 use std::path::{Path, PathBuf};
@@ -514,18 +516,20 @@ impl Args {
         refjob.validate().map_err(|e| e.to_string())?;
 
         let mut job = JobConfig::default();
-        if self.batch_size == 0 || self.batch_size > lockgate::MAX_BATCH_SIZE {
+        if self.batch_size == 0 || self.batch_size > lockgate::config::MAX_BATCH_SIZE {
             return Err(format!(
                 "--batch-size must be between 1 and {} records, got {}",
-                lockgate::MAX_BATCH_SIZE,
+                lockgate::config::MAX_BATCH_SIZE,
                 self.batch_size
             ));
         }
         job.batch_size = self.batch_size;
-        if self.channel_capacity == 0 || self.channel_capacity > lockgate::MAX_CHANNEL_CAPACITY {
+        if self.channel_capacity == 0
+            || self.channel_capacity > lockgate::config::MAX_CHANNEL_CAPACITY
+        {
             return Err(format!(
                 "--channel-capacity must be between 1 and {} batches, got {}",
-                lockgate::MAX_CHANNEL_CAPACITY,
+                lockgate::config::MAX_CHANNEL_CAPACITY,
                 self.channel_capacity
             ));
         }
@@ -551,10 +555,10 @@ impl Args {
         };
         let mut warnings = Vec::new();
         if let Some(w) = self.workers {
-            if w == 0 || w > lockgate::MAX_WORKERS {
+            if w == 0 || w > lockgate::config::MAX_WORKERS {
                 return Err(format!(
                     "--workers must be between 1 and {} threads, got {w} (leave it out for one thread per task)",
-                    lockgate::MAX_WORKERS
+                    lockgate::config::MAX_WORKERS
                 ));
             }
             // Worker i runs subtask i of every operator: no operator of the
@@ -895,9 +899,9 @@ impl Args {
 /// `--aligned-checkpoint-timeout-ms MS` as the engine takes it.
 ///
 /// # Errors
-/// Over [`lockgate::MAX_TIME`] (about 292 years), named in the flag's unit.
+/// Over [`lockgate::config::MAX_TIME`] (about 292 years), named in the flag's unit.
 pub(crate) fn aligned_timeout(ms: Option<u64>) -> Result<Option<Duration>, String> {
-    let max_ms = lockgate::MAX_TIME.as_millis();
+    let max_ms = lockgate::config::MAX_TIME.as_millis();
     match ms {
         Some(t) if u128::from(t) > max_ms => Err(format!(
             "--aligned-checkpoint-timeout-ms must be at most {max_ms} ms, got {t}"

@@ -156,7 +156,7 @@ fn run_load(args: Args, server: &mut Option<MetricsServer>) -> u8 {
         };
         ab::AbDriver::new(
             segment.as_nanos() as u64,
-            lockgate::now_ns() + warmup,
+            lockgate::tuning::now_ns() + warmup,
             blocks,
             plan.seed,
         )
@@ -262,7 +262,7 @@ fn run_load(args: Args, server: &mut Option<MetricsServer>) -> u8 {
 /// waits on and for how long; the process cannot exit before the kernel
 /// lets them go. `None` when no storage call has run for a second.
 pub(crate) fn blocked_storage() -> Option<String> {
-    let blocked: Vec<String> = lockgate::storage_calls_in_progress()
+    let blocked: Vec<String> = lockgate::storage::storage_calls_in_progress()
         .into_iter()
         .filter(|c| c.running_for >= Duration::from_secs(1))
         .map(|c| c.to_string())

@@ -234,8 +234,9 @@ fn checkpoint_table(r: &RunReport) -> String {
     );
     for c in &r.checkpoints.list {
         let subs = &c.subtasks;
-        let max =
-            |f: fn(&lockgate::SubtaskCheckpointStats) -> u64| subs.iter().map(f).max().unwrap_or(0);
+        let max = |f: fn(&lockgate::stats::SubtaskCheckpointStats) -> u64| {
+            subs.iter().map(f).max().unwrap_or(0)
+        };
         let status = match &c.reason {
             Some(why) => format!("{} ({why})", c.status),
             None => c.status.clone(),

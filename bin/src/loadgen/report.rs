@@ -1,8 +1,8 @@
 //! The saved form of a run (`--json`), built from the reference job's
 //! report, and its human summary (also used by `lockgate report show`).
 
-use lockgate::CheckpointStatus;
-use lockgate::SubtaskCheckpointStats;
+use lockgate::stats::CheckpointStatus;
+use lockgate::stats::SubtaskCheckpointStats;
 use lockgate_workloads::latency::{histogram_to_base64, Percentiles};
 use lockgate_workloads::refjob::RefJobReport;
 use serde::{Deserialize, Serialize};
@@ -61,7 +61,7 @@ impl Environment {
     }
 }
 
-pub(crate) use lockgate::peak_rss_bytes;
+pub(crate) use lockgate::stats::peak_rss_bytes;
 
 /// Latency percentiles in ns (the JSON's `latency_ns` object).
 pub(crate) type LatencyNs = Percentiles;
@@ -80,7 +80,7 @@ pub(crate) struct Spread {
 impl Spread {
     /// The engine's summary of a figure over the whole run (quantiles
     /// within 0.1 %).
-    fn of_summary(d: &lockgate::Distribution) -> Self {
+    fn of_summary(d: &lockgate::stats::Distribution) -> Self {
         Spread {
             p50: d.quantile(0.5),
             p99: d.quantile(0.99),
@@ -524,7 +524,7 @@ pub(crate) struct RunReport {
     /// Per task: records, batches (so the mean batch size of its output
     /// edge), busy, idle and backpressured time.
     #[serde(default)]
-    pub tasks: Vec<lockgate::TaskMetricsSnapshot>,
+    pub tasks: Vec<lockgate::stats::TaskMetricsSnapshot>,
     /// The latency histogram, HdrHistogram V2 compressed, base64.
     pub latency_histogram: String,
     /// `--output committed`: the committed latency histogram, as
@@ -778,7 +778,7 @@ impl RunReport {
             .tasks
             .iter()
             .filter_map(|t| match t.pinning {
-                lockgate::Pinning::Failed(core) => Some(format!("{} (core {core})", t.name)),
+                lockgate::stats::Pinning::Failed(core) => Some(format!("{} (core {core})", t.name)),
                 _ => None,
             })
             .collect();
@@ -1131,7 +1131,7 @@ pub(crate) fn threading(config: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockgate::{Pinning, TaskMetricsSnapshot};
+    use lockgate::{stats::Pinning, stats::TaskMetricsSnapshot};
 
     fn task(name: &str, pinning: Pinning) -> TaskMetricsSnapshot {
         TaskMetricsSnapshot {

@@ -11,7 +11,7 @@
 
 use super::Args;
 use clap::{CommandFactory, Parser};
-use lockgate::{CheckpointStorage, LocalDirStorage};
+use lockgate::{storage::CheckpointStorage, storage::LocalDirStorage};
 use serde_json::{Map, Value};
 use std::ffi::OsString;
 use std::path::Path;
@@ -268,7 +268,7 @@ pub(crate) fn resolve(args: Args, argv: &[OsString]) -> Result<Args, String> {
 
 /// Says on stderr (even with `--quiet`) which newer checkpoints a restore
 /// went past because they did not load, why, and where each was kept.
-pub(crate) fn warn_skipped(skipped: &[lockgate::SkippedCheckpoint]) {
+pub(crate) fn warn_skipped(skipped: &[lockgate::storage::SkippedCheckpoint]) {
     for s in skipped {
         eprintln!(
             "warning: chk-{} does not load, restored an older checkpoint ({}){}",

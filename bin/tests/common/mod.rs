@@ -24,11 +24,11 @@ pub(crate) fn bin() -> Command {
 /// build): that checkpoint no longer loads.
 #[allow(dead_code)] // not every test file damages checkpoints
 pub(crate) fn flip_last_byte_of_part(chk: &std::path::Path, id: u64, task: &str, subtask: u32) {
-    let storage = lockgate::LocalDirStorage::open(chk).unwrap();
+    let storage = lockgate::storage::LocalDirStorage::open(chk).unwrap();
     let (file, range) = storage
         .part_location(
             lockgate::CheckpointId(id),
-            &lockgate::TaskStateKey::new(task, subtask),
+            &lockgate::storage::TaskStateKey::new(task, subtask),
         )
         .unwrap();
     let mut bytes = std::fs::read(&file).unwrap();

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 /// The partition of `key` in a topic of `partitions` partitions:
 /// `key_hash(key) % partitions` (the engine's routing hash,
-/// [`lockgate::key_hash`]), so that all of a key's records live in one
+/// [`lockgate::keys::key_hash`]), so that all of a key's records live in one
 /// partition.
 ///
 /// # Panics
@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 /// ```
 pub fn partition_of_key(key: u64, partitions: u32) -> u32 {
     assert!(partitions > 0, "a topic has at least one partition");
-    (lockgate::key_hash(key) % u64::from(partitions)) as u32
+    (lockgate::keys::key_hash(key) % u64::from(partitions)) as u32
 }
 
 /// True when process `index` of `processes` owns `partition`

@@ -5,8 +5,8 @@ use crate::encoding::{InputRecord, SourceRecord};
 use crate::error::KafkaError;
 use crate::partitions::{owned_partitions, subtask_owns, PartitionWatermarks};
 use lockgate::{
-    BoxError, CheckpointId, Checkpointed, FatalError, Rescale, Source, SourcePoll, SubtaskInfo,
-    Watermark,
+    error::FatalError, keys::Rescale, task::SubtaskInfo, BoxError, CheckpointId, Checkpointed,
+    Source, SourcePoll, Watermark,
 };
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::KafkaError as RdError;
@@ -277,7 +277,7 @@ impl Source<SourceRecord> for KafkaSource {
             Ok(SourcePoll::Finished)
         } else {
             Ok(SourcePoll::Idle {
-                wake_at_ns: Some(lockgate::now_ns() + IDLE_POLL_NS),
+                wake_at_ns: Some(lockgate::tuning::now_ns() + IDLE_POLL_NS),
             })
         }
     }
@@ -333,7 +333,7 @@ impl Checkpointed for KafkaSource {
         };
         let (_, positions) = self.snapshots[i].clone();
         self.snapshots.drain(..=i);
-        let now = lockgate::now_ns();
+        let now = lockgate::tuning::now_ns();
         let finished = self.config.end_offsets.is_some() && self.done.len() == self.mine.len();
         if !finished
             && self

@@ -213,7 +213,7 @@ mod b64 {
 }
 
 /// A [`KafkaError::NoTransactions`], [`KafkaError::BadMarker`] or
-/// [`KafkaError::MarkerMissing`] becomes a [`lockgate::FatalError`] (no
+/// [`KafkaError::MarkerMissing`] becomes a [`lockgate::error::FatalError`] (no
 /// restart helps); other errors stay as they are.
 fn fatal_if_unsupported(e: BoxError) -> BoxError {
     match e.downcast::<KafkaError>() {
@@ -225,7 +225,7 @@ fn fatal_if_unsupported(e: BoxError) -> BoxError {
                     | KafkaError::MarkerMissing { .. }
             ) =>
         {
-            Box::new(lockgate::FatalError(k.to_string()))
+            Box::new(lockgate::error::FatalError(k.to_string()))
         }
         Ok(k) => k,
         Err(e) => e,
@@ -317,7 +317,7 @@ impl<L: TransactionalLog> WriteAheadOutput<L> {
 
     /// Writes `txn` to `log` unless `landed` shows it committed; returns
     /// the marker after it. A broker without transactions is a
-    /// [`lockgate::FatalError`]: restarts would not change it.
+    /// [`lockgate::error::FatalError`]: restarts would not change it.
     fn write_through(
         log: &mut L,
         landed: Option<Marker>,

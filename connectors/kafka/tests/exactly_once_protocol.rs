@@ -235,7 +235,7 @@ fn a_rescaled_restore_finishes_old_transactions_through_their_ids() {
     let adopted: LogFactory<FakeProducer> = Arc::new(move |k| Ok(c.producer(&format!("old-{k}"))));
     let mut new: TestSink =
         TwoPhaseCommitSink::new(WriteAheadOutput::new(own, 0).with_adopted_logs(adopted));
-    let rescale = lockgate::Rescale {
+    let rescale = lockgate::keys::Rescale {
         subtask: 0,
         parallelism: 1,
         old_parallelism: 2,
@@ -297,7 +297,10 @@ fn an_unreadable_marker_is_an_error_naming_its_group_and_partition() {
                 && text.contains("has a committed offset (2)"),
             "{text}"
         );
-        assert!(e.downcast_ref::<lockgate::FatalError>().is_some(), "{e:?}");
+        assert!(
+            e.downcast_ref::<lockgate::error::FatalError>().is_some(),
+            "{e:?}"
+        );
         assert_eq!(cluster.committed(), [record(0), record(1), record(2)]);
     }
 }
@@ -325,7 +328,10 @@ fn a_restore_whose_marker_expired_is_refused_unless_allowed() {
     ] {
         assert!(text.contains(part), "{part:?} not in {text}");
     }
-    assert!(e.downcast_ref::<lockgate::FatalError>().is_some(), "{e:?}");
+    assert!(
+        e.downcast_ref::<lockgate::error::FatalError>().is_some(),
+        "{e:?}"
+    );
     assert_eq!(cluster.committed(), [record(0), record(1), record(2)]);
     let mut allowed = sink_allowing_missing_marker(&cluster);
     allowed.restore_state(&state).unwrap();
@@ -348,7 +354,7 @@ fn a_rescaled_restore_whose_marker_expired_is_refused() {
     let adopted: LogFactory<FakeProducer> = Arc::new(move |k| Ok(c.producer(&format!("job-{k}"))));
     let mut new: TestSink =
         TwoPhaseCommitSink::new(WriteAheadOutput::new(own, 0).with_adopted_logs(adopted));
-    let rescale = lockgate::Rescale {
+    let rescale = lockgate::keys::Rescale {
         subtask: 0,
         parallelism: 1,
         old_parallelism: 2,

@@ -81,7 +81,7 @@ struct Release<T> {
 ///
 /// Cost per element on an unblocked channel: an inlined fast path, one
 /// compare of the blocked count with no alignment running (a bit test
-/// while one runs): about 1.0× the [`crate::Tracker`]'s instructions
+/// while one runs): about 1.0× the [`crate::barrier::Tracker`]'s instructions
 /// (1.3× during an alignment), see `docs/benchmarks-history.md`.
 #[derive(Debug)]
 pub struct Aligner<T> {

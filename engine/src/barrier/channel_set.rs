@@ -82,7 +82,7 @@ impl ChannelSet {
     /// one bit test.
     ///
     /// ```
-    /// use lockgate::ChannelSet;
+    /// use lockgate::barrier::ChannelSet;
     /// let mut blocked = ChannelSet::new(70);
     /// blocked.insert(3);
     /// blocked.insert(69);

@@ -80,7 +80,7 @@ pub struct AlignmentStats {
     /// [`RecordSize`](crate::RecordSize) bytes; events count 0).
     pub buffered_bytes: u64,
     /// True when the snapshot is taken unaligned (the
-    /// [`Unaligned`](crate::Unaligned) handler: at the first barrier, or
+    /// [`Unaligned`](crate::barrier::Unaligned) handler: at the first barrier, or
     /// when an aligned checkpoint's alignment timed out): the barrier goes
     /// downstream on the priority lanes too, and the channel state follows
     /// ([`BarrierSignal::ChannelStateDone`]).
@@ -102,7 +102,7 @@ pub enum BarrierSignal {
     /// Every input channel's state of unaligned checkpoint `id` has ended
     /// (its in-band barrier or end of partition was read): the task's part
     /// of `id`, snapshot and channel state, can be completed. Only the
-    /// [`Unaligned`](crate::Unaligned) handler sends it, once per triggered
+    /// [`Unaligned`](crate::barrier::Unaligned) handler sends it, once per triggered
     /// checkpoint that is not aborted.
     ChannelStateDone {
         /// The checkpoint whose channel state is complete.
@@ -118,7 +118,7 @@ pub enum BarrierSignal {
     },
 }
 
-/// The common interface of the [`Aligner`](crate::Aligner) and the [`Tracker`](crate::Tracker).
+/// The common interface of the [`Aligner`](crate::barrier::Aligner) and the [`Tracker`](crate::barrier::Tracker).
 ///
 /// A handler is fed every element that arrives at an input gate, with the
 /// index of its channel. It answers with the element to hand on to the

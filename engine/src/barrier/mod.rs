@@ -48,3 +48,6 @@ pub use handler::{
 pub(crate) mod watermark;
 pub use tracker::{Tracker, MAX_PENDING_CHECKPOINTS};
 pub use unaligned::Unaligned;
+
+/// The elements a handler reads, and the barrier's options.
+pub use crate::types::element::{CheckpointBarrier, CheckpointOptions, StreamElement};

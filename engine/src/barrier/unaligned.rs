@@ -135,8 +135,7 @@ struct Pending {
 /// pending (the caller's `channel_state_open` is then one compare too).
 ///
 /// ```
-/// use lockgate::{BarrierHandler, BarrierSignal, CheckpointBarrier, CheckpointId,
-///     StreamElement, Unaligned};
+/// use lockgate::{barrier::BarrierHandler, barrier::BarrierSignal, barrier::CheckpointBarrier, CheckpointId, barrier::StreamElement, barrier::Unaligned};
 /// let mut h = Unaligned::new(2);
 /// let mut signals = Vec::new();
 /// // Barrier 1 overtakes the records queued on channel 0: trigger at once.
@@ -211,8 +210,7 @@ impl Unaligned {
     ///
     /// # Examples
     /// ```
-    /// use lockgate::{BarrierHandler, BarrierSignal, CheckpointBarrier, CheckpointId,
-    ///     StreamElement, Unaligned};
+    /// use lockgate::{barrier::BarrierHandler, barrier::BarrierSignal, barrier::CheckpointBarrier, CheckpointId, barrier::StreamElement, barrier::Unaligned};
     /// // Barriers triggered at 0 ns, a timeout of 1,000 ns.
     /// let mut h = Unaligned::with_aligned_timeout(2, 1_000);
     /// let b = CheckpointBarrier::new(CheckpointId(1), 0);

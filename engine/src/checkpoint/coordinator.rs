@@ -35,7 +35,7 @@ use super::{CheckpointStats, CheckpointStatus, PartHandle, RestoredState, Subtas
 use crate::barrier::AbortReason;
 use crate::config::CheckpointConfig;
 use crate::transport::handoff::OutputSender;
-use crate::types::control::Control;
+use crate::types::control::{CheckpointEnd, Control};
 use crate::types::element::{CheckpointBarrier, CheckpointId, CheckpointOptions, SnapshotKind};
 use crossbeam_channel::Sender;
 use std::collections::BTreeMap;
@@ -264,7 +264,14 @@ impl Coordinator {
         for task in others.into_iter().chain(srcs) {
             out.push(CoordinatorOutput::Control {
                 task,
-                msg: Control::Done(id, completed),
+                msg: Control::Ended(
+                    id,
+                    if completed {
+                        CheckpointEnd::Completed
+                    } else {
+                        CheckpointEnd::Aborted
+                    },
+                ),
             });
         }
     }

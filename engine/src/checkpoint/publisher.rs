@@ -73,7 +73,7 @@ impl Publisher {
                 let _ended = ended_tx;
                 let _lock = lock;
                 // Its metadata writes, renames and deletions must not hold
-                // a core that a task waits for ([`crate::yield_point`]).
+                // a core that a task waits for ([`crate::tuning::yield_point`]).
                 crate::util::background::mark_background_thread();
                 let mut state = State {
                     job,

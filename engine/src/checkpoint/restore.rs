@@ -535,10 +535,10 @@ fn check_compatible(
 /// # Examples
 /// ```
 /// use serde_json::json;
-/// let d = lockgate::config_differences(&json!({"a": 1, "b": "x"}), &json!({"a": 2, "b": "x"}));
+/// let d = lockgate::storage::config_differences(&json!({"a": 1, "b": "x"}), &json!({"a": 2, "b": "x"}));
 /// assert_eq!(d, ["a: 1 → 2"]);
-/// assert!(lockgate::config_differences(&json!({"a": 1, "b": null}), &json!({"a": 1})).is_empty());
-/// assert!(lockgate::config_differences(&json!(null), &json!(null)).is_empty());
+/// assert!(lockgate::storage::config_differences(&json!({"a": 1, "b": null}), &json!({"a": 1})).is_empty());
+/// assert!(lockgate::storage::config_differences(&json!(null), &json!(null)).is_empty());
 /// ```
 pub fn config_differences(stored: &serde_json::Value, now: &serde_json::Value) -> Vec<String> {
     fn walk(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {

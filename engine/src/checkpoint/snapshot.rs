@@ -27,7 +27,7 @@ use std::thread::JoinHandle;
 pub(crate) struct SnapshotJob {
     pub(crate) id: CheckpointId,
     /// True for a savepoint or a checkpoint the coordinator marked full
-    /// ([`CheckpointOptions::full`](crate::CheckpointOptions::full)):
+    /// ([`CheckpointOptions::full`](crate::barrier::CheckpointOptions::full)):
     /// full, whatever the chain.
     pub(crate) full: bool,
     pub(crate) parts: Vec<PendingSnapshot>,
@@ -37,7 +37,7 @@ pub(crate) struct SnapshotJob {
 }
 
 /// What a task (a job) or the job thread (a base) tells a snapshot thread.
-enum WorkerMsg {
+enum SnapshotMsg {
     Job(SnapshotJob),
     /// Checkpoint `id` completed and this task's part of it was read back
     /// intact: a base for the next delta.
@@ -50,36 +50,36 @@ enum WorkerMsg {
 /// The job thread's way to tell a snapshot thread that its part of a
 /// checkpoint was read back intact (`super::publisher`).
 #[derive(Clone, Debug)]
-pub(crate) struct SnapshotNotifier(Sender<WorkerMsg>);
+pub(crate) struct SnapshotNotifier(Sender<SnapshotMsg>);
 
 impl SnapshotNotifier {
     /// This task's part of completed checkpoint `id` may be a base.
     pub(crate) fn verified(&self, id: CheckpointId) {
         // A thread that ended (its task finished) needs no base.
-        let _ = self.0.send(WorkerMsg::Verified(id));
+        let _ = self.0.send(SnapshotMsg::Verified(id));
     }
 }
 
-impl std::fmt::Debug for WorkerMsg {
+impl std::fmt::Debug for SnapshotMsg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            WorkerMsg::Job(j) => write!(f, "Job({})", j.id),
-            WorkerMsg::Verified(id) => write!(f, "Verified({id})"),
-            WorkerMsg::End => f.write_str("End"),
+            SnapshotMsg::Job(j) => write!(f, "Job({})", j.id),
+            SnapshotMsg::Verified(id) => write!(f, "Verified({id})"),
+            SnapshotMsg::End => f.write_str("End"),
         }
     }
 }
 
 /// The handle of a task's snapshot thread.
-pub(crate) struct SnapshotWorker {
-    jobs: Option<Sender<WorkerMsg>>,
+pub(crate) struct SnapshotThread {
+    jobs: Option<Sender<SnapshotMsg>>,
     thread: Option<JoinHandle<()>>,
 }
 
 /// When a subtask's chain of incremental parts restarts with a full one
 /// (the three settings of [`crate::CheckpointConfig`]).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct ChainPolicy {
+pub(crate) struct IncrementalPolicy {
     pub(crate) incremental: bool,
     pub(crate) full_every: u32,
     pub(crate) max_chain_ratio: f64,
@@ -108,14 +108,14 @@ pub(crate) enum SnapshotOutcome {
 }
 
 /// What the snapshot thread needs; `E` is the runtime's task event.
-pub(crate) struct WorkerSetup<E> {
+pub(crate) struct SnapshotThreadSetup<E> {
     pub(crate) task: usize,
     pub(crate) key: TaskStateKey,
     pub(crate) storage: Arc<dyn CheckpointStorage>,
     pub(crate) events: Sender<E>,
     /// Armed only for [`FailurePoint::DuringAsyncSnapshot`].
     pub(crate) failure: Option<InjectedFailure>,
-    pub(crate) policy: ChainPolicy,
+    pub(crate) policy: IncrementalPolicy,
     /// Run at `SCHED_IDLE` ([`lower_priority`]: on cooperative workers,
     /// which leave idle time while it works,
     /// [`crate::util::background::yield_or_nap`]); else at the tasks' priority,
@@ -123,12 +123,12 @@ pub(crate) struct WorkerSetup<E> {
     pub(crate) idle_priority: bool,
 }
 
-impl SnapshotWorker {
+impl SnapshotThread {
     /// Starts the snapshot thread `lg-snap-<task>`.
     ///
     /// # Errors
     /// When the OS refuses a thread.
-    pub(crate) fn spawn<E>(setup: WorkerSetup<E>) -> Result<Self, TaskError>
+    pub(crate) fn spawn<E>(setup: SnapshotThreadSetup<E>) -> Result<Self, TaskError>
     where
         E: From<(usize, SnapshotOutcome)> + Send + 'static,
     {
@@ -149,7 +149,7 @@ impl SnapshotWorker {
             .map_err(|e| {
                 TaskError::from_operator(&task_name, "spawning its snapshot thread", e.into())
             })?;
-        Ok(SnapshotWorker {
+        Ok(SnapshotThread {
             jobs: Some(tx),
             thread: Some(thread),
         })
@@ -157,7 +157,7 @@ impl SnapshotWorker {
 
     /// Queues `job` for the snapshot thread.
     pub(crate) fn submit(&self, job: SnapshotJob) {
-        self.send(WorkerMsg::Job(job));
+        self.send(SnapshotMsg::Job(job));
     }
 
     /// A handle for the job thread to tell the snapshot thread which of
@@ -166,7 +166,7 @@ impl SnapshotWorker {
         self.jobs.clone().map(SnapshotNotifier)
     }
 
-    fn send(&self, msg: WorkerMsg) {
+    fn send(&self, msg: SnapshotMsg) {
         if let Some(tx) = &self.jobs {
             // The thread ends only when `jobs` drops or after a failure it
             // reported; either way nothing is left to do with `msg`.
@@ -178,7 +178,7 @@ impl SnapshotWorker {
     /// so its last acknowledgements precede its end).
     pub(crate) fn drain(&mut self) {
         if let Some(tx) = self.jobs.take() {
-            let _ = tx.send(WorkerMsg::End);
+            let _ = tx.send(SnapshotMsg::End);
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -186,12 +186,12 @@ impl SnapshotWorker {
     }
 }
 
-impl Drop for SnapshotWorker {
+impl Drop for SnapshotThread {
     /// A task that failed leaves its snapshot thread to end on its own
     /// (after what is queued, or when a storage call returns).
     fn drop(&mut self) {
         if let Some(tx) = self.jobs.take() {
-            let _ = tx.send(WorkerMsg::End);
+            let _ = tx.send(SnapshotMsg::End);
         }
     }
 }
@@ -206,7 +206,7 @@ impl Drop for SnapshotWorker {
 /// (kernel/sched/core.c, `WEIGHT_IDLEPRIO`), so checkpoints still complete,
 /// later. Linux only; elsewhere a no-op.
 ///
-/// Only on cooperative workers ([`WorkerSetup::idle_priority`]), which nap
+/// Only on cooperative workers ([`SnapshotThreadSetup::idle_priority`]), which nap
 /// while a snapshot thread works and so leave it idle time. Tasks on
 /// threads of their own spin and yield while they wait and stay
 /// runnable, so on 2 cores a `SCHED_IDLE` snapshot thread that yields at
@@ -238,7 +238,7 @@ struct Written {
 
 /// The snapshot thread's view of its task's chain of parts.
 #[derive(Debug, Default)]
-struct Chain {
+struct IncrementalChain {
     /// Parts written, by checkpoint, from the newest verified one on.
     written: BTreeMap<CheckpointId, Written>,
     /// The newest completed checkpoint whose part this thread wrote and
@@ -248,7 +248,7 @@ struct Chain {
     live_bytes: u64,
 }
 
-impl Chain {
+impl IncrementalChain {
     fn verified(&mut self, id: CheckpointId) {
         if self.written.contains_key(&id) && self.confirmed.is_none_or(|c| c < id) {
             self.confirmed = Some(id);
@@ -272,7 +272,7 @@ impl Chain {
     /// builds on a file that is gone.
     fn base(
         &self,
-        policy: &ChainPolicy,
+        policy: &IncrementalPolicy,
         id: CheckpointId,
         full: bool,
         storage: &dyn CheckpointStorage,
@@ -329,7 +329,7 @@ static AFTER_SNAPSHOT: std::sync::OnceLock<fn(u64)> = std::sync::OnceLock::new()
 /// on cooperative workers runs at `SCHED_IDLE` on Linux, so under load the
 /// call may come late), with the bytes of encoding buffers the
 /// job freed: those it did not keep for its next jobs (see
-/// [`snapshot_buffer`](crate::snapshot_buffer): a buffer over 8 MiB, or
+/// [`snapshot_buffer`](crate::tuning::snapshot_buffer): a buffer over 8 MiB, or
 /// one past the 8 MiB its spares keep together), plus an unaligned
 /// checkpoint's in-flight records, freed here once encoded (counted as
 /// their encoded size); 0 when every buffer was kept, or went to the job
@@ -345,27 +345,30 @@ static AFTER_SNAPSHOT: std::sync::OnceLock<fn(u64)> = std::sync::OnceLock::new()
 /// # Examples
 /// ```
 /// fn trim(_freed_bytes: u64) { /* e.g. the allocator's collect */ }
-/// assert!(lockgate::set_after_snapshot_hook(trim));
-/// assert!(!lockgate::set_after_snapshot_hook(trim), "once per process");
+/// assert!(lockgate::tuning::set_after_snapshot_hook(trim));
+/// assert!(!lockgate::tuning::set_after_snapshot_hook(trim), "once per process");
 /// ```
 pub fn set_after_snapshot_hook(hook: fn(u64)) -> bool {
     AFTER_SNAPSHOT.set(hook).is_ok()
 }
 
-fn run<E: From<(usize, SnapshotOutcome)>>(setup: WorkerSetup<E>, msgs: Receiver<WorkerMsg>) {
-    let mut chain = Chain::default();
+fn run<E: From<(usize, SnapshotOutcome)>>(
+    setup: SnapshotThreadSetup<E>,
+    msgs: Receiver<SnapshotMsg>,
+) {
+    let mut chain = IncrementalChain::default();
     // The buffer each part is encoded into, kept from job to job: a fresh
     // one of megabytes (an unaligned checkpoint's part) costs a page fault
     // per 4 KiB page at every checkpoint.
     let mut scratch = Vec::new();
     for msg in msgs {
         let job = match msg {
-            WorkerMsg::Job(job) => job,
-            WorkerMsg::Verified(id) => {
+            SnapshotMsg::Job(job) => job,
+            SnapshotMsg::Verified(id) => {
                 chain.verified(id);
                 continue;
             }
-            WorkerMsg::End => return,
+            SnapshotMsg::End => return,
         };
         let id = job.id;
         let mut freed = 0;
@@ -391,8 +394,8 @@ fn run<E: From<(usize, SnapshotOutcome)>>(setup: WorkerSetup<E>, msgs: Receiver<
 /// Runs the asynchronous part of `job`; returns the acknowledgement, or
 /// the decline (a failed write) or failure to report instead.
 fn finish<E>(
-    setup: &WorkerSetup<E>,
-    chain: &mut Chain,
+    setup: &SnapshotThreadSetup<E>,
+    chain: &mut IncrementalChain,
     scratch: &mut Vec<u8>,
     freed: &mut u64,
     job: SnapshotJob,

@@ -22,7 +22,7 @@ pub enum CheckpointStatus {
 }
 
 /// One subtask's part of one checkpoint (Flink's `SubtaskStateStats`).
-/// Times in ns on [`crate::now_ns`]'s clock, sizes in bytes.
+/// Times in ns on [`crate::tuning::now_ns`]'s clock, sizes in bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubtaskCheckpointStats {
     /// The subtask, shown as `keyed_sum[1]`.
@@ -69,7 +69,7 @@ pub struct CheckpointStats {
     pub is_final: bool,
     /// Pending, completed or aborted (with the reason).
     pub status: CheckpointStatus,
-    /// When it was triggered, ns on [`crate::now_ns`]'s clock.
+    /// When it was triggered, ns on [`crate::tuning::now_ns`]'s clock.
     pub trigger_ns: u64,
     /// End to end: from the trigger until the checkpoint is complete
     /// (every part and the metadata durable), or until the abort; ns.

@@ -126,7 +126,7 @@ impl RestoredState {
     ///
     /// # Examples
     /// ```
-    /// use lockgate::{CheckpointId, OperatorSnapshot, RestoredState, TaskId};
+    /// use lockgate::{CheckpointId, storage::OperatorSnapshot, storage::RestoredState, task::TaskId};
     /// let part = |id, bytes: &[u8]| {
     ///     let mut r = RestoredState::default();
     ///     r.checkpoint = CheckpointId(id);

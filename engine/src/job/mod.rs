@@ -15,7 +15,9 @@ use crate::barrier::{AbortReason, CheckpointMode};
 use crate::checkpoint::coordinator::{Coordinator, CoordinatorOutput};
 use crate::checkpoint::publisher::{Published, Publisher};
 use crate::checkpoint::restore::{self, SkippedCheckpoint};
-use crate::checkpoint::snapshot::{ChainPolicy, SnapshotNotifier, SnapshotWorker, WorkerSetup};
+use crate::checkpoint::snapshot::{
+    IncrementalPolicy, SnapshotNotifier, SnapshotThread, SnapshotThreadSetup,
+};
 use crate::checkpoint::stats::CheckpointHistory;
 use crate::checkpoint::TaskStateKey;
 use crate::checkpoint::{
@@ -96,7 +98,7 @@ pub struct JobFailure {
     pub task: String,
     /// What failed, in words (the task error's message).
     pub cause: String,
-    /// When the job learned of it, ns on the clock of [`crate::now_ns`]
+    /// When the job learned of it, ns on the clock of [`crate::tuning::now_ns`]
     /// (the clock of checkpoints' `trigger_ns`).
     pub at_ns: u64,
     /// The checkpoint the restart after it restored (`None`: it restarted
@@ -586,14 +588,14 @@ impl Driver {
             // A job that checkpoints has storage (memory at least).
             let snapshots = if let Some(p) = self.publisher.as_ref().filter(|_| checkpointing) {
                 Some(
-                    SnapshotWorker::spawn(WorkerSetup {
+                    SnapshotThread::spawn(SnapshotThreadSetup {
                         task,
                         // A subtask index is below MAX_PARALLELISM, so it fits a u32.
                         key: TaskStateKey::new(name.operator.clone(), name.subtask as u32),
                         storage: p.shared_storage(),
                         events: ev_tx.clone(),
                         failure: failure.filter(|f| f.at == FailurePoint::DuringAsyncSnapshot),
-                        policy: ChainPolicy {
+                        policy: IncrementalPolicy {
                             incremental: self.config.checkpoint.incremental,
                             full_every: self.config.checkpoint.full_every,
                             max_chain_ratio: self.config.checkpoint.max_chain_ratio,
@@ -607,7 +609,7 @@ impl Driver {
             };
             snapshot_threads.push((
                 TaskStateKey::new(name.operator.clone(), name.subtask as u32),
-                snapshots.as_ref().and_then(SnapshotWorker::notifier),
+                snapshots.as_ref().and_then(SnapshotThread::notifier),
             ));
             let mut rt = TaskRt {
                 task,

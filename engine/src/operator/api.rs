@@ -91,7 +91,7 @@ pub trait Checkpointed {
     /// the key groups of [`Rescale::key_groups`] for keyed state, a share
     /// of a list, or the whole of a union. Called instead of
     /// `restore_state_chain`, before any record. Default: refused with a
-    /// [`crate::FatalError`] (an operator whose state has no
+    /// [`crate::error::FatalError`] (an operator whose state has no
     /// redistribution rule cannot be rescaled, and a restart would not
     /// change that); [`crate::Managed`] state implements it.
     ///
@@ -132,7 +132,7 @@ pub trait Checkpointed {
 ///
 /// # Examples
 /// ```
-/// use lockgate::{CheckpointId, SnapshotRequest, StateSnapshot};
+/// use lockgate::{CheckpointId, state::SnapshotRequest, state::StateSnapshot};
 /// let state = vec![1u64, 2, 3];
 /// let copy = state.clone(); // the synchronous part: a copy
 /// let snap = StateSnapshot::deferred(move || Ok(postcard::to_allocvec(&copy)?));
@@ -364,7 +364,7 @@ pub trait Operator<I, O>: Checkpointed + Send {
 /// impl Operator<u32, u32> for Debounce {
 ///     fn process(&mut self, input: &mut Vec<u32>, ctx: &mut Context<'_, u32>) -> Result<(), BoxError> {
 ///         ctx.output().append(input);
-///         ctx.set_processing_timer(Some(lockgate::now_ns() + 1_000_000));
+///         ctx.set_processing_timer(Some(lockgate::tuning::now_ns() + 1_000_000));
 ///         Ok(())
 ///     }
 /// }
@@ -396,7 +396,7 @@ impl<O> std::fmt::Debug for Context<'_, O> {
 impl<'a, O> Context<'a, O> {
     /// A context over `out` (where emitted records go), the task's
     /// `watermark` and the operator's pending `timer` (ns on
-    /// [`crate::now_ns`]'s clock). The runtime makes one per call; tests
+    /// [`crate::tuning::now_ns`]'s clock). The runtime makes one per call; tests
     /// and benchmarks drive operators by hand with it.
     pub fn new(
         out: &'a mut Vec<O>,
@@ -429,7 +429,7 @@ impl<'a, O> Context<'a, O> {
     }
 
     /// Asks for [`Operator::on_processing_time`] at (or soon after)
-    /// `at_ns`, ns on [`crate::now_ns`]'s clock, replacing an earlier
+    /// `at_ns`, ns on [`crate::tuning::now_ns`]'s clock, replacing an earlier
     /// request; `None` cancels it. The task wakes for it even without
     /// input. One request per operator: an operator with many timers keeps
     /// them itself and asks for its earliest.
@@ -520,7 +520,7 @@ pub trait Source<T>: Checkpointed + Send {
 
     /// A channel whose readiness ends an idle wait (after
     /// [`SourcePoll::Idle`]) besides the wake-up time: a source fed through
-    /// an [`crate::ingest_channel`] returns its receiver, so that it wakes
+    /// an [`crate::ingest::ingest_channel`] returns its receiver, so that it wakes
     /// as soon as records arrive. Default: none.
     fn wake_on(&self) -> Option<&crate::transport::handoff::IngestReceiver<T>> {
         None
@@ -536,7 +536,7 @@ pub trait Source<T>: Checkpointed + Send {
 
     /// True while the source is idle: it emits nothing for now and must not
     /// hold back the watermark downstream (Flink's `withIdleness`). The task
-    /// forwards every change as [`crate::StreamElement::Idle`]. Default:
+    /// forwards every change as [`crate::barrier::StreamElement::Idle`]. Default:
     /// never idle.
     fn is_idle(&self) -> bool {
         false
@@ -561,7 +561,7 @@ pub trait Sink<T>: Checkpointed + Send {
         Ok(())
     }
 
-    /// The processing-time timer the sink wants, ns on [`crate::now_ns`]'s
+    /// The processing-time timer the sink wants, ns on [`crate::tuning::now_ns`]'s
     /// clock (read after each call, as [`Context::set_processing_timer`]
     /// sets it for an operator). Default: none.
     fn next_timer_ns(&self) -> Option<u64> {

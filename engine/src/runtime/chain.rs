@@ -20,7 +20,7 @@ pub(crate) trait Link<I>: Send {
     /// The task's watermark advanced.
     fn watermark(&mut self, w: Watermark) -> Result<(), TaskError>;
     /// The task became idle (`true`) or active again (`false`): forwarded
-    /// downstream as [`crate::StreamElement::Idle`].
+    /// downstream as [`crate::barrier::StreamElement::Idle`].
     fn idle(&mut self, idle: bool) -> Result<(), TaskError>;
     /// Collects every operator's state for checkpoint `id`.
     fn snapshot(

@@ -3,7 +3,7 @@
 //! ([`Wiring`]), and what a task is given ([`SubtaskCtx`], [`TaskRt`]).
 //! [`crate::graph`] builds a plan; nothing here points back to it.
 
-use crate::checkpoint::snapshot::{SnapshotJob, SnapshotWorker};
+use crate::checkpoint::snapshot::{SnapshotJob, SnapshotThread};
 use crate::checkpoint::task_state::TaskRestore;
 use crate::config::{JobConfig, PinPolicy};
 use crate::runtime::events::TaskEvent;
@@ -93,7 +93,7 @@ pub(crate) struct TaskRt {
     pub(crate) checkpointing: bool,
     pub(crate) failure: Option<InjectedFailure>,
     /// The task's snapshot thread (when checkpointing).
-    pub(crate) snapshots: Option<SnapshotWorker>,
+    pub(crate) snapshots: Option<SnapshotThread>,
 }
 
 impl TaskRt {

@@ -12,7 +12,7 @@ use crate::runtime::chain::Link;
 use crate::runtime::events::TaskEvent;
 use crate::testing::{injected, FailurePoint};
 use crate::transport::input_gate::{GateEvent, InputGate};
-use crate::types::control::Control;
+use crate::types::control::{CheckpointEnd, Control};
 use crate::types::element::{
     CheckpointBarrier, CheckpointId, RecordSize, StreamElement, Watermark,
 };
@@ -38,7 +38,7 @@ fn checkpoint<I>(
     head: Option<PendingSnapshot>,
     chain: &mut dyn Link<I>,
     barrier: CheckpointBarrier,
-    alignment: crate::AlignmentStats,
+    alignment: crate::barrier::AlignmentStats,
     started_ns: u64,
     unaligned: bool,
 ) -> Result<SnapshotJob, TaskError> {
@@ -276,7 +276,7 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
                 self.run.asleep = None;
                 match c {
                     Control::Trigger(b) => self.trigger(rt, b)?,
-                    Control::Done(id, ok) => self.done(id, ok)?,
+                    Control::Ended(id, end) => self.done(id, end == CheckpointEnd::Completed)?,
                     Control::Stop => stopping = true,
                 }
             }
@@ -358,7 +358,8 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
                     }
                     self.trigger(rt, b)?;
                 }
-                Control::Done(id, ok) => {
+                Control::Ended(id, end) => {
+                    let ok = end == CheckpointEnd::Completed;
                     self.done(id, ok)?;
                     if ok && self.run.final_id.is_some_and(|f| id >= f) {
                         self.end_output()?;
@@ -526,7 +527,8 @@ impl<T: GateData> GateTask<T> {
 
     fn control(&mut self, c: Control) -> Result<(), TaskError> {
         match c {
-            Control::Done(id, ok) => {
+            Control::Ended(id, end) => {
+                let ok = end == CheckpointEnd::Completed;
                 if !ok && self.held.as_ref().is_some_and(|j| j.id <= id) {
                     // Rule 17: the coordinator gave up the checkpoint whose
                     // channel state this task still records (a timeout, a
@@ -563,7 +565,7 @@ impl<T: GateData> GateTask<T> {
             TaskError::from_operator(
                 &rt.task_id.to_string(),
                 "restore channel state",
-                Box::new(crate::FatalError(msg)),
+                Box::new(crate::error::FatalError(msg)),
             )
         };
         let parts: Vec<&crate::checkpoint::task_state::OperatorSnapshot> = match states {

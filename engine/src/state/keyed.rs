@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 ///
 /// # Examples
 /// ```
-/// use lockgate::{CheckpointId, KeyedState, SnapshotRequest};
+/// use lockgate::{CheckpointId, KeyedState, state::SnapshotRequest};
 /// let mut sums: KeyedState<u64, u64> = KeyedState::new();
 /// for k in 0..100 {
 ///     *sums.get_or_default(k) += 5;
@@ -236,7 +236,7 @@ type KeyGroupEntries<K, V> = (u16, Vec<(K, Option<V>)>);
 const KEYED_FORMAT: u8 = 1;
 
 /// Entries a snapshot thread handles between two
-/// [`yield_point`](crate::yield_point)s while it applies or groups
+/// [`yield_point`](crate::tuning::yield_point)s while it applies or groups
 /// changes: ~1,000 hash-map operations, some tens of µs.
 const YIELD_EVERY_ENTRIES: usize = 1024;
 
@@ -391,7 +391,7 @@ where
         // encoding the whole part), with a yield point between groups: a
         // full part of 1,000,000 keys takes tens of ms on a snapshot
         // thread, which must not hold a core that long
-        // ([`crate::yield_point`]).
+        // ([`crate::tuning::yield_point`]).
         let err = |source| StateError {
             what: "does not encode",
             source,
@@ -538,7 +538,7 @@ where
     ///
     /// # Examples
     /// ```
-    /// use lockgate::{KeyedState, Rescale};
+    /// use lockgate::{KeyedState, keys::Rescale};
     /// let mut a: KeyedState<u64, u64> = KeyedState::new();
     /// for k in 0..100 { a.insert(k, k); }
     /// let bytes = a.snapshot().unwrap();

@@ -30,7 +30,7 @@ pub struct ValueState<T>(pub T);
 ///
 /// # Examples
 /// ```
-/// use lockgate::{ListState, Rescale};
+/// use lockgate::{ListState, keys::Rescale};
 /// let (a, b) = (ListState(vec![1u32, 2, 3]), ListState(vec![4u32]));
 /// let (a, b) = (a.snapshot().unwrap(), b.snapshot().unwrap());
 /// let chains = [vec![&a[..]], vec![&b[..]]];
@@ -50,7 +50,7 @@ pub struct ListState<T>(pub Vec<T>);
 ///
 /// # Examples
 /// ```
-/// use lockgate::{Rescale, UnionListState};
+/// use lockgate::{keys::Rescale, state::UnionListState};
 /// let (a, b) = (UnionListState(vec![(0u16, 10u64)]), UnionListState(vec![(1u16, 7u64)]));
 /// let (a, b) = (a.snapshot().unwrap(), b.snapshot().unwrap());
 /// let r = Rescale { subtask: 0, parallelism: 1, old_parallelism: 2, max_parallelism: 128 };

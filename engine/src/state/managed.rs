@@ -280,7 +280,7 @@ impl<Op, S> Managed<Op, S> {
     ///
     /// # Examples
     /// ```
-    /// use lockgate::{Checkpointed, KeyedFold, KeyedState, Managed, Rescale};
+    /// use lockgate::{Checkpointed, state::KeyedFold, KeyedState, Managed, keys::Rescale};
     ///
     /// let mut old = KeyedState::<u64, u64>::new();
     /// for k in 0..100 {
@@ -368,7 +368,7 @@ impl<Op: Send, S: ManagedState> Checkpointed for Managed<Op, S> {
 ///
 /// # Examples
 /// ```
-/// use lockgate::{Context, KeyedFold, Managed, Operator};
+/// use lockgate::{Context, state::KeyedFold, Managed, Operator};
 ///
 /// // A running sum per key `r % 10`, emitting (key, sum).
 /// let mut op = Managed::new(KeyedFold::new(

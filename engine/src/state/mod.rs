@@ -23,6 +23,9 @@ pub use keyed::KeyedState;
 pub use lists::{ListState, UnionListState, ValueState};
 pub use managed::{KeyedFold, Managed, ManagedState, StatefulOperator};
 
+/// What [`Checkpointed`](crate::Checkpointed) hands the snapshot thread.
+pub use crate::operator::{EncodedState, SnapshotRequest, StateSnapshot};
+
 use std::collections::HashMap;
 
 /// The hash map of keyed state: foldhash's fast hasher, seeded per map
@@ -45,16 +48,16 @@ pub struct StateError {
 
 /// A key of [`KeyedState`]: the routing key its records are partitioned
 /// by, so that a key's state is stored in the key group its records go to
-/// ([`crate::key_group_of`]) and, after a restore at another parallelism,
+/// ([`crate::keys::key_group_of`]) and, after a restore at another parallelism,
 /// restored at the subtask that now receives them. The stream's `key_by`
 /// must return the same `u64`: the key itself for integer keys
-/// (`.key_by(|r| r.id)` with `KeyedState<u64, _>`), [`crate::hash_key`]
+/// (`.key_by(|r| r.id)` with `KeyedState<u64, _>`), [`crate::keys::hash_key`]
 /// for strings and tuples (`.key_by(|r| hash_key(&r.name))` with
 /// `KeyedState<String, _>`).
 ///
 /// # Examples
 /// ```
-/// use lockgate::{hash_key, StateKey};
+/// use lockgate::{keys::hash_key, state::StateKey};
 /// assert_eq!(42u64.routing_key(), 42);
 /// assert_eq!(String::from("EWR").routing_key(), hash_key("EWR"));
 /// assert_eq!((1u8, 'x').routing_key(), hash_key(&(1u8, 'x')));
@@ -84,21 +87,21 @@ impl StateKey for char {
     }
 }
 
-/// [`crate::hash_key`] of the string.
+/// [`crate::keys::hash_key`] of the string.
 impl StateKey for str {
     fn routing_key(&self) -> u64 {
         crate::types::key_groups::hash_key(self)
     }
 }
 
-/// [`crate::hash_key`] of the string.
+/// [`crate::keys::hash_key`] of the string.
 impl StateKey for String {
     fn routing_key(&self) -> u64 {
         crate::types::key_groups::hash_key(self.as_str())
     }
 }
 
-/// [`crate::hash_key`] of the pair.
+/// [`crate::keys::hash_key`] of the pair.
 impl<A: Hash, B: Hash> StateKey for (A, B) {
     fn routing_key(&self) -> u64 {
         crate::types::key_groups::hash_key(self)
@@ -111,14 +114,14 @@ impl<T: StateKey + ?Sized> StateKey for &T {
     }
 }
 
-/// The key group `key`'s entry is stored in: [`crate::key_group_of`] its
+/// The key group `key`'s entry is stored in: [`crate::keys::key_group_of`] its
 /// [`StateKey::routing_key`] among [`DEFAULT_MAX_PARALLELISM`] groups (the
 /// layout of [`KeyedState`]'s snapshots; a job with another
 /// `max_parallelism` routes by its own, and a rescale filters by key).
 ///
 /// # Examples
 /// ```
-/// use lockgate::{key_group, key_group_of};
+/// use lockgate::{state::key_group, keys::key_group_of};
 /// assert_eq!(key_group(&7u64), key_group_of(7, 128));
 /// ```
 pub fn key_group<K: StateKey + ?Sized>(key: &K) -> u16 {

@@ -8,7 +8,7 @@ pub const LABEL_JOB_NAME: &str = "job_name";
 pub const LABEL_TASK: &str = "task";
 /// Label: the subtask index (`0..parallelism`), on per-task metrics.
 pub const LABEL_SUBTASK: &str = "subtask";
-/// Label: why a checkpoint was aborted ([`crate::AbortReason::as_str`]),
+/// Label: why a checkpoint was aborted ([`crate::barrier::AbortReason::as_str`]),
 /// on [`CHECKPOINTS_ABORTED`] only.
 pub const LABEL_REASON: &str = "reason";
 

@@ -19,7 +19,7 @@ pub struct PlannedFailure {
 ///
 /// # Examples
 /// ```
-/// use lockgate::{FailurePlan, FailurePoint};
+/// use lockgate::{testing::FailurePlan, testing::FailurePoint};
 /// let plan = FailurePlan::none()
 ///     .with(2, FailurePoint::AfterRecords(1_000))
 ///     .with(2, FailurePoint::DuringSnapshot); // armed after the first struck
@@ -82,7 +82,7 @@ impl FailurePlan {
     }
 }
 
-/// Where a planned failure strikes a task (see [`crate::FailurePlan`]).
+/// Where a planned failure strikes a task (see [`crate::testing::FailurePlan`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailurePoint {

@@ -87,7 +87,7 @@ pub(crate) enum Route<K> {
     /// Every record to every consumer subtask.
     Broadcast,
     /// By key: the key group of the key `K` returns, then the group's
-    /// subtask ([`crate::key_to_subtask`]'s rule, with the job's
+    /// subtask ([`crate::keys::key_to_subtask`]'s rule, with the job's
     /// `max_parallelism`), through the writer's [`KeyGroupRouter`].
     Hash(K),
 }
@@ -167,7 +167,7 @@ impl<T> BatchReturn<T> {
 
 /// Room in a return lane, in batch buffers, per element of channel
 /// capacity: 2. A channel holds at most `capacity` batches, and a blocked
-/// channel's blocker ([`crate::HandlerConfig::blocker_capacity_bytes`],
+/// channel's blocker ([`crate::barrier::HandlerConfig::blocker_capacity_bytes`],
 /// 1 MiB by default: about 43 batches of 1,024 24-byte records) about as
 /// many again: when an alignment ends and both are handed on, their
 /// buffers find room here instead of being freed. Idle buffers per

@@ -11,7 +11,7 @@ use std::sync::Arc;
 ///
 /// # Examples
 /// ```
-/// use lockgate::{JobBuilder, JobConfig, PushError};
+/// use lockgate::{JobBuilder, JobConfig, ingest::PushError};
 /// let job = JobBuilder::new("ingest", JobConfig::default());
 /// let (input, ingest) = job.ingest::<u32>("input", 1); // room for 1 record
 /// let out = input.collect();
@@ -52,7 +52,7 @@ impl<T> Clone for Ingest<T> {
 ///
 /// # Examples
 /// ```
-/// use lockgate::{ingest_channel, TryRecvError};
+/// use lockgate::{ingest::ingest_channel, ingest::TryRecvError};
 /// let (ingest, rx) = ingest_channel::<u8>(2);
 /// ingest.try_push(7).unwrap();
 /// assert_eq!(rx.try_recv(), Ok(7));

@@ -9,8 +9,17 @@ use crate::types::element::{CheckpointBarrier, CheckpointId};
 pub(crate) enum Control {
     /// Sources only: inject this barrier now (after everything emitted).
     Trigger(CheckpointBarrier),
-    /// Checkpoint `id` completed (`true`) or was aborted (`false`).
-    Done(CheckpointId, bool),
+    /// Checkpoint `id` ended: completed or aborted.
+    Ended(CheckpointId, CheckpointEnd),
     /// Sources only: stop emitting and end (the job drains and ends).
     Stop,
+}
+
+/// How a checkpoint ended, as the job thread tells the tasks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CheckpointEnd {
+    /// Complete and durable: a two-phase-commit sink commits it.
+    Completed,
+    /// Given up (a timeout, a decline, a failed write): nothing commits.
+    Aborted,
 }

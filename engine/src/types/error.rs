@@ -58,7 +58,7 @@ pub enum TaskError {
     Disconnected(String),
     /// The job cancelled the task (another task failed, or the job stopped).
     Cancelled,
-    /// A failure planned by a [`crate::FailurePlan`].
+    /// A failure planned by a [`crate::testing::FailurePlan`].
     Injected(String),
     /// An operator returned an error with a [`FatalError`] in its chain of
     /// causes: restarting cannot help (e.g. malformed input), so the job
@@ -117,7 +117,7 @@ pub type SharedError = std::sync::Arc<dyn std::error::Error + Send + Sync + 'sta
 ///
 /// # Examples
 /// ```
-/// use lockgate::{is_fatal_error, FatalError};
+/// use lockgate::{error::is_fatal_error, error::FatalError};
 ///
 /// #[derive(Debug, thiserror::Error)]
 /// #[error("reading the input")]
@@ -219,12 +219,12 @@ pub enum StorageError {
         #[source]
         source: io::Error,
     },
-    /// The file does not start with [`MAGIC`](crate::MAGIC): not a lockgate checkpoint file.
+    /// The file does not start with [`MAGIC`](crate::storage::MAGIC): not a lockgate checkpoint file.
     #[error("bad magic in {path}: expected {expected:?}, found {found:?} (not a lockgate checkpoint file)")]
     BadMagic {
         /// The file.
         path: PathBuf,
-        /// [`MAGIC`](crate::MAGIC).
+        /// [`MAGIC`](crate::storage::MAGIC).
         expected: [u8; 4],
         /// The first bytes of the file (fewer than 4 if the file is shorter).
         found: Vec<u8>,
@@ -236,7 +236,7 @@ pub enum StorageError {
         path: PathBuf,
         /// The version found.
         found: u16,
-        /// [`FORMAT_VERSION`](crate::FORMAT_VERSION).
+        /// [`FORMAT_VERSION`](crate::storage::FORMAT_VERSION).
         supported: u16,
     },
     /// The file is shorter than its header says (e.g. a torn or cut copy).
@@ -325,7 +325,7 @@ pub enum StorageError {
         /// The base's location.
         path: PathBuf,
     },
-    /// Another running job holds the folder ([`LocalDirStorage::lock`](crate::LocalDirStorage::lock)).
+    /// Another running job holds the folder ([`LocalDirStorage::lock`](crate::storage::LocalDirStorage::lock)).
     #[error("checkpoint folder {root} is in use by another running job{}; wait for it to end or use another folder", .holder.map(|p| format!(" (pid {p})")).unwrap_or_default())]
     Locked {
         /// The storage's root.
@@ -335,7 +335,7 @@ pub enum StorageError {
     },
     /// A part written for a checkpoint that was discarded (aborted) before
     /// it: refused, so that a late write does not leave a staging folder
-    /// behind ([`LocalDirStorage`](crate::LocalDirStorage)).
+    /// behind ([`LocalDirStorage`](crate::storage::LocalDirStorage)).
     #[error(
         "checkpoint {id} was aborted and its parts dropped in {root}; a late part is not written"
     )]

@@ -22,7 +22,7 @@ pub const KEY_HASH_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
 ///
 /// # Examples
 /// ```
-/// use lockgate::key_hash;
+/// use lockgate::keys::key_hash;
 /// assert_eq!(key_hash(0), 0);
 /// assert_eq!(key_hash(1), 0x9E37_79B9);
 /// ```
@@ -39,7 +39,7 @@ pub fn key_hash(key: u64) -> u64 {
 ///
 /// # Examples
 /// ```
-/// use lockgate::hash_key;
+/// use lockgate::keys::hash_key;
 /// assert_eq!(hash_key("EWR"), hash_key(&String::from("EWR")));
 /// assert_ne!(hash_key("EWR"), hash_key("JFK"));
 /// ```
@@ -80,7 +80,7 @@ pub const UPPER_MAX_PARALLELISM: u32 = 1 << 15;
 ///
 /// # Examples
 /// ```
-/// use lockgate::{key_group_of, key_hash};
+/// use lockgate::{keys::key_group_of, keys::key_hash};
 /// assert_eq!(key_group_of(7, 128), (key_hash(7) % 128) as u16);
 /// ```
 #[inline]
@@ -94,7 +94,7 @@ pub fn key_group_of(key: u64, max_parallelism: u32) -> u16 {
 ///
 /// # Examples
 /// ```
-/// use lockgate::subtask_of_key_group;
+/// use lockgate::keys::subtask_of_key_group;
 /// assert_eq!(subtask_of_key_group(0, 3, 128), 0);
 /// assert_eq!(subtask_of_key_group(43, 3, 128), 1);
 /// assert_eq!(subtask_of_key_group(127, 3, 128), 2);
@@ -114,7 +114,7 @@ pub fn subtask_of_key_group(group: u16, parallelism: usize, max_parallelism: u32
 ///
 /// # Examples
 /// ```
-/// use lockgate::{key_group_of, key_to_subtask, subtask_of_key_group};
+/// use lockgate::{keys::key_group_of, keys::key_to_subtask, keys::subtask_of_key_group};
 /// let g = key_group_of(7, 128);
 /// assert_eq!(key_to_subtask(7, 4), subtask_of_key_group(g, 4, 128));
 /// assert_eq!(key_to_subtask(7, 1), 0);
@@ -137,7 +137,7 @@ pub fn key_to_subtask(key: u64, parallelism: usize) -> usize {
 ///
 /// # Examples
 /// ```
-/// use lockgate::KeyGroupRange;
+/// use lockgate::keys::KeyGroupRange;
 /// let r = KeyGroupRange::of_subtask(1, 3, 128);
 /// assert_eq!((r.start, r.end), (43, 86));
 /// assert!(r.contains(43) && !r.contains(86));
@@ -188,7 +188,7 @@ impl KeyGroupRange {
 ///
 /// # Examples
 /// ```
-/// use lockgate::Rescale;
+/// use lockgate::keys::Rescale;
 /// let r = Rescale { subtask: 0, parallelism: 1, old_parallelism: 2, max_parallelism: 128 };
 /// assert_eq!(r.key_groups().len(), 128);
 /// ```

@@ -9,7 +9,7 @@ use std::fmt;
 ///
 /// # Examples
 /// ```
-/// use lockgate::TaskId;
+/// use lockgate::task::TaskId;
 /// let id = TaskId::new("keyed_sum", 1);
 /// assert_eq!(id.to_string(), "keyed_sum[1]");
 /// assert_eq!("keyed_sum[1]".parse::<TaskId>().unwrap(), id);
@@ -80,7 +80,7 @@ impl<'de> Deserialize<'de> for TaskId {
 ///
 /// # Examples
 /// ```
-/// use lockgate::{BoxError, Checkpointed, JobBuilder, JobConfig, Sink, SubtaskInfo};
+/// use lockgate::{BoxError, Checkpointed, JobBuilder, JobConfig, Sink, task::SubtaskInfo};
 /// use std::sync::{Arc, Mutex};
 ///
 /// struct Discard;

@@ -114,7 +114,7 @@ pub(crate) fn mark_background_thread() {
 /// application's) it does nothing and costs one thread-local read.
 ///
 /// Long snapshot work of an operator's own, in
-/// [`StateSnapshot`](crate::StateSnapshot)'s deferred part, can call it
+/// [`StateSnapshot`](crate::state::StateSnapshot)'s deferred part, can call it
 /// every few tens of µs of work (e.g. every thousand entries encoded), as
 /// lockgate's own state types and the checkpoint writer do.
 ///
@@ -123,7 +123,7 @@ pub(crate) fn mark_background_thread() {
 /// // Off a background thread: a no-op.
 /// for chunk in [1u64, 2, 3].chunks(1) {
 ///     let _sum: u64 = chunk.iter().sum();
-///     lockgate::yield_point();
+///     lockgate::tuning::yield_point();
 /// }
 /// ```
 #[inline]

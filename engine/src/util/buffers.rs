@@ -51,12 +51,12 @@ thread_local! {
 ///
 /// # Examples
 /// ```
-/// use lockgate::{CheckpointId, EncodedState, SnapshotRequest, StateSnapshot};
+/// use lockgate::{CheckpointId, state::EncodedState, state::SnapshotRequest, state::StateSnapshot};
 ///
 /// let sums: Vec<u64> = vec![1, 2, 3];
 /// let snap = StateSnapshot::deferred(move || {
 ///     let size = postcard::experimental::serialized_size(&sums)?;
-///     Ok(postcard::to_extend(&sums, lockgate::snapshot_buffer(size))?)
+///     Ok(postcard::to_extend(&sums, lockgate::tuning::snapshot_buffer(size))?)
 /// });
 /// let req = SnapshotRequest::full(CheckpointId(1));
 /// let state: EncodedState = snap.run(&req).unwrap();

@@ -98,7 +98,7 @@ pub(crate) fn call(what: impl FnOnce() -> String) -> CallGuard {
 /// # Examples
 /// ```
 /// // No job: nothing is waiting on storage.
-/// assert!(lockgate::storage_calls_in_progress().is_empty());
+/// assert!(lockgate::storage::storage_calls_in_progress().is_empty());
 /// ```
 pub fn storage_calls_in_progress() -> Vec<StorageCall> {
     let now = Instant::now();

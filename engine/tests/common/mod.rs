@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use lockgate::*;
+use lockgate::{state::KeyedFold, tuning::now_ns};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 

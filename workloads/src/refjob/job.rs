@@ -11,7 +11,7 @@ use super::sink::RefSink;
 use super::sink_state::fresh_replica;
 use super::source::RefSource;
 use crate::workload::{KeySpace, SinkCheck, Workload};
-use lockgate::{FailurePlan, JobBuilder, JobConfig, JobHandle, Managed};
+use lockgate::{testing::FailurePlan, JobBuilder, JobConfig, JobHandle, Managed};
 use std::time::Duration;
 
 /// The name of the reference job (in checkpoint metadata: a restore from

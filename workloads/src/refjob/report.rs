@@ -11,7 +11,7 @@ use super::shared::{lock, CheckpointBands, CheckpointInterval, Shared, SinkSlot,
 use crate::latency::{merge, new_interval_histogram, LatencyError, Percentiles};
 use crate::workload::{CheckReport, ExpectedResult, KeySpace, SinkCheck, Workload};
 use hdrhistogram::Histogram;
-use lockgate::{CheckpointId, CheckpointMode, JobError, JobFailure, JobMetrics};
+use lockgate::{error::JobFailure, CheckpointId, CheckpointMode, JobError, JobMetrics};
 use serde::Serialize;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -85,7 +85,7 @@ pub struct RefJobReport {
     /// (index = interval), merged; W2/W3 only ([`new_interval_histogram`]s:
     /// 2 significant digits).
     pub intervals: Vec<Histogram<u64>>,
-    /// Where interval 0 starts, ns on the clock of [`lockgate::now_ns`] (0:
+    /// Where interval 0 starts, ns on the clock of [`lockgate::tuning::now_ns`] (0:
     /// nothing recorded).
     pub intervals_start_ns: u64,
     /// Records in the recorded window (post-warm-up deliveries; W1: all).
@@ -110,7 +110,7 @@ pub struct RefJobReport {
     pub restored: bool,
     /// Every task failure, oldest first, with its recovery time.
     pub recoveries: Vec<Recovery>,
-    /// The run's first emission, ns on the clock of [`lockgate::now_ns`]
+    /// The run's first emission, ns on the clock of [`lockgate::tuning::now_ns`]
     /// (0: nothing was emitted).
     pub started_ns: u64,
     /// When the job had ended (the report was collected), ns on the same
@@ -448,7 +448,7 @@ impl RefJobResults {
         interrupted: bool,
         failures_planned: usize,
     ) -> Result<RefJobReport, RefJobError> {
-        let ended_ns = lockgate::now_ns();
+        let ended_ns = lockgate::tuning::now_ns();
         let (metrics, job_error) = match outcome {
             Ok(m) => (m, None),
             Err(e) => (last_metrics, Some(e.to_string())),

@@ -144,13 +144,13 @@ impl SinkSlot {
         drop(s);
         for r in &settled {
             // Each add is some 100 µs on a snapshot thread.
-            lockgate::yield_point();
+            lockgate::tuning::yield_point();
             m.add(r)?;
         }
         // All but the last few intervals compressed: a later record of an
         // older interval (delivered late) merges into its compressed form.
         if let Some(&last) = m.intervals.keys().next_back() {
-            lockgate::yield_point();
+            lockgate::tuning::yield_point();
             m.compact_before(last.saturating_sub(KEEP_WHOLE_INTERVALS))?;
         }
         drop(m);
@@ -238,19 +238,19 @@ pub struct CheckpointInterval {
     /// Aborted in the interval.
     pub aborted: u64,
     /// End-to-end durations of those completed, ns.
-    pub duration_ns: lockgate::Distribution,
+    pub duration_ns: lockgate::stats::Distribution,
 }
 
 impl CheckpointInterval {
     /// Adds an ended checkpoint.
     pub fn add(&mut self, c: &lockgate::CheckpointStats) {
         match c.status {
-            lockgate::CheckpointStatus::Completed => {
+            lockgate::stats::CheckpointStatus::Completed => {
                 self.completed += 1;
                 self.duration_ns.record(c.duration_ns);
             }
-            lockgate::CheckpointStatus::Aborted(_) => self.aborted += 1,
-            lockgate::CheckpointStatus::Pending => {}
+            lockgate::stats::CheckpointStatus::Aborted(_) => self.aborted += 1,
+            lockgate::stats::CheckpointStatus::Pending => {}
         }
     }
 }
@@ -275,9 +275,9 @@ impl CheckpointBands {
     pub fn add(&mut self, c: &lockgate::CheckpointStats) {
         let span = (c.trigger_ns, c.trigger_ns.saturating_add(c.duration_ns));
         let list = match c.status {
-            lockgate::CheckpointStatus::Completed => &mut self.completed,
-            lockgate::CheckpointStatus::Aborted(_) => &mut self.aborted,
-            lockgate::CheckpointStatus::Pending => return,
+            lockgate::stats::CheckpointStatus::Completed => &mut self.completed,
+            lockgate::stats::CheckpointStatus::Aborted(_) => &mut self.aborted,
+            lockgate::stats::CheckpointStatus::Pending => return,
         };
         match list.last_mut() {
             Some(last) if span.0 <= last.1.saturating_add(Self::MERGE_GAP_NS) => {

@@ -12,9 +12,9 @@ use super::sink_state::{
 };
 use crate::latency::new_interval_histogram;
 use crate::workload::{SinkCheck, SumRecord};
-use lockgate::now_ns;
+use lockgate::tuning::now_ns;
 use lockgate::Checkpointed;
-use lockgate::{BoxError, CheckpointId, Sink, StateSnapshot};
+use lockgate::{state::StateSnapshot, BoxError, CheckpointId, Sink};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -232,7 +232,7 @@ impl Checkpointed for RefSink {
             // faults, `perf record`, docs/benchmarks-history.md). Neither holds the
             // slot's lock.
             let recycled = SinkSlot::merge_settled(&shared.slots[index])?;
-            lockgate::yield_point();
+            lockgate::tuning::yield_point();
             if lock(&shared.slots[index]).spare.is_none() {
                 let spare = recycled.unwrap_or_else(Recorded::new);
                 lock(&shared.slots[index]).spare.get_or_insert(spare);
@@ -262,7 +262,7 @@ impl Checkpointed for RefSink {
             drop(slot);
             let inner = encoded.bytes.len() as u64;
             let bytes = wrap_committed(&pending, encoded.bytes)?;
-            Ok(lockgate::EncodedState {
+            Ok(lockgate::state::EncodedState {
                 full_bytes: encoded.full_bytes + (bytes.len() as u64 - inner),
                 delta: encoded.delta,
                 bytes,

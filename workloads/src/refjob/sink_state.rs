@@ -7,7 +7,7 @@
 //! checkpoints: layouts are only ever added.
 
 use crate::workload::{CompactCheck, SinkChanges, SinkChangesV1, SinkCheck, WorkloadError};
-use lockgate::{BoxError, CheckpointId, EncodedState, SnapshotRequest};
+use lockgate::{state::EncodedState, state::SnapshotRequest, BoxError, CheckpointId};
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
 
@@ -140,7 +140,7 @@ impl Serialize for SinkPartRef<'_> {
 /// The encoding of a full part of `check` for checkpoint `id`, into a
 /// buffer of the exact size (`compact_encoded_size` is exact, so the
 /// buffer never grows), kept from an earlier part when the snapshot
-/// thread has one ([`lockgate::snapshot_buffer`]).
+/// thread has one ([`lockgate::tuning::snapshot_buffer`]).
 pub(super) fn encode_full_part(id: CheckpointId, check: &SinkCheck) -> Result<Vec<u8>, BoxError> {
     let state = SinkStateRef {
         id,
@@ -149,7 +149,7 @@ pub(super) fn encode_full_part(id: CheckpointId, check: &SinkCheck) -> Result<Ve
     let size = full_part_bytes(id, check)?;
     Ok(postcard::to_extend(
         &state,
-        lockgate::snapshot_buffer(size),
+        lockgate::tuning::snapshot_buffer(size),
     )?)
 }
 
@@ -221,8 +221,8 @@ impl SinkReplica {
             self.check.apply_changes(c)?;
         }
         // Between the pieces of this work, a snapshot thread gives its
-        // core back to a task that waits for it (`lockgate::yield_point`).
-        lockgate::yield_point();
+        // core back to a task that waits for it (`lockgate::tuning::yield_point`).
+        lockgate::tuning::yield_point();
         self.log.insert(req.id, changes.unwrap_or_default());
         let full_bytes = full_part_bytes(req.id, &self.check)? as u64;
         let mut done = None;
@@ -240,15 +240,15 @@ impl SinkReplica {
                 let mut words: Vec<u64> =
                     self.log.values().flat_map(|c| c.word_indices()).collect();
                 let mut keys: Vec<u64> = self.log.values().flat_map(|c| c.keys_iter()).collect();
-                lockgate::yield_point();
+                lockgate::tuning::yield_point();
                 words.sort_unstable();
                 words.dedup();
-                lockgate::yield_point();
+                lockgate::tuning::yield_point();
                 keys.sort_unstable();
                 keys.dedup();
-                lockgate::yield_point();
+                lockgate::tuning::yield_point();
                 let merged = self.check.changes_of(&words, &keys);
-                lockgate::yield_point();
+                lockgate::tuning::yield_point();
                 encode_delta(req.id, &merged, full_bytes)?
             };
             if let Some(bytes) = delta {
@@ -270,7 +270,7 @@ impl SinkReplica {
             .chain(logged)
             .max_by_key(|c| c.word_count());
         self.first = Some(req.id);
-        lockgate::yield_point();
+        lockgate::tuning::yield_point();
         let full = EncodedState::full(encode_full_part(req.id, &self.check)?);
         Ok((full, done))
     }
@@ -294,7 +294,7 @@ fn encode_delta(
     }
     Ok(Some(postcard::to_extend(
         &state,
-        lockgate::snapshot_buffer(size),
+        lockgate::tuning::snapshot_buffer(size),
     )?))
 }
 

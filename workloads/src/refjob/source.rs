@@ -8,7 +8,7 @@ use super::shared::Shared;
 use crate::workload::{
     scheduled_offset_ns, split_owner, Generator, KeySpace, Workload, WorkloadError, SPLITS,
 };
-use lockgate::now_ns;
+use lockgate::tuning::now_ns;
 use lockgate::Checkpointed;
 use lockgate::{BoxError, CheckpointId, Source, SourcePoll};
 use std::sync::atomic::Ordering::Relaxed;
@@ -327,10 +327,10 @@ impl<P: Payload> Checkpointed for RefSource<P> {
     fn restore_rescaled(
         &mut self,
         chains: &[Vec<&[u8]>],
-        rescale: &lockgate::Rescale,
+        rescale: &lockgate::keys::Rescale,
     ) -> Result<(), BoxError> {
         if self.shared.cfg.workload == Workload::W4 {
-            return Err(Box::new(lockgate::FatalError(format!(
+            return Err(Box::new(lockgate::error::FatalError(format!(
                 "W4 cannot be restored at another parallelism ({} to {}): its run is timed per source",
                 rescale.old_parallelism, rescale.parallelism
             ))));

@@ -11,7 +11,7 @@ pub const SEED: u64 = 0x9E37_79B9_7F4A_7C15;
 pub const OUTPUT_MULTIPLIER: u64 = 0x2545_F491_4F6C_DD1D;
 /// The multiplier of the routing hash `(key * M) >> 32` (workloads.md): the
 /// engine's own constant.
-pub use lockgate::KEY_HASH_MULTIPLIER as HASH_MULTIPLIER;
+pub use lockgate::keys::KEY_HASH_MULTIPLIER as HASH_MULTIPLIER;
 /// The default number of distinct keys (workloads.md).
 pub const DEFAULT_KEYS: u64 = 10_000;
 /// The most keys a [`KeySpace`](super::KeySpace) accepts: 2^24. The Zipf table, the closed

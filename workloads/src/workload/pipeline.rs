@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// `value` is the record's sequence number `n` when generated and
 /// `2n + 1` after the source's chained map ([`chained_map`]); `ts_ns` is
 /// the record's *intended* emission time on the engine's monotonic clock
-/// (`lockgate::now_ns`): the schedule time for W2/W3, the actual
+/// (`lockgate::tuning::now_ns`): the schedule time for W2/W3, the actual
 /// emission time for W1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
@@ -134,7 +134,7 @@ impl KeyedSum {
 }
 
 // Routing: the engine's own hash and key-group assignment.
-pub use lockgate::{key_hash, key_to_subtask};
+pub use lockgate::{keys::key_hash, keys::key_to_subtask};
 
 #[cfg(test)]
 mod tests {

@@ -119,10 +119,10 @@ pub fn unix_time_ms() -> u64 {
 pub struct CheckpointHandle {
     /// The checkpoint id.
     pub id: CheckpointId,
-    /// Its folder (`<root>/chk-<n>`); `<memory>/chk-<n>` for [`MemoryStorage`](crate::MemoryStorage).
+    /// Its folder (`<root>/chk-<n>`); `<memory>/chk-<n>` for [`MemoryStorage`](crate::storage::MemoryStorage).
     pub path: PathBuf,
     /// Bytes written: every file, headers and `_metadata` included (for
-    /// [`MemoryStorage`](crate::MemoryStorage): the sum of the state payloads).
+    /// [`MemoryStorage`](crate::storage::MemoryStorage): the sum of the state payloads).
     pub total_bytes: u64,
 }
 
@@ -136,11 +136,11 @@ pub struct PartHandle {
     /// Whose state it is.
     pub key: TaskStateKey,
     /// The file's name inside the checkpoint's folder (for
-    /// [`MemoryStorage`](crate::MemoryStorage): a name for messages only).
+    /// [`MemoryStorage`](crate::storage::MemoryStorage): a name for messages only).
     pub file: String,
     /// Payload bytes (the state as given).
     pub size: u64,
-    /// CRC32C of the payload (0 for [`MemoryStorage`](crate::MemoryStorage)).
+    /// CRC32C of the payload (0 for [`MemoryStorage`](crate::storage::MemoryStorage)).
     pub crc32c: u32,
     /// Bytes written, the file's header included.
     pub written_bytes: u64,
@@ -211,7 +211,7 @@ pub trait CheckpointStorage: Send + Sync {
     /// Writes checkpoint `meta.id` with `states` and publishes it atomically:
     /// either the whole checkpoint becomes visible or nothing does.
     ///
-    /// Cost for [`LocalDirStorage`](crate::LocalDirStorage): one `fsync` per file (one per state
+    /// Cost for [`LocalDirStorage`](crate::storage::LocalDirStorage): one `fsync` per file (one per state
     /// plus `_metadata`) and two directory `fsync`s, roughly 0.1-10 ms each
     /// depending on the disk, plus writing and CRC32C-ing the bytes (GB/s).
     ///
@@ -250,7 +250,7 @@ pub trait CheckpointStorage: Send + Sync {
     /// visible until `publish` lists the part; [`discard`](Self::discard)
     /// drops the parts of a checkpoint that will not be published.
     ///
-    /// Cost for [`LocalDirStorage`](crate::LocalDirStorage): a copy into
+    /// Cost for [`LocalDirStorage`](crate::storage::LocalDirStorage): a copy into
     /// memory and CRC32C over the bytes; the file write is `publish`'s.
     ///
     /// # Errors
@@ -263,7 +263,7 @@ pub trait CheckpointStorage: Send + Sync {
     /// Returns where it lies and the bytes of every file, the parts' and
     /// `_metadata`'s.
     ///
-    /// Cost for [`LocalDirStorage`](crate::LocalDirStorage): one file (the
+    /// Cost for [`LocalDirStorage`](crate::storage::LocalDirStorage): one file (the
     /// metadata and every part) written and `fsync`ed, a rename and one
     /// `fsync` of the root folder.
     ///
@@ -438,7 +438,7 @@ pub trait CheckpointStorage: Send + Sync {
     }
 
     /// Deletes published checkpoints `ids`, as [`remove`](Self::remove)
-    /// does one by one (the default). [`LocalDirStorage`](crate::LocalDirStorage)
+    /// does one by one (the default). [`LocalDirStorage`](crate::storage::LocalDirStorage)
     /// renames every folder out of the way first and makes the renames
     /// durable with one `fsync` of the root, then deletes them: on a file
     /// system where each `fsync` is a device write and flush (~0.2-0.3 ms
@@ -457,7 +457,7 @@ pub trait CheckpointStorage: Send + Sync {
     }
 
     /// Deletes published checkpoint `id` (whatever its kind). For
-    /// [`LocalDirStorage`](crate::LocalDirStorage) the folder is first renamed to a temporary name,
+    /// [`LocalDirStorage`](crate::storage::LocalDirStorage) the folder is first renamed to a temporary name,
     /// so a half-deleted checkpoint is never visible as `chk-<n>`.
     ///
     /// # Errors

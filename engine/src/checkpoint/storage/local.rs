@@ -182,8 +182,8 @@ impl LocalDirStorage {
     ///
     /// # Examples
     /// ```
-    /// use lockgate::{CheckpointId, CheckpointMetadata, CheckpointStorage, JobFingerprint};
-    /// use lockgate::{LocalDirStorage, SnapshotKind, TaskStateKey};
+    /// use lockgate::{CheckpointId, storage::CheckpointMetadata, storage::CheckpointStorage, storage::JobFingerprint};
+    /// use lockgate::{storage::LocalDirStorage, SnapshotKind, storage::TaskStateKey};
     /// let dir = tempfile::tempdir()?;
     /// let store = LocalDirStorage::open(dir.path())?;
     /// let key = TaskStateKey::new("sum", 0);

@@ -24,7 +24,7 @@ struct MemoryEntry {
 }
 
 /// An in-memory store: the same rules as
-/// [`LocalDirStorage`](crate::LocalDirStorage) (ids, duplicates, chains of
+/// [`LocalDirStorage`](crate::storage::LocalDirStorage) (ids, duplicates, chains of
 /// incremental parts, retention), no durability, no checksums. A job
 /// without a checkpoint folder keeps its checkpoints in one; a test can
 /// share one with a job to inspect what it wrote, or tell it to fail

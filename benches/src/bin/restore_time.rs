@@ -9,7 +9,9 @@
 //! Usage: `restore_time DIR [--rounds N]` (a folder written by e.g.
 //! `lockgate loadgen --checkpoint-dir DIR --checkpoint-interval-ms 1`).
 
-use lockgate::{load_restorable, CheckpointId, CheckpointStorage, LocalDirStorage};
+use lockgate::{
+    storage::load_restorable, storage::CheckpointStorage, storage::LocalDirStorage, CheckpointId,
+};
 use std::time::Instant;
 
 fn main() {

@@ -154,6 +154,10 @@ fn metrics_and_health_are_served_while_the_job_runs_and_after_its_report() {
     args.extend([
         "--duration",
         "2",
+        // The reference sink commits at each checkpoint and sets the
+        // committed-output lag.
+        "--output",
+        "committed",
         "--metrics-addr",
         "127.0.0.1:0",
         "--metrics-linger",
@@ -229,6 +233,19 @@ fn metrics_and_health_are_served_while_the_job_runs_and_after_its_report() {
     assert_eq!(series(&text, "lockgate_job_healthy", JOB), Some(0.0));
     assert_eq!(series(&text, "lockgate_job_state", JOB), Some(3.0));
     assert!(records(&text) > 0.0);
+    // The last commit's lag: the oldest record it committed, in seconds
+    // (not ns), no later than the run's largest committed latency.
+    let lag = series(
+        &text,
+        "lockgate_committed_output_lag_seconds",
+        &format!("{JOB},task=\"sink\",subtask=\"0\""),
+    )
+    .unwrap_or_else(|| panic!("no committed-output lag: {text}"));
+    let max_s = j["committed_latency_ns"]["max"].as_f64().unwrap() / 1e9;
+    assert!(
+        lag > 0.0 && lag <= max_s * 1.01,
+        "lag {lag} s, max {max_s} s"
+    );
 
     let status = child.wait().unwrap();
     let mut out = String::new();

@@ -23,7 +23,7 @@
 //! | what does a checkpoint cost? | [`CHECKPOINT_SYNC_DURATION`], [`CHECKPOINT_ASYNC_DURATION`], [`CHECKPOINT_ALIGNMENT_DURATION`], [`CHECKPOINT_START_DELAY`], [`CHECKPOINTED_BYTES`], [`CHECKPOINT_PERSISTED_BYTES`], [`STATE_SIZE_BYTES`] |
 //! | how long did the last recovery take? | [`LAST_RECOVERY_DURATION`], [`RECOVERY_DURATION`], [`RESTARTS`] |
 //! | is the job up? | [`JOB_STATE`], [`JOB_HEALTHY`] |
-//! | how far behind is committed output? | [`COMMITTED_OUTPUT_LAG`] (a placeholder: not recorded yet) |
+//! | how far behind is committed output? | [`COMMITTED_OUTPUT_LAG`] (set by two-phase-commit sinks that call [`set_committed_output_lag`]) |
 //!
 //! **Traces.** With a `tracing` subscriber (and `tracing-opentelemetry`
 //! for OTLP), each checkpoint is a `checkpoint` span at debug level, from
@@ -60,10 +60,10 @@ pub use names::*;
 /// `job_name`: how far its committed output is behind its records' event
 /// time, in seconds.
 ///
-/// **A placeholder**: no sink of this crate calls it yet; the reference
-/// workload's exactly-once sink is to, once its commits carry their
-/// records' times (the committed-latency issue). A sink of an application
-/// may call it after each commit.
+/// The reference workload's sink sets it at each commit with
+/// `lockgate loadgen --output committed` (the oldest record the commit
+/// made visible, from its intended send time); a two-phase-commit sink of
+/// an application may call it after each commit.
 pub fn set_committed_output_lag(job_name: &str, task: &str, subtask: usize, seconds: f64) {
     metrics::gauge!(
         COMMITTED_OUTPUT_LAG,

@@ -85,10 +85,10 @@ pub const JOB_STATE: &str = "lockgate_job_state";
 /// ([`crate::telemetry::Health`]), else 0.
 pub const JOB_HEALTHY: &str = "lockgate_job_healthy";
 /// Gauge, per sink subtask: how far committed output is behind the
-/// records' event time, seconds. **A placeholder**: the engine does not
-/// record it; a two-phase-commit sink sets it through
-/// [`crate::telemetry::set_committed_output_lag`] once output commits
-/// carry their records' times (the committed-latency issue).
+/// records' event time, seconds, at its last commit. The engine does not
+/// record it: a two-phase-commit sink sets it through
+/// [`crate::telemetry::set_committed_output_lag`] (the load generator's
+/// sink does, with `--output committed`).
 pub const COMMITTED_OUTPUT_LAG: &str = "lockgate_committed_output_lag_seconds";
 
 /// Bucket upper bounds (seconds) for every `_seconds` histogram, from

@@ -257,15 +257,23 @@ impl CommittedOutput {
     /// Commits `txn` at `now_ns`, unless its checkpoint was committed
     /// before; `record`: its latencies count (false for a commit made by
     /// a restore in another process than the one that took the records).
-    pub(super) fn commit(&mut self, txn: &Txn, now_ns: u64, record: bool) -> Result<(), BoxError> {
+    /// Returns the largest committed latency of its records, ns (`None`:
+    /// nothing committed or recorded): how far the committed output lags.
+    pub(super) fn commit(
+        &mut self,
+        txn: &Txn,
+        now_ns: u64,
+        record: bool,
+    ) -> Result<Option<u64>, BoxError> {
         if self.through.is_some_and(|t| txn.checkpoint <= t) {
-            return Ok(());
+            return Ok(None);
         }
         self.append(&LogEntry::Commit {
             checkpoint: txn.checkpoint,
             runs: txn.runs.clone(),
         })?;
         self.apply(txn.checkpoint, txn.runs.clone())?;
+        let mut lag = None;
         if record {
             let shift = now_ns.saturating_sub(txn.precommit_ns);
             for (interval, bytes) in &txn.latency {
@@ -280,10 +288,11 @@ impl CommittedOutput {
                     let n = v.count_at_value();
                     target.saturating_record_n(lat, n);
                     self.recorded.latency.record_latency_n(lat, n);
+                    lag = lag.max(Some(lat));
                 }
             }
         }
-        Ok(())
+        Ok(lag)
     }
 
     /// Retracts every commit of a checkpoint after `after` (a restore of

@@ -335,8 +335,20 @@ impl Checkpointed for RefSink {
             drop(slot);
             let mut c = lock(committed);
             let now = now_ns();
+            let mut lag = None;
             for txn in done.values() {
-                c.commit(txn, now, true)?;
+                lag = lag.max(c.commit(txn, now, true)?);
+            }
+            drop(c);
+            if let Some(lag) = lag {
+                // The oldest record just committed: how far committed
+                // output is behind the records' intended send times.
+                lockgate::telemetry::set_committed_output_lag(
+                    super::job::JOB_NAME,
+                    "sink",
+                    self.slot,
+                    lag as f64 / 1e9,
+                );
             }
         }
         Ok(())

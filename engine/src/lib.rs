@@ -53,8 +53,9 @@ pub use checkpoint::{
     StorageError, SubtaskCheckpointStats, TaskStateKey, FORMAT_VERSION, MAGIC, MAX_CHECKPOINT_ID,
 };
 pub use config::{
-    CheckpointConfig, IngestConfig, JobConfig, PinPolicy, RestartStrategy, DEFAULT_TIMER_SLACK_NS,
-    MAX_BATCH_SIZE, MAX_CHANNEL_CAPACITY, MAX_PARALLELISM, MAX_PIN_CORE, MAX_TIME, MAX_WORKERS,
+    CheckpointConfig, IngestConfig, JobConfig, PinPolicy, RestartStrategy, RestoreMode,
+    DEFAULT_TIMER_SLACK_NS, MAX_BATCH_SIZE, MAX_CHANNEL_CAPACITY, MAX_PARALLELISM, MAX_PIN_CORE,
+    MAX_TIME, MAX_WORKERS,
 };
 pub use graph::{Connected, Data, Exchange, JobBuilder, Stream};
 pub use job::{JobFailure, JobHandle, JobMetrics, RestoredAtStart};

@@ -58,7 +58,9 @@ pub use config::{
     MAX_TIME, MAX_WORKERS,
 };
 pub use graph::{Connected, Data, Exchange, JobBuilder, Stream};
-pub use job::{JobFailure, JobHandle, JobMetrics, RestoredAtStart};
+pub use job::{JobFailure, JobHandle, JobMetrics, JobMonitor, RestoredAtStart};
+/// `#[derive(RecordSize)]`: the trait's defaults for a plain record type.
+pub use lockgate_derive::RecordSize;
 pub use operator::two_phase::{TwoPhaseCommit, TwoPhaseCommitSink};
 pub use operator::Committed;
 pub use operator::{
@@ -91,6 +93,20 @@ pub use util::background::{yield_point, YIELD_EVERY_NS};
 pub use util::buffers::snapshot_buffer;
 pub use util::calls::{storage_calls_in_progress, StorageCall};
 pub use util::clock::now_ns;
+
+/// Sources: replayable sources by split and position ([`Replayable`](source::Replayable),
+/// [`SplitSource`](source::SplitSource), [`SplitReader`](source::SplitReader)),
+/// event time at a source ([`WatermarkStrategy`](source::WatermarkStrategy)),
+/// what wakes a waiting source ([`WakeOn`](source::WakeOn),
+/// [`Wakeup`](source::Wakeup)) and what a job restored for a source
+/// ([`RestoredSource`](source::RestoredSource)).
+pub mod source {
+    pub use crate::operator::event_time::WatermarkStrategy;
+    pub use crate::operator::replayable::{
+        Replayable, RestoredSource, SplitOutput, SplitPositions, SplitReader, SplitSource,
+    };
+    pub use crate::transport::handoff::{WakeOn, Waker, Wakeup};
+}
 
 /// The README's Rust blocks, compiled and run as doctests (as timely does).
 #[cfg(doctest)]

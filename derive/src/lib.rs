@@ -1,5 +1,5 @@
 //! `#[derive(RecordSize)]`: a plain record type counts `size_of::<Self>()`
-//! bytes ([`lockgate::RecordSize`]'s defaults), with no
+//! bytes (`lockgate::RecordSize`'s defaults), with no
 //! `impl RecordSize for X {}` to write. Re-exported as
 //! `lockgate::RecordSize` (the derive beside the trait, as serde does).
 

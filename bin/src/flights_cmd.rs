@@ -108,6 +108,12 @@ pub(crate) struct Args {
     /// --restore`); the run goes on writing checkpoints there.
     #[arg(long, value_name = "DIR")]
     pub restore: Option<PathBuf>,
+    /// With --checkpoint-dir DIR: never (DIR must hold no checkpoint),
+    /// if-present (resume from DIR as --restore DIR when it holds any
+    /// checkpoint, else start fresh there) or required (--restore DIR)
+    /// [default: never; --restore DIR is required].
+    #[arg(long, value_name = "MODE")]
+    pub restore_mode: Option<lockgate::RestoreMode>,
     /// Task failures to inject (seeded; the job restarts from its last
     /// checkpoint after each).
     #[arg(long, default_value_t = 0, value_name = "N")]
@@ -209,6 +215,15 @@ pub(crate) fn run(args: Args) -> ExitCode {
 }
 
 fn run_flights(mut args: Args, server: &mut Option<MetricsServer>) -> ExitCode {
+    match crate::restore_args::resolve(
+        args.restore_mode,
+        args.restore.is_some(),
+        args.checkpoint_dir.as_deref(),
+    ) {
+        Ok(Some(dir)) => args.restore = Some(dir),
+        Ok(None) => {}
+        Err(e) => return usage_error(&e),
+    }
     if let Err(msg) = resolve_checkpoint_mode(&mut args) {
         return usage_error(&msg);
     }
@@ -334,7 +349,9 @@ fn run_flights(mut args: Args, server: &mut Option<MetricsServer>) -> ExitCode {
             Err(e) => return usage_error(&e),
         };
     config.checkpoint.dir = checkpoint_dir;
-    config.checkpoint.restore = args.restore.is_some();
+    if args.restore.is_some() {
+        config.checkpoint.restore_mode = lockgate::RestoreMode::Required;
+    }
     if let Some(flag) = args.incremental.given() {
         if config.checkpoint.mode == CheckpointMode::None {
             return usage_error(&format!(

@@ -146,6 +146,12 @@ pub(crate) struct RunFlags {
     /// --checkpoint-dir.
     #[arg(long, value_name = "D[,D...]")]
     restore: Option<String>,
+    /// With --checkpoint-dir D: never (D must hold no checkpoint),
+    /// if-present (resume from D as --restore D when it holds any
+    /// checkpoint, else start fresh there) or required (--restore D)
+    /// [default: never; --restore D is required].
+    #[arg(long, value_name = "MODE")]
+    restore_mode: Option<lockgate::RestoreMode>,
     /// Subtasks of the source and of keyed_sum in this process.
     #[arg(long, default_value_t = 2, value_name = "N")]
     parallelism: usize,
@@ -192,7 +198,14 @@ impl RunFlags {
     /// Fills what was left out: from the checkpoint with `--restore DIR`
     /// (one folder), else the defaults; `--input` and `--output` are
     /// needed without a restore.
-    fn resolve(self) -> Result<RunArgs, String> {
+    fn resolve(mut self) -> Result<RunArgs, String> {
+        if let Some(dir) = crate::restore_args::resolve(
+            self.restore_mode,
+            self.restore.is_some(),
+            self.checkpoint_dir.as_deref(),
+        )? {
+            self.restore = Some(dir.display().to_string());
+        }
         let recorded = match self.restore.as_deref() {
             Some(d) if !d.contains(',') => recorded_job(std::path::Path::new(d)),
             _ => None,
@@ -558,7 +571,9 @@ fn run_job(a: &RunArgs) -> ExitCode {
         delay: Duration::from_millis(a.restart_delay_ms),
     };
     config.checkpoint.dir = plan.checkpoint_dir().cloned();
-    config.checkpoint.restore = matches!(plan, RestorePlan::Own(_));
+    if matches!(plan, RestorePlan::Own(_)) {
+        config.checkpoint.restore_mode = lockgate::RestoreMode::Required;
+    }
     // `bounded` is not part of it: a run may be restored bounded or not.
     let app = identity.clone();
     let mut job = JobBuilder::new("kafka", config).with_app_config(json!({ "kafka": app }));

@@ -20,6 +20,7 @@ mod incremental_args;
 mod kafka_cmd;
 mod loadgen;
 mod report_cmd;
+mod restore_args;
 mod scenario_cmd;
 
 use clap::{Parser, Subcommand};

@@ -135,8 +135,17 @@ pub struct CheckpointConfig {
     /// [`crate::storage::MemoryStorage`] of the job's own (enough for restarts
     /// within the process).
     pub dir: Option<PathBuf>,
-    /// Resume from the latest complete checkpoint in `dir` (default
-    /// false; a folder that holds checkpoints without it is an error).
+    /// Whether the job resumes from a checkpoint of its storage at start:
+    /// [`RestoreMode::Never`] (the default: a storage that holds
+    /// checkpoints is refused), [`RestoreMode::IfPresent`] (resume when
+    /// there is one, else start fresh) or [`RestoreMode::Required`].
+    #[serde(default)]
+    pub restore_mode: RestoreMode,
+    /// The former switch, kept so that older code compiles: `true` is
+    /// [`RestoreMode::Required`] when `restore_mode` is left at
+    /// [`RestoreMode::Never`] (see [`CheckpointConfig::effective_restore_mode`]).
+    #[deprecated(note = "set `restore_mode` (RestoreMode::Required is `restore = true`)")]
+    #[serde(default)]
     pub restore: bool,
     /// On restore, drop the state of operators the job no longer has
     /// (renamed or removed) instead of refusing the checkpoint (default
@@ -219,7 +228,7 @@ impl CheckpointConfig {
     /// let c = CheckpointConfig::exactly_once(Duration::from_millis(100), None);
     /// assert_eq!(c.mode, CheckpointMode::ExactlyOnce);
     /// assert_eq!(c.interval, Some(Duration::from_millis(100)));
-    /// assert!(!c.restore);
+    /// assert_eq!(c.restore_mode, lockgate::RestoreMode::Never);
     /// ```
     pub fn exactly_once(interval: Duration, dir: Option<PathBuf>) -> Self {
         CheckpointConfig {
@@ -306,14 +315,112 @@ impl CheckpointConfig {
     }
 
     /// This configuration, restoring from the latest complete checkpoint
-    /// of its folder.
-    pub fn restoring(mut self) -> Self {
-        self.restore = true;
+    /// of its folder ([`RestoreMode::Required`]).
+    pub fn restoring(self) -> Self {
+        self.with_restore_mode(RestoreMode::Required)
+    }
+
+    /// This configuration with restore mode `mode`.
+    ///
+    /// # Examples
+    /// ```
+    /// use lockgate::{CheckpointConfig, RestoreMode};
+    /// use std::time::Duration;
+    /// let c = CheckpointConfig::exactly_once(Duration::from_millis(50), Some("/tmp/chk".into()))
+    ///     .with_restore_mode(RestoreMode::IfPresent);
+    /// assert_eq!(c.effective_restore_mode(), RestoreMode::IfPresent);
+    /// ```
+    pub fn with_restore_mode(mut self, mode: RestoreMode) -> Self {
+        self.restore_mode = mode;
         self
+    }
+
+    /// The restore mode the job runs with: `restore_mode`, or
+    /// [`RestoreMode::Required`] when it is [`RestoreMode::Never`] and the
+    /// deprecated `restore` is true.
+    ///
+    /// # Examples
+    /// ```
+    /// # #![allow(deprecated)]
+    /// use lockgate::{CheckpointConfig, RestoreMode};
+    /// let mut c = CheckpointConfig::default();
+    /// c.restore = true; // older code
+    /// assert_eq!(c.effective_restore_mode(), RestoreMode::Required);
+    /// ```
+    pub fn effective_restore_mode(&self) -> RestoreMode {
+        #[allow(deprecated)]
+        match (self.restore_mode, self.restore) {
+            (RestoreMode::Never, true) => RestoreMode::Required,
+            (mode, _) => mode,
+        }
+    }
+}
+
+/// Whether a job resumes from a checkpoint at start
+/// ([`CheckpointConfig::restore_mode`]; `--restore-mode` on the command
+/// line, where `--restore DIR` is `required`).
+///
+/// # Examples
+/// ```
+/// use lockgate::RestoreMode;
+/// assert_eq!("if-present".parse::<RestoreMode>(), Ok(RestoreMode::IfPresent));
+/// assert_eq!(RestoreMode::Required.as_str(), "required");
+/// assert!("sometimes".parse::<RestoreMode>().is_err());
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestoreMode {
+    /// Start fresh; a storage that already holds checkpoints is refused
+    /// (a second job on a folder in use, or a restore forgotten).
+    #[default]
+    Never,
+    /// Resume from the newest checkpoint whose whole chain loads when the
+    /// storage holds any checkpoint, in any form (published, or set aside
+    /// as `corrupt-chk-*`); start fresh only when it holds none. When
+    /// checkpoints are there and none loads, or they belong to another
+    /// job, the start fails as with [`RestoreMode::Required`], naming them:
+    /// a service restarted after a crash never silently starts over.
+    IfPresent,
+    /// Resume from the newest checkpoint whose whole chain loads; no such
+    /// checkpoint is an error.
+    Required,
+}
+
+impl RestoreMode {
+    /// The mode's name on the command line: `never`, `if-present`,
+    /// `required`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestoreMode::Never => "never",
+            RestoreMode::IfPresent => "if-present",
+            RestoreMode::Required => "required",
+        }
+    }
+}
+
+impl std::fmt::Display for RestoreMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for RestoreMode {
+    type Err = String;
+    /// Parses `never`, `if-present` or `required`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "never" => Ok(RestoreMode::Never),
+            "if-present" => Ok(RestoreMode::IfPresent),
+            "required" => Ok(RestoreMode::Required),
+            other => Err(format!(
+                "invalid restore mode '{other}' (expected never, if-present or required)"
+            )),
+        }
     }
 }
 
 impl Default for CheckpointConfig {
+    #[allow(deprecated)] // `restore` is still a field
     fn default() -> Self {
         CheckpointConfig {
             mode: CheckpointMode::None,
@@ -325,6 +432,7 @@ impl Default for CheckpointConfig {
             retained: 3,
             history: default_history(),
             dir: None,
+            restore_mode: RestoreMode::Never,
             restore: false,
             allow_non_restored_state: false,
             incremental: true,

@@ -76,7 +76,7 @@ struct GraphState {
     edges: Vec<EdgeSpec>,
     operator_names: HashSet<String>,
     task_names: HashSet<String>,
-    ingest_positions: Vec<(String, Arc<std::sync::atomic::AtomicU64>)>,
+    on_restore: Vec<crate::runtime::plan::RestoreHook>,
     checkpoint_events: Option<crate::transport::handoff::OutputSender<crate::CheckpointStats>>,
     errors: Vec<String>,
     anon: usize,
@@ -544,30 +544,132 @@ impl JobBuilder {
     /// starts from no state. The source ends when every [`Ingest`] handle
     /// is dropped or [`Ingest::close`]d.
     pub fn ingest_with<T: Data>(&self, name: &str, config: IngestConfig) -> (Stream<T>, Ingest<T>) {
+        self.ingest_source(name, config, None)
+    }
+
+    /// An ingest source with event time (as [`JobBuilder::ingest_with`]
+    /// otherwise): each record's timestamp comes with it
+    /// ([`Ingest::push_at`]) or from the strategy's function, and the
+    /// source generates watermarks as `strategy` says (bounded
+    /// out-of-orderness, idleness), besides the explicit ones the
+    /// application pushes ([`Ingest::push_watermark`]), so that event-time
+    /// operators downstream (windows) fire while the input runs.
+    ///
+    /// The watermark after a record depends only on the records before
+    /// it: the source ends its batch right after a record (or explicit
+    /// watermark) that moves it, so the same watermark follows the same
+    /// record in every attempt. Records, their pushed timestamps and
+    /// explicit watermarks are in the replay log, so an in-process restart
+    /// replays them exactly; the checkpointed state is the position (still
+    /// counting records: [`Ingest::restored_position`]), the largest
+    /// timestamp and the watermark. Idleness is processing time: it is not
+    /// replayed, and a restarted source starts active.
+    ///
+    /// # Examples
+    /// ```
+    /// use lockgate::source::WatermarkStrategy;
+    /// use lockgate::{IngestConfig, JobBuilder, JobConfig, Watermark};
+    ///
+    /// let job = JobBuilder::new("event-time", JobConfig::default());
+    /// let strategy = WatermarkStrategy::bounded_out_of_orderness(10).with_timestamps(|t: &i64| *t);
+    /// let (times, ingest) = job.ingest_event_time::<i64>("times", IngestConfig::default(), strategy);
+    /// let out = times.collect();
+    /// let handle = job.start().unwrap();
+    /// for t in [100, 105, 103] {
+    ///     ingest.push(t).unwrap();
+    /// }
+    /// ingest.push_watermark(Watermark(200)).unwrap(); // the application knows more
+    /// drop(ingest);
+    /// handle.wait().unwrap();
+    /// assert_eq!(out.try_iter().count(), 3);
+    /// ```
+    pub fn ingest_event_time<T: Data>(
+        &self,
+        name: &str,
+        config: IngestConfig,
+        strategy: crate::operator::event_time::WatermarkStrategy<T>,
+    ) -> (Stream<T>, Ingest<T>) {
+        self.ingest_source(name, config, Some(strategy))
+    }
+
+    fn ingest_source<T: Data>(
+        &self,
+        name: &str,
+        config: IngestConfig,
+        strategy: Option<crate::operator::event_time::WatermarkStrategy<T>>,
+    ) -> (Stream<T>, Ingest<T>) {
         let (ingest, rx) = crate::transport::handoff::ingest_channel(config.channel_capacity);
         let r2 = ingest.restored.clone();
-        self.g
-            .borrow_mut()
-            .ingest_positions
-            .push((name.to_string(), ingest.restored.clone()));
+        // The restored position is published before `start` returns.
+        let cell = ingest.restored.clone();
+        let source_name = name.to_string();
+        self.g.borrow_mut().on_restore.push(Box::new(
+            move |r: &crate::checkpoint::RestoredState| {
+                let snaps =
+                    r.states_of(&crate::types::task_id::TaskId::new(source_name.clone(), 0));
+                // The newest of its chain (a part may build on older ones).
+                if let Some(s) = snaps.iter().rfind(|s| s.operator == source_name) {
+                    let position =
+                        crate::operator::ingest::decode_position(&s.bytes).map_err(|e| {
+                            JobError::Restore(format!("ingest source '{source_name}': {e}"))
+                        })?;
+                    cell.store(position, std::sync::atomic::Ordering::Release);
+                }
+                Ok(())
+            },
+        ));
         let checkpointing = self.config.checkpoint.mode != crate::barrier::CheckpointMode::None;
         let log = checkpointing.then(|| {
             Arc::new(std::sync::Mutex::new(
                 crate::operator::ingest::ReplayLog::new(config.replay_capacity),
             ))
         });
-        let stream = self.source(name, 1, move |_| crate::operator::ingest::IngestSource {
-            rx: rx.clone(),
-            position: 0,
-            restored: r2.clone(),
-            log: log.clone(),
+        let stream = self.source(name, 1, move |_| {
+            crate::operator::ingest::IngestSource::new(
+                rx.clone(),
+                r2.clone(),
+                log.clone(),
+                strategy.clone(),
+            )
         });
         (stream, ingest)
     }
 
+    /// What the job restores for source `name` at start, readable once
+    /// [`JobBuilder::start`] returned (before any record is read): the
+    /// checkpoint and each old subtask's state of that source, decoded as
+    /// a replayable source's positions with
+    /// [`RestoredSource::positions`](crate::source::RestoredSource::positions).
+    /// Empty for a fresh start. Ask before `start`.
+    ///
+    /// # Examples
+    /// See [`crate::source::Replayable`].
+    pub fn restored_source(&self, name: &str) -> crate::operator::replayable::RestoredSource {
+        let restored = crate::operator::replayable::RestoredSource::default();
+        let cell = restored.clone();
+        let source_name = name.to_string();
+        self.g.borrow_mut().on_restore.push(Box::new(
+            move |r: &crate::checkpoint::RestoredState| {
+                let old = r.parallelism.get(&source_name).map_or(0, |p| *p as usize);
+                let states = (0..old)
+                    .map(|j| {
+                        r.states_of(&crate::types::task_id::TaskId::new(source_name.clone(), j))
+                            .iter()
+                            .rfind(|s| s.operator == source_name)
+                            .map(|s| s.bytes.clone())
+                    })
+                    .collect();
+                cell.set(r.checkpoint, states);
+                Ok(())
+            },
+        ));
+        restored
+    }
+
     /// The tasks the job will run, in start order, by full name
     /// (`keyed_sum[1]`); the index of a name is the task index used by
-    /// [`FailurePlan`].
+    /// [`FailurePlan::with`], the name what [`FailurePlan::with_task`]
+    /// takes.
     pub fn task_names(&self) -> Vec<String> {
         let g = self.g.borrow();
         g.nodes
@@ -584,8 +686,12 @@ impl JobBuilder {
     /// neither a sink nor an exchange, a forward exchange between different
     /// parallelisms); [`JobError::Storage`] / [`JobError::Restore`] when the
     /// checkpoint folder cannot be used.
-    pub fn start(self) -> Result<JobHandle, JobError> {
+    pub fn start(mut self) -> Result<JobHandle, JobError> {
         self.config.validate().map_err(JobError::Config)?;
+        let names = self.task_names();
+        self.failures
+            .resolve_names(&names)
+            .map_err(JobError::Config)?;
         let graph = {
             let mut g = self.g.borrow_mut();
             if let Some(e) = g.errors.first() {
@@ -617,7 +723,7 @@ impl JobBuilder {
                 .collect();
             let mut plan = JobGraph::new(nodes, edges);
             plan.operator_names = g.operator_names.clone();
-            plan.ingest_positions = std::mem::take(&mut g.ingest_positions);
+            plan.on_restore = std::mem::take(&mut g.on_restore);
             plan
         };
         let events = self.g.borrow_mut().checkpoint_events.take();

@@ -68,14 +68,14 @@
 //!
 //! Building: [`JobBuilder`], [`Stream`], [`Exchange`], [`Connected`],
 //! [`Data`], [`Either`]. Configuring: [`JobConfig`], [`CheckpointConfig`],
-//! [`CheckpointMode`], [`RestartStrategy`], [`IngestConfig`]. Operators:
+//! [`CheckpointMode`], [`RestartStrategy`], [`RestoreMode`], [`IngestConfig`]. Operators:
 //! [`Source`], [`SourcePoll`], [`Operator`], [`Sink`], [`Context`],
 //! [`Checkpointed`], [`Batch`], [`RecordSize`], [`Watermark`],
 //! [`SnapshotKind`]. State: [`Managed`], [`StatefulOperator`],
 //! [`KeyedState`], [`ValueState`], [`ListState`]. The application's ends:
 //! [`Ingest`], [`Output`]. Exactly-once output: [`TwoPhaseCommit`],
 //! [`TwoPhaseCommitSink`], [`Committed`], [`CheckpointId`]. Running:
-//! [`JobHandle`], [`JobMetrics`], [`CheckpointStats`]. Errors:
+//! [`JobHandle`], [`JobMonitor`], [`JobMetrics`], [`CheckpointStats`]. Errors:
 //! [`JobError`], [`OperatorError`], [`BoxError`].
 //!
 //! # The modules
@@ -90,6 +90,8 @@
 //! - [`keys`]: key groups, the unit of rescaling.
 //! - [`ingest`], [`task`], [`error`], [`tuning`]: the rest of the
 //!   vocabulary.
+//! - [`source`]: replayable sources by split and position, event time at
+//!   a source, what wakes a waiting source.
 //! - [`testing`]: failure injection for chaos tests.
 //!
 //! Inside `engine/src/` the folders are layers, bottom to top: `util`,
@@ -112,12 +114,14 @@ mod transport;
 mod types;
 mod util;
 
-// The root: building, running and observing a job (38 names, listed above).
+// The root: building, running and observing a job (40 names, listed above).
 pub use barrier::CheckpointMode;
 pub use checkpoint::CheckpointStats;
-pub use config::{CheckpointConfig, IngestConfig, JobConfig, RestartStrategy};
+pub use config::{CheckpointConfig, IngestConfig, JobConfig, RestartStrategy, RestoreMode};
 pub use graph::{Connected, Data, Exchange, JobBuilder, Stream};
-pub use job::{JobHandle, JobMetrics};
+pub use job::{JobHandle, JobMetrics, JobMonitor};
+/// `#[derive(RecordSize)]`: the trait's defaults for a plain record type.
+pub use lockgate_derive::RecordSize;
 pub use operator::two_phase::{TwoPhaseCommit, TwoPhaseCommitSink};
 pub use operator::{Checkpointed, Committed, Context, Either, Operator, Sink, Source, SourcePoll};
 pub use state::{KeyedState, ListState, Managed, StatefulOperator, ValueState};
@@ -189,6 +193,20 @@ pub mod tuning {
     pub use crate::util::background::{yield_point, YIELD_EVERY_NS};
     pub use crate::util::buffers::snapshot_buffer;
     pub use crate::util::clock::now_ns;
+}
+
+/// Sources: replayable sources by split and position ([`Replayable`](source::Replayable),
+/// [`SplitSource`](source::SplitSource), [`SplitReader`](source::SplitReader)),
+/// event time at a source ([`WatermarkStrategy`](source::WatermarkStrategy)),
+/// what wakes a waiting source ([`WakeOn`](source::WakeOn),
+/// [`Wakeup`](source::Wakeup)) and what a job restored for a source
+/// ([`RestoredSource`](source::RestoredSource)).
+pub mod source {
+    pub use crate::operator::event_time::WatermarkStrategy;
+    pub use crate::operator::replayable::{
+        Replayable, RestoredSource, SplitOutput, SplitPositions, SplitReader, SplitSource,
+    };
+    pub use crate::transport::handoff::{WakeOn, Waker, Wakeup};
 }
 
 /// The README's Rust blocks, compiled and run as doctests (as timely does).

@@ -231,7 +231,11 @@ fn dir_config(dir: &std::path::Path, restore: bool) -> JobConfig {
     config.checkpoint.mode = CheckpointMode::ExactlyOnce;
     config.checkpoint.interval = Some(Duration::from_millis(5));
     config.checkpoint.dir = Some(dir.to_path_buf());
-    config.checkpoint.restore = restore;
+    config.checkpoint.restore_mode = if restore {
+        lockgate::RestoreMode::Required
+    } else {
+        lockgate::RestoreMode::Never
+    };
     config
 }
 
@@ -1693,7 +1697,7 @@ fn incremental_retention_stays_bounded_and_a_checkpoint_missing_a_task_is_skippe
         ..loaded.metadata.clone()
     };
     storage.publish(&meta, &parts).unwrap();
-    config.checkpoint.restore = true;
+    config.checkpoint.restore_mode = lockgate::RestoreMode::Required;
     let (job, _) = paced_sum_job(config, u64::MAX, 50_000, 50);
     let h = job.with_storage(Box::new(storage.clone())).start().unwrap();
     assert!(wait_for(30, || h.metrics().completed_checkpoints() >= 1));

@@ -576,7 +576,8 @@ pub fn task_names(spec: &FlightsJobSpec) -> Vec<String> {
 }
 
 /// Runs the whole job: checks the inputs, prepares the output folder
-/// (keeping its parts when `config.checkpoint.restore`), runs the job with
+/// (keeping its parts on a restore: `config.checkpoint.restore_mode`
+/// required, or if-present on a folder that holds a checkpoint), runs the job with
 /// `failures` injected, reads the committed parts and writes the two
 /// files.
 ///
@@ -595,7 +596,23 @@ pub fn run(
             "parallelism must be at least 1".into(),
         )));
     }
-    let restore = config.checkpoint.restore;
+    let mut config = config;
+    if config.checkpoint.restore_mode == lockgate::RestoreMode::IfPresent {
+        // The output folder is kept only on a restore: decide it here.
+        let present = match &config.checkpoint.dir {
+            Some(dir) if dir.exists() => lockgate::storage::LocalDirStorage::open(dir)
+                .and_then(|s| lockgate::storage::CheckpointStorage::traces(&s))
+                .map(|t| !t.is_empty())
+                .map_err(|e| FlightsJobError::Job(JobError::Storage(e)))?,
+            _ => false,
+        };
+        config.checkpoint.restore_mode = if present {
+            lockgate::RestoreMode::Required
+        } else {
+            lockgate::RestoreMode::Never
+        };
+    }
+    let restore = config.checkpoint.effective_restore_mode() == lockgate::RestoreMode::Required;
     prepare_output(spec, restore).map_err(|e| {
         // On a restore, a missing part folder is bad input (the output
         // folder is not the checkpoint's), not a failed write.

@@ -6,7 +6,9 @@
 //! Its checkpointed state is the reader position (data rows consumed, good
 //! or bad) and the largest event time seen; a restore reopens the file at
 //! that position ([`CsvRecordReader::open_at`]), so the records after the
-//! checkpoint are read again and none before it.
+//! checkpoint are read again and none before it. It is a
+//! [`lockgate::source::Replayable`] source ([`CsvFile`], one split): the
+//! reader of an earlier attempt is closed before the file is reopened.
 //!
 //! Watermark: `max event time seen - max out-of-orderness - 1 ms` (Flink's
 //! `BoundedOutOfOrdernessWatermarks`: the `- 1` lets records with the
@@ -19,6 +21,7 @@
 //! the application can tell an input error from other failures.
 
 use crate::csv::{BadRows, CsvError, CsvRecord, CsvRecordReader};
+use lockgate::source::{Replayable, SplitOutput, SplitReader, SplitSource};
 use lockgate::Checkpointed;
 use lockgate::{error::FatalError, BoxError, CheckpointId, Source, SourcePoll, Watermark};
 use serde::{Deserialize, Serialize};
@@ -75,57 +78,34 @@ impl CsvSourceProbe {
     }
 }
 
-#[derive(Serialize, Deserialize)]
-struct Position {
+/// Where a [`CsvSource`] reads its file from: data rows consumed (good or
+/// bad) and the largest event time seen (its watermark's state). Its
+/// checkpointed form is the JSON of every earlier build.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CsvPosition {
     rows: u64,
     max_time: Option<i64>,
 }
 
-/// A [`Source`] of the records of one CSV file (see the module docs).
-/// Run it with parallelism 1 (a file, a gzip stream above all, is read by
-/// one task).
-pub struct CsvSource<R: CsvRecord> {
+/// The file of a [`CsvSource`] as a [`SplitSource`]: one split (the
+/// file), its position a [`CsvPosition`].
+pub struct CsvFile<R: CsvRecord> {
     path: PathBuf,
     bad_rows: BadRows,
     time_of: fn(&R) -> i64,
     out_of_orderness_ms: i64,
-    reader: Option<CsvRecordReader<R>>,
-    rows: u64,
-    max_time: Option<i64>,
-    finished: bool,
     probe: Arc<CsvSourceProbe>,
 }
 
-impl<R: CsvRecord> std::fmt::Debug for CsvSource<R> {
+impl<R: CsvRecord> std::fmt::Debug for CsvFile<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CsvSource").finish_non_exhaustive()
+        f.debug_struct("CsvFile")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
-impl<R: CsvRecord> CsvSource<R> {
-    /// Reads `path` from its first row; `time_of` gives a record's event
-    /// time (ms), `out_of_orderness_ms` the watermark's bound (negative:
-    /// 0). The file is opened on the first poll.
-    pub fn new(
-        path: impl Into<PathBuf>,
-        bad_rows: BadRows,
-        time_of: fn(&R) -> i64,
-        out_of_orderness_ms: i64,
-        probe: Arc<CsvSourceProbe>,
-    ) -> Self {
-        CsvSource {
-            path: path.into(),
-            bad_rows,
-            time_of,
-            out_of_orderness_ms: out_of_orderness_ms.max(0),
-            reader: None,
-            rows: 0,
-            max_time: None,
-            finished: false,
-            probe,
-        }
-    }
-
+impl<R: CsvRecord> CsvFile<R> {
     /// Input errors (a missing file, a bad header or row) are fatal: a
     /// restart would read the same input again.
     fn fail(&self, e: CsvError) -> BoxError {
@@ -134,34 +114,85 @@ impl<R: CsvRecord> CsvSource<R> {
         Box::new(FatalError(msg))
     }
 
-    fn publish(&self, skipped: u64) {
-        self.probe.rows.store(self.rows, Ordering::Relaxed);
-        self.probe.skipped.store(skipped, Ordering::Relaxed);
+    fn watermark_of(&self, p: &CsvPosition) -> Option<Watermark> {
+        p.max_time
+            .map(|m| Watermark(m.saturating_sub(self.out_of_orderness_ms).saturating_sub(1)))
     }
 }
 
-impl<R: CsvRecord + Send> Source<R> for CsvSource<R> {
-    fn poll(&mut self, out: &mut Vec<R>, max: usize) -> Result<SourcePoll, BoxError> {
-        if self.finished {
-            return Ok(SourcePoll::Finished);
-        }
-        if self.reader.is_none() {
-            match CsvRecordReader::open_at(&self.path, self.bad_rows, self.rows) {
-                Ok(r) => self.reader = Some(r),
-                Err(e) => return Err(self.fail(e)),
-            }
-        }
-        let Some(reader) = self.reader.as_mut() else {
-            return Err("the CSV reader is not open".into());
-        };
+/// The reader of an open [`CsvFile`].
+pub struct CsvFileReader<R: CsvRecord> {
+    reader: CsvRecordReader<R>,
+    at: CsvPosition,
+    watermark: Option<Watermark>,
+    time_of: fn(&R) -> i64,
+    out_of_orderness_ms: i64,
+    finished: bool,
+    probe: Arc<CsvSourceProbe>,
+}
+
+impl<R: CsvRecord> std::fmt::Debug for CsvFileReader<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CsvFileReader")
+            .field("at", &self.at)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: CsvRecord + Send + 'static> SplitSource for CsvFile<R> {
+    type Record = R;
+    type Split = u32;
+    type Position = CsvPosition;
+    type Reader = CsvFileReader<R>;
+
+    fn splits(&self) -> Vec<u32> {
+        vec![0]
+    }
+
+    fn open(&mut self, splits: &[(u32, Option<CsvPosition>)]) -> Result<Self::Reader, BoxError> {
+        let at = splits
+            .first()
+            .and_then(|(_, p)| p.clone())
+            .unwrap_or_default();
+        let reader = CsvRecordReader::open_at(&self.path, self.bad_rows, at.rows)
+            .map_err(|e| self.fail(e))?;
+        Ok(CsvFileReader {
+            reader,
+            watermark: self.watermark_of(&at),
+            at,
+            time_of: self.time_of,
+            out_of_orderness_ms: self.out_of_orderness_ms,
+            finished: false,
+            probe: self.probe.clone(),
+        })
+    }
+
+    /// The JSON of earlier builds: `{"rows":..,"max_time":..}`.
+    fn encode_positions(positions: &[(u32, CsvPosition)]) -> Result<Vec<u8>, BoxError> {
+        let p = positions
+            .first()
+            .map(|(_, p)| p.clone())
+            .unwrap_or_default();
+        Ok(serde_json::to_vec(&p)?)
+    }
+
+    fn decode_positions(bytes: &[u8]) -> Result<Vec<(u32, CsvPosition)>, BoxError> {
+        let p: CsvPosition = serde_json::from_slice(bytes)
+            .map_err(|e| format!("CSV source position does not decode: {e}"))?;
+        Ok(vec![(0, p)])
+    }
+}
+
+impl<R: CsvRecord + Send + 'static> SplitReader<CsvFile<R>> for CsvFileReader<R> {
+    fn read(&mut self, out: &mut SplitOutput<'_, CsvFile<R>>) -> Result<SourcePoll, BoxError> {
         let mut result = Ok(SourcePoll::Ready);
-        let start = out.len();
-        while out.len() - start < max {
-            match reader.next_record() {
+        while !out.is_full() {
+            match self.reader.next_record() {
                 Ok(Some(r)) => {
                     let t = (self.time_of)(&r);
-                    self.max_time = Some(self.max_time.map_or(t, |m| m.max(t)));
-                    out.push(r);
+                    self.at.max_time = Some(self.at.max_time.map_or(t, |m| m.max(t)));
+                    self.at.rows = self.reader.position();
+                    out.emit(r, &0, self.at.clone());
                 }
                 Ok(None) => {
                     self.finished = true;
@@ -176,9 +207,17 @@ impl<R: CsvRecord + Send> Source<R> for CsvSource<R> {
                 }
             }
         }
-        self.rows = CsvRecordReader::position(reader);
-        let skipped = reader.skipped();
-        self.publish(skipped);
+        // Bad rows skipped after the last record count too.
+        self.at.rows = self.reader.position();
+        out.advance(&0, self.at.clone());
+        self.watermark = self
+            .at
+            .max_time
+            .map(|m| Watermark(m.saturating_sub(self.out_of_orderness_ms).saturating_sub(1)));
+        self.probe.rows.store(self.at.rows, Ordering::Relaxed);
+        self.probe
+            .skipped
+            .store(self.reader.skipped(), Ordering::Relaxed);
         if self.finished {
             self.probe.finished.store(true, Ordering::Relaxed);
         }
@@ -189,27 +228,85 @@ impl<R: CsvRecord + Send> Source<R> for CsvSource<R> {
         if self.finished {
             return Some(Watermark(i64::MAX));
         }
-        self.max_time
-            .map(|m| Watermark(m.saturating_sub(self.out_of_orderness_ms).saturating_sub(1)))
+        self.watermark
     }
 }
 
-impl<R: CsvRecord + Send> Checkpointed for CsvSource<R> {
-    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
-        Ok(Some(serde_json::to_vec(&Position {
-            rows: self.rows,
-            max_time: self.max_time,
-        })?))
+/// A [`Source`] of the records of one CSV file (see the module docs): a
+/// [`Replayable`] [`CsvFile`], its state the position of the file (the
+/// JSON of earlier builds). Run it with parallelism 1 (a file, a gzip
+/// stream above all, is read by one task).
+pub struct CsvSource<R: CsvRecord + Send + 'static>(Replayable<CsvFile<R>>);
+
+impl<R: CsvRecord + Send + 'static> std::fmt::Debug for CsvSource<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CsvSource").finish_non_exhaustive()
+    }
+}
+
+impl<R: CsvRecord + Send + 'static> CsvSource<R> {
+    /// Reads `path` from its first row; `time_of` gives a record's event
+    /// time (ms), `out_of_orderness_ms` the watermark's bound (negative:
+    /// 0). The file is opened on the first poll.
+    pub fn new(
+        path: impl Into<PathBuf>,
+        bad_rows: BadRows,
+        time_of: fn(&R) -> i64,
+        out_of_orderness_ms: i64,
+        probe: Arc<CsvSourceProbe>,
+    ) -> Self {
+        CsvSource(Replayable::new(CsvFile {
+            path: path.into(),
+            bad_rows,
+            time_of,
+            out_of_orderness_ms: out_of_orderness_ms.max(0),
+            probe,
+        }))
+    }
+}
+
+impl<R: CsvRecord + Send + 'static> Source<R> for CsvSource<R> {
+    fn poll(&mut self, out: &mut Vec<R>, max: usize) -> Result<SourcePoll, BoxError> {
+        self.0.poll(out, max)
+    }
+
+    /// The reader's, or before it opens (after a restore) the restored
+    /// position's.
+    fn current_watermark(&self) -> Option<Watermark> {
+        match self.0.reader() {
+            Some(r) => r.current_watermark(),
+            None => self
+                .0
+                .positions()
+                .first()
+                .and_then(|(_, p)| self.0.source().watermark_of(p)),
+        }
+    }
+}
+
+impl<R: CsvRecord + Send + 'static> Checkpointed for CsvSource<R> {
+    fn snapshot_state(&mut self, id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+        self.0.snapshot_state(id)
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
-        let p: Position = serde_json::from_slice(state)
-            .map_err(|e| format!("CSV source position does not decode: {e}"))?;
-        self.rows = p.rows;
-        self.max_time = p.max_time;
-        self.reader = None;
-        self.finished = false;
-        Ok(())
+        self.0.restore_state(state)
+    }
+
+    fn restore_rescaled(
+        &mut self,
+        chains: &[Vec<&[u8]>],
+        rescale: &lockgate::keys::Rescale,
+    ) -> Result<(), BoxError> {
+        self.0.restore_rescaled(chains, rescale)
+    }
+
+    fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), BoxError> {
+        self.0.notify_checkpoint_complete(id)
+    }
+
+    fn notify_checkpoint_aborted(&mut self, id: CheckpointId) -> Result<(), BoxError> {
+        self.0.notify_checkpoint_aborted(id)
     }
 }
 

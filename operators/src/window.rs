@@ -23,16 +23,23 @@
 //!
 //! Time is in ms of event time; watermarks follow Flink: `Watermark(t)`
 //! says no more records with a timestamp `<= t` are expected.
+//!
+//! State: the windows' accumulators are managed keyed state
+//! ([`lockgate::KeyedState`], by key group of the key's routing key),
+//! written incrementally (a checkpoint holds the windows changed since its
+//! base), with the watermark and the late count; the timers are rebuilt
+//! from the windows at a restore. The whole-JSON state of earlier builds
+//! (windows and timers) still restores.
 
 use crate::timers::TimerService;
 use lockgate::Checkpointed;
 use lockgate::Context;
 use lockgate::{
-    error::FatalError, keys::Rescale, BoxError, CheckpointId, Operator, RecordSize, Watermark,
+    error::FatalError, keys::Rescale, state::StateKey, state::StateSnapshot, BoxError,
+    CheckpointId, KeyedState, Operator, RecordSize, Watermark,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -175,7 +182,7 @@ fn window_start(t: i64, offset: i64, size: i64) -> i64 {
 /// window fires. The accumulator is checkpointed, so it must serialize.
 pub trait AggregateFunction<T>: Send {
     /// The running state of one window.
-    type Acc: Clone + Serialize + DeserializeOwned + Send;
+    type Acc: Clone + Serialize + DeserializeOwned + Send + 'static;
     /// What a window emits.
     type Out: Clone + Send + 'static;
 
@@ -286,7 +293,7 @@ impl<C, A, R> AggregateFn<C, A, R> {
 
 impl<T, Acc, Out, C, A, R> AggregateFunction<T> for AggregateFn<C, A, R>
 where
-    Acc: Clone + Serialize + DeserializeOwned + Send,
+    Acc: Clone + Serialize + DeserializeOwned + Send + 'static,
     Out: Clone + Send + 'static,
     C: Fn() -> Acc + Send,
     A: Fn(&mut Acc, &T) + Send,
@@ -378,6 +385,52 @@ struct WindowState<K, Acc> {
     late: u64,
 }
 
+/// A window's state key: its key's routing key (which decides its key
+/// group), the key and the window.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(bound(serialize = "K: Serialize", deserialize = "K: DeserializeOwned"))]
+struct Slot<K> {
+    route: u64,
+    key: K,
+    window: TimeWindow,
+}
+
+impl<K> StateKey for Slot<K> {
+    fn routing_key(&self) -> u64 {
+        self.route
+    }
+}
+
+/// The tag of the window state since it is managed (earlier builds wrote
+/// JSON, which starts with `{`).
+const MANAGED_TAG: &[u8; 4] = b"LGW1";
+
+/// What a managed-state part holds besides the windows: the watermark the
+/// timers had reached and the late count.
+#[derive(Serialize, Deserialize)]
+struct Header {
+    watermark: i64,
+    late: u64,
+}
+
+/// A part of the window state: the header and the keyed state's bytes, or
+/// `None` for the JSON of an earlier build.
+fn split_part(bytes: &[u8]) -> Result<Option<(Header, &[u8])>, BoxError> {
+    let Some(rest) = bytes.strip_prefix(MANAGED_TAG) else {
+        return Ok(None);
+    };
+    let (header, keyed) = postcard::take_from_bytes::<Header>(rest)
+        .map_err(|e| format!("window state header does not decode: {e}"))?;
+    Ok(Some((header, keyed)))
+}
+
+fn join_part(header: &Header, keyed: &[u8]) -> Result<Vec<u8>, BoxError> {
+    let mut bytes = MANAGED_TAG.to_vec();
+    bytes = postcard::to_extend(header, bytes)?;
+    bytes.extend_from_slice(keyed);
+    Ok(bytes)
+}
+
 /// The routing key of a state key: the `u64` the input's `key_by` returns
 /// for that key's records (see [`WindowOperator::with_routing_key`]).
 pub(crate) type RoutingKeyFn<K> = Box<dyn Fn(&K) -> u64 + Send>;
@@ -394,7 +447,7 @@ pub struct WindowOperator<T, K, A: AggregateFunction<T>> {
     late_side_output: bool,
     late_slot: Option<Arc<AtomicU64>>,
     routing_key: Option<RoutingKeyFn<K>>,
-    windows: HashMap<(K, TimeWindow), A::Acc>,
+    windows: KeyedState<Slot<K>, A::Acc>,
     timers: TimerService<(K, TimeWindow)>,
     late: u64,
     scratch: Vec<TimeWindow>,
@@ -425,7 +478,7 @@ impl<T, K: WindowKey, A: AggregateFunction<T>> WindowOperator<T, K, A> {
             late_side_output: false,
             late_slot: None,
             routing_key: None,
-            windows: HashMap::new(),
+            windows: KeyedState::new(),
             timers: TimerService::new(),
             late: 0,
             scratch: Vec::new(),
@@ -478,6 +531,70 @@ impl<T, K: WindowKey, A: AggregateFunction<T>> WindowOperator<T, K, A> {
         self.windows.len()
     }
 
+    fn slot(&self, key: &K, window: TimeWindow) -> Slot<K> {
+        Slot {
+            route: self.routing_key.as_ref().map_or(0, |r| r(key)),
+            key: key.clone(),
+            window,
+        }
+    }
+
+    /// The event-time timers of the windows held, at `watermark` (a
+    /// restore): each window's firing, unless it fired, and its cleanup.
+    fn rebuild_timers(&mut self, watermark: i64) {
+        let mut timers = TimerService::new();
+        timers.advance_watermark(watermark);
+        for (slot, _) in self.windows.iter() {
+            let w = slot.window;
+            if w.max_timestamp() > watermark {
+                timers.register_event_time(w.max_timestamp(), (slot.key.clone(), w));
+            }
+            let cleanup = self.cleanup_time(&w);
+            if cleanup > watermark {
+                timers.register_event_time(cleanup, (slot.key.clone(), w));
+            }
+        }
+        self.timers = timers;
+    }
+
+    fn header(&self) -> Header {
+        Header {
+            watermark: self.timers.current_watermark(),
+            late: self.late,
+        }
+    }
+
+    /// `restored`'s windows that `keep` keeps, their state keys made
+    /// again with this operator's routing key (a snapshot taken without
+    /// one has them in key group 0).
+    fn rekeyed(
+        &self,
+        restored: KeyedState<Slot<K>, A::Acc>,
+        keep: impl Fn(&K) -> bool,
+        into: &mut KeyedState<Slot<K>, A::Acc>,
+    ) {
+        for (slot, acc) in restored.iter() {
+            if keep(&slot.key) {
+                into.insert(self.slot(&slot.key, slot.window), acc.clone());
+            }
+        }
+    }
+
+    /// The windows and timers of the JSON state of an earlier build.
+    fn windows_of_json(
+        &self,
+        state: WindowState<K, A::Acc>,
+        keep: impl Fn(&K) -> bool,
+    ) -> KeyedState<Slot<K>, A::Acc> {
+        let mut windows = KeyedState::new();
+        for ((k, w), acc) in state.windows {
+            if keep(&k) {
+                windows.insert(self.slot(&k, w), acc);
+            }
+        }
+        windows
+    }
+
     fn cleanup_time(&self, w: &TimeWindow) -> i64 {
         w.max_timestamp().saturating_add(self.allowed_lateness_ms)
     }
@@ -495,7 +612,7 @@ impl<T, K: WindowKey, A: AggregateFunction<T>> WindowOperator<T, K, A> {
         late_update: bool,
     ) -> Option<WindowResult<K, A::Out>> {
         self.windows
-            .get(&(key.clone(), window))
+            .get(&self.slot(key, window))
             .map(|acc| WindowResult {
                 key: key.clone(),
                 window,
@@ -512,7 +629,8 @@ impl<T, K: WindowKey, A: AggregateFunction<T>> WindowOperator<T, K, A> {
                 }
             }
             if time >= self.cleanup_time(&window) {
-                self.windows.remove(&(key, window));
+                let slot = self.slot(&key, window);
+                self.windows.remove(&slot);
             }
         }
     }
@@ -544,15 +662,15 @@ where
                     continue; // this window is gone: the record is late for it
                 }
                 placed = true;
-                let slot = (key.clone(), w);
-                if !self.windows.contains_key(&slot) {
+                let slot = self.slot(&key, w);
+                if self.windows.get(&slot).is_none() {
                     // A window that has fired already (a record within the
                     // allowed lateness) fires again below, not by timer.
                     if w.max_timestamp() > watermark {
                         self.timers
-                            .register_event_time(w.max_timestamp(), slot.clone());
+                            .register_event_time(w.max_timestamp(), (key.clone(), w));
                     }
-                    self.timers.register_event_time(cleanup, slot.clone());
+                    self.timers.register_event_time(cleanup, (key.clone(), w));
                     self.windows.insert(slot.clone(), self.agg.create());
                 }
                 if let Some(acc) = self.windows.get_mut(&slot) {
@@ -601,25 +719,66 @@ where
     K: WindowKey,
     A: AggregateFunction<T>,
 {
+    /// The whole state (managed format, a full part).
     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
-        let state = WindowState {
-            windows: self
-                .windows
-                .iter()
-                .map(|(k, a)| (k.clone(), a.clone()))
-                .collect(),
-            timers: self.timers.clone(),
-            late: self.late,
-        };
-        Ok(Some(serde_json::to_vec(&state)?))
+        Ok(Some(join_part(&self.header(), &self.windows.snapshot()?)?))
+    }
+
+    /// Incremental: the windows changed since the request's base (see
+    /// [`KeyedState::snapshot_async`]), with the watermark and late count.
+    fn snapshot_state_async(
+        &mut self,
+        _id: CheckpointId,
+    ) -> Result<Option<StateSnapshot>, BoxError> {
+        let header = self.header();
+        let windows = self.windows.snapshot_async();
+        Ok(Some(StateSnapshot::incremental(move |req| {
+            let mut part = windows.run(req)?;
+            part.bytes = join_part(&header, &part.bytes)?;
+            Ok(part)
+        })))
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
-        let state: WindowState<K, A::Acc> = serde_json::from_slice(state)
-            .map_err(|e| format!("window state does not decode: {e}"))?;
-        self.windows = state.windows.into_iter().collect();
-        self.timers = state.timers;
-        self.late = state.late;
+        self.restore_state_chain(&[state])
+    }
+
+    fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
+        // Parts before the newest JSON one (an earlier build's) are not
+        // needed: JSON parts are whole.
+        let from = chain
+            .iter()
+            .rposition(|p| !p.starts_with(MANAGED_TAG))
+            .unwrap_or(0);
+        let chain = &chain[from..];
+        let Some(last) = chain.last() else {
+            return Ok(());
+        };
+        if split_part(last)?.is_none() {
+            let state: WindowState<K, A::Acc> = serde_json::from_slice(last)
+                .map_err(|e| format!("window state does not decode: {e}"))?;
+            self.windows = KeyedState::new();
+            self.timers = state.timers.clone();
+            self.late = state.late;
+            self.windows = self.windows_of_json(state, |_| true);
+        } else {
+            let mut keyed = Vec::with_capacity(chain.len());
+            let mut header = None;
+            for part in chain {
+                let Some((h, k)) = split_part(part)? else {
+                    return Err("window state: a JSON part inside a managed chain".into());
+                };
+                keyed.push(k);
+                header = Some(h);
+            }
+            let header = header.ok_or("window state: no part")?;
+            let restored = KeyedState::restore_chain(&keyed)?;
+            let mut windows = KeyedState::new();
+            self.rekeyed(restored, |_| true, &mut windows);
+            self.windows = windows;
+            self.late = header.late;
+            self.rebuild_timers(header.watermark);
+        }
         self.publish_late();
         Ok(())
     }
@@ -635,25 +794,65 @@ where
                 rescale.old_parallelism, rescale.parallelism
             ))));
         };
-        let (mut windows, mut timers, mut late) = (HashMap::new(), Vec::new(), 0);
-        for (j, chain) in chains.iter().enumerate() {
-            let Some(last) = chain.last() else { continue };
-            let state: WindowState<K, A::Acc> = serde_json::from_slice(last)
-                .map_err(|e| format!("window state of old subtask {j} does not decode: {e}"))?;
-            windows.extend(
-                state
-                    .windows
-                    .into_iter()
-                    .filter(|((k, _), _)| rescale.owns_key(route(k))),
-            );
-            timers.push(state.timers);
-            if j % rescale.parallelism == rescale.subtask {
-                late += state.late;
+        let json = chains
+            .iter()
+            .filter_map(|c| c.last())
+            .any(|last| !last.starts_with(MANAGED_TAG));
+        if json {
+            // An earlier build's JSON state: windows and timers as stored.
+            let (mut windows, mut timers, mut late) = (Vec::new(), Vec::new(), 0);
+            for (j, chain) in chains.iter().enumerate() {
+                let Some(last) = chain.last() else { continue };
+                let state: WindowState<K, A::Acc> = serde_json::from_slice(last)
+                    .map_err(|e| format!("window state of old subtask {j} does not decode: {e}"))?;
+                windows.extend(
+                    state
+                        .windows
+                        .into_iter()
+                        .filter(|((k, _), _)| rescale.owns_key(route(k))),
+                );
+                timers.push(state.timers);
+                if j % rescale.parallelism == rescale.subtask {
+                    late += state.late;
+                }
             }
+            let state = WindowState {
+                windows,
+                timers: TimerService::new(),
+                late,
+            };
+            self.windows = self.windows_of_json(state, |_| true);
+            self.timers = TimerService::gather(timers, |(k, _)| rescale.owns_key(route(k)));
+            self.late = late;
+        } else {
+            let (mut windows, mut watermark, mut late) = (KeyedState::new(), None::<i64>, 0);
+            for (j, chain) in chains.iter().enumerate() {
+                if chain.is_empty() {
+                    continue; // that old subtask stored nothing
+                }
+                let mut parts = Vec::with_capacity(chain.len());
+                for (i, part) in chain.iter().enumerate() {
+                    let (h, k) = split_part(part)?
+                        .ok_or("window state: a JSON part inside a managed chain")?;
+                    parts.push(k);
+                    if i + 1 == chain.len() {
+                        // Every old subtask had seen at least the smallest.
+                        watermark = Some(watermark.map_or(h.watermark, |w| w.min(h.watermark)));
+                        if j % rescale.parallelism == rescale.subtask {
+                            late += h.late;
+                        }
+                    }
+                }
+                // Each old subtask's windows, kept by the routing key of
+                // this operator (not the one stored: a snapshot taken
+                // without a routing key has them all in key group 0).
+                let restored = KeyedState::restore_chain(&parts)?;
+                self.rekeyed(restored, |k| rescale.owns_key(route(k)), &mut windows);
+            }
+            self.windows = windows;
+            self.late = late;
+            self.rebuild_timers(watermark.unwrap_or(i64::MIN));
         }
-        self.windows = windows;
-        self.timers = TimerService::gather(timers, |(k, _)| rescale.owns_key(route(k)));
-        self.late = late;
         self.publish_late();
         Ok(())
     }

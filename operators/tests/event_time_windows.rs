@@ -62,8 +62,8 @@ impl Source<i64> for Fed {
         }
         Ok(SourcePoll::Ready)
     }
-    fn wake_on(&self) -> Option<&IngestReceiver<i64>> {
-        Some(&self.rx)
+    fn wake_on<'a>(&'a self, on: &mut lockgate::source::WakeOn<'a>) {
+        on.channel(&self.rx);
     }
     fn current_watermark(&self) -> Option<Watermark> {
         self.max.map(|m| Watermark(m - 1))

@@ -403,7 +403,7 @@ fn restore_from_another_configuration_is_refused() {
     let report = run_reference_job(&cfg, jc.clone(), FailurePlan::none()).unwrap();
     assert!(report.ok(), "{:?}", report.failure());
     // The same job resumes from its final checkpoint: nothing left to do.
-    jc.checkpoint.restore = true;
+    jc.checkpoint.restore_mode = lockgate::RestoreMode::Required;
     let again = run_reference_job(&cfg, jc.clone(), FailurePlan::none()).unwrap();
     assert!(again.ok(), "{:?}", again.failure());
     let other = RefJobConfig::w1(60_000);

@@ -211,6 +211,12 @@ pub(crate) struct Args {
     /// may differ (a rescale).
     #[arg(long, value_name = "DIR")]
     pub restore: Option<PathBuf>,
+    /// With --checkpoint-dir DIR: never (DIR must hold no checkpoint),
+    /// if-present (resume from DIR as --restore DIR when it holds any
+    /// checkpoint, else start fresh there) or required (--restore DIR)
+    /// [default: never; --restore DIR is required].
+    #[arg(long, value_name = "MODE")]
+    pub restore_mode: Option<lockgate::RestoreMode>,
     /// Writes the run as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -696,7 +702,7 @@ impl Args {
                     if !r.is_dir() {
                         return Err(format!("--restore {}: no such folder", r.display()));
                     }
-                    job.checkpoint.restore = true;
+                    job.checkpoint.restore_mode = lockgate::RestoreMode::Required;
                     job.checkpoint.dir = Some(r.clone());
                     CheckpointDir::User(r.clone())
                 }

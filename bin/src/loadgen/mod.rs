@@ -46,6 +46,19 @@ pub(crate) fn run(args: Args) -> u8 {
 
 fn run_load(args: Args, server: &mut Option<MetricsServer>) -> u8 {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut args = args;
+    match crate::restore_args::resolve(
+        args.restore_mode,
+        args.restore.is_some(),
+        args.checkpoint_dir.as_deref(),
+    ) {
+        Ok(Some(dir)) => args.restore = Some(dir),
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_USAGE;
+        }
+    }
     let args = match restore::resolve(args, &argv) {
         Ok(a) => a,
         Err(e) => {

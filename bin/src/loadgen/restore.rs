@@ -32,6 +32,7 @@ pub(crate) const MAY_DIFFER: &[&str] = &[
     "inject_failures",
     "seed",
     "restore",
+    "restore_mode",
     "checkpoint_dir",
     "json",
     "hgrm",

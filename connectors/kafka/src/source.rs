@@ -4,6 +4,7 @@ use crate::client::{ClientSettings, QuietConsumer};
 use crate::encoding::{InputRecord, SourceRecord};
 use crate::error::KafkaError;
 use crate::partitions::{owned_partitions, subtask_owns, PartitionWatermarks};
+use lockgate::source::{Replayable, SplitOutput, SplitReader, SplitSource};
 use lockgate::{
     error::FatalError, keys::Rescale, task::SubtaskInfo, BoxError, CheckpointId, Checkpointed,
     Source, SourcePoll, Watermark,
@@ -12,7 +13,7 @@ use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::KafkaError as RdError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,20 +60,31 @@ pub struct KafkaSourceConfig {
 /// partitions by explicit assignment from the offsets of the restored
 /// checkpoint (or from the beginning), emits [`SourceRecord`]s, and keeps
 /// a watermark per partition ([`PartitionWatermarks`]) on the Kafka
-/// record timestamps (event time). Its checkpointed
-/// state is each partition's next offset (postcard `Vec<(u32, i64)>`).
-pub struct KafkaSource {
+/// record timestamps (event time). A [`Replayable`] source whose splits
+/// are the partitions: its checkpointed state is
+/// each partition's next offset (postcard `Vec<(u32, i64)>`, as in every
+/// earlier build), and the consumer of an earlier attempt is closed before
+/// a new one is assigned the restored offsets.
+pub struct KafkaSource(Replayable<KafkaPartitions>);
+
+/// The partitions a Kafka source subtask reads, as a [`SplitSource`]
+/// (split: a partition; position: the next offset to read).
+pub(crate) struct KafkaPartitions {
     config: Arc<KafkaSourceConfig>,
     subtask: usize,
     parallelism: usize,
     mine: Vec<u32>,
-    consumer: Option<QuietConsumer>,
-    /// Next offset to read, per partition read or restored so far.
-    next: BTreeMap<u32, i64>,
+}
+
+/// The reader of [`KafkaPartitions`]: a consumer assigned the partitions
+/// at their offsets.
+pub(crate) struct KafkaPartitionReader {
+    config: Arc<KafkaSourceConfig>,
+    subtask: usize,
+    mine: Vec<u32>,
+    consumer: QuietConsumer,
     /// Bounded mode: partitions read up to their end.
     done: BTreeSet<u32>,
-    /// Offsets of each checkpoint taken and not yet completed.
-    snapshots: Vec<(CheckpointId, Vec<(u32, i64)>)>,
     /// When offsets were last committed to the group (ns, `now_ns`).
     committed_at_ns: Option<u64>,
     watermarks: PartitionWatermarks,
@@ -80,11 +92,31 @@ pub struct KafkaSource {
 
 impl std::fmt::Debug for KafkaSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.0.source();
         f.debug_struct("KafkaSource")
+            .field("topic", &s.config.topic)
+            .field("subtask", &s.subtask)
+            .field("partitions", &s.mine)
+            .field("next", &self.0.positions())
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for KafkaPartitions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaPartitions")
             .field("topic", &self.config.topic)
             .field("subtask", &self.subtask)
             .field("partitions", &self.mine)
-            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for KafkaPartitionReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaPartitionReader")
+            .field("topic", &self.config.topic)
+            .field("done", &self.done)
             .finish_non_exhaustive()
     }
 }
@@ -98,61 +130,48 @@ impl KafkaSource {
             .into_iter()
             .filter(|&p| subtask_owns(p, config.processes, parallelism, subtask))
             .collect();
-        let watermarks = PartitionWatermarks::new(&mine, config.out_of_orderness_ns);
-        KafkaSource {
+        KafkaSource(Replayable::new(KafkaPartitions {
             config,
             subtask,
             parallelism,
             mine,
-            consumer: None,
-            next: BTreeMap::new(),
-            done: BTreeSet::new(),
-            snapshots: Vec::new(),
-            committed_at_ns: None,
-            watermarks,
-        }
+        }))
     }
 
     /// The partitions this subtask reads.
     pub fn partitions(&self) -> &[u32] {
-        &self.mine
+        &self.0.source().mine
     }
+}
 
-    fn end_of(&self, p: u32) -> Option<i64> {
-        self.config
-            .end_offsets
-            .as_ref()
-            .map(|e| e.get(p as usize).copied().unwrap_or(0))
-    }
+fn end_of(config: &KafkaSourceConfig, p: u32) -> Option<i64> {
+    config
+        .end_offsets
+        .as_ref()
+        .map(|e| e.get(p as usize).copied().unwrap_or(0))
+}
 
-    fn mark_done(&mut self, p: u32) {
-        if self.done.insert(p) {
-            self.watermarks.set_idle(p, true);
-            if let Some(c) = &self.consumer {
-                let mut tpl = TopicPartitionList::new();
-                tpl.add_partition(&self.config.topic, p as i32);
-                // Stops fetching beyond the end; an error only costs reads.
-                let _ = c.pause(&tpl);
-            }
-        }
+impl SplitSource for KafkaPartitions {
+    type Record = SourceRecord;
+    type Split = u32;
+    type Position = i64;
+    type Reader = KafkaPartitionReader;
+
+    fn splits(&self) -> Vec<u32> {
+        self.mine.clone()
     }
 
     /// Creates the consumer and assigns the partitions at their offsets.
-    fn open(&mut self) -> Result<(), KafkaError> {
+    fn open(&mut self, splits: &[(u32, Option<i64>)]) -> Result<KafkaPartitionReader, BoxError> {
         let consumer = self.config.client.consumer(&self.config.group_id, false)?;
+        let mut watermarks = PartitionWatermarks::new(&self.mine, self.config.out_of_orderness_ns);
+        let mut done = BTreeSet::new();
         let mut tpl = TopicPartitionList::new();
-        for &p in &self.mine {
-            let at = self.next.get(&p).copied();
-            if let (Some(end), Some(next)) = (self.end_of(p), at) {
-                if next >= end {
-                    self.done.insert(p);
-                    self.watermarks.set_idle(p, true);
-                    continue;
-                }
-            }
-            if self.end_of(p) == Some(0) {
-                self.done.insert(p);
-                self.watermarks.set_idle(p, true);
+        for &(p, at) in splits {
+            let end = end_of(&self.config, p);
+            if end == Some(0) || matches!((end, at), (Some(end), Some(next)) if next >= end) {
+                done.insert(p);
+                watermarks.set_idle(p, true);
                 continue;
             }
             let offset = at.map_or(Offset::Beginning, Offset::Offset);
@@ -165,44 +184,43 @@ impl KafkaSource {
                 e,
             )
         })?;
-        self.consumer = Some(consumer);
-        Ok(())
-    }
-
-    fn positions(&self) -> Vec<(u32, i64)> {
-        self.next.iter().map(|(&p, &o)| (p, o)).collect()
-    }
-
-    fn restore_positions(&mut self, positions: Vec<(u32, i64)>) {
-        self.next = positions
-            .into_iter()
-            .filter(|(p, _)| self.mine.contains(p))
-            .collect();
+        Ok(KafkaPartitionReader {
+            config: self.config.clone(),
+            subtask: self.subtask,
+            mine: self.mine.clone(),
+            consumer,
+            done,
+            committed_at_ns: None,
+            watermarks,
+        })
     }
 }
 
-fn decode_positions(bytes: &[u8]) -> Result<Vec<(u32, i64)>, BoxError> {
-    postcard::from_bytes(bytes)
-        .map_err(|e| format!("the Kafka source's state does not decode: {e}").into())
-}
-
-impl Source<SourceRecord> for KafkaSource {
-    fn poll(&mut self, out: &mut Vec<SourceRecord>, max: usize) -> Result<SourcePoll, BoxError> {
-        if self.consumer.is_none() {
-            self.open()?;
+impl KafkaPartitionReader {
+    fn mark_done(&mut self, p: u32) {
+        if self.done.insert(p) {
+            self.watermarks.set_idle(p, true);
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition(&self.config.topic, p as i32);
+            // Stops fetching beyond the end; an error only costs reads.
+            let _ = self.consumer.pause(&tpl);
         }
+    }
+
+    fn all_done(&self) -> bool {
+        self.config.end_offsets.is_some() && self.done.len() == self.mine.len()
+    }
+}
+
+impl SplitReader<KafkaPartitions> for KafkaPartitionReader {
+    fn read(&mut self, out: &mut SplitOutput<'_, KafkaPartitions>) -> Result<SourcePoll, BoxError> {
         let bounded = self.config.end_offsets.is_some();
-        if bounded && self.done.len() == self.mine.len() {
+        if self.all_done() {
             return Ok(SourcePoll::Finished);
         }
         let start = out.len();
-        while out.len() - start < max {
-            let polled = self
-                .consumer
-                .as_ref()
-                .expect("opened above")
-                .poll(Duration::ZERO);
-            let m = match polled {
+        while !out.is_full() {
+            let m = match self.consumer.poll(Duration::ZERO) {
                 None => break,
                 Some(Ok(m)) => m,
                 Some(Err(RdError::PartitionEOF(p))) => {
@@ -231,8 +249,9 @@ impl Source<SourceRecord> for KafkaSource {
                 }
             };
             let (p, offset) = (m.partition() as u32, m.offset());
-            if let Some(end) = self.end_of(p) {
+            if let Some(end) = end_of(&self.config, p) {
                 if offset >= end {
+                    drop(m);
                     self.mark_done(p);
                     continue;
                 }
@@ -259,21 +278,24 @@ impl Source<SourceRecord> for KafkaSource {
                 .and_then(|ms| u64::try_from(ms).ok())
                 .map_or(record.ts_ns, |ms| ms.saturating_mul(1_000_000));
             drop(m);
-            out.push(SourceRecord {
-                key: record.key,
-                value: record.n,
-                ts_ns: record.ts_ns,
-                partition: p,
-            });
-            self.next.insert(p, offset + 1);
+            out.emit(
+                SourceRecord {
+                    key: record.key,
+                    value: record.n,
+                    ts_ns: record.ts_ns,
+                    partition: p,
+                },
+                &p,
+                offset + 1,
+            );
             self.watermarks.observe(p, event_ns);
-            if self.end_of(p).is_some_and(|end| offset + 1 >= end) {
+            if end_of(&self.config, p).is_some_and(|end| offset + 1 >= end) {
                 self.mark_done(p);
             }
         }
         if out.len() > start {
             Ok(SourcePoll::Ready)
-        } else if bounded && self.done.len() == self.mine.len() {
+        } else if self.all_done() {
             Ok(SourcePoll::Finished)
         } else {
             Ok(SourcePoll::Idle {
@@ -291,20 +313,65 @@ impl Source<SourceRecord> for KafkaSource {
     fn is_idle(&self) -> bool {
         !self.mine.is_empty() && self.watermarks.all_idle()
     }
+
+    /// Commits the checkpoint's offsets to the consumer group, for
+    /// monitoring only (a failed commit is logged, not an error).
+    fn checkpoint_complete(
+        &mut self,
+        id: CheckpointId,
+        positions: &[(u32, i64)],
+    ) -> Result<(), BoxError> {
+        let now = lockgate::tuning::now_ns();
+        if !self.all_done()
+            && self
+                .committed_at_ns
+                .is_some_and(|t| now.saturating_sub(t) < COMMIT_INTERVAL_NS)
+        {
+            return Ok(());
+        }
+        self.committed_at_ns = Some(now);
+        let mut tpl = TopicPartitionList::new();
+        for &(p, o) in positions {
+            if tpl
+                .add_partition_offset(&self.config.topic, p as i32, Offset::Offset(o))
+                .is_err()
+            {
+                return Ok(());
+            }
+        }
+        if tpl.count() > 0 {
+            if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {
+                tracing::warn!(
+                    "kafka source {}: committing offsets of checkpoint {id} failed: {e}",
+                    self.subtask
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Source<SourceRecord> for KafkaSource {
+    fn poll(&mut self, out: &mut Vec<SourceRecord>, max: usize) -> Result<SourcePoll, BoxError> {
+        self.0.poll(out, max)
+    }
+
+    fn current_watermark(&self) -> Option<Watermark> {
+        self.0.current_watermark()
+    }
+
+    fn is_idle(&self) -> bool {
+        self.0.is_idle()
+    }
 }
 
 impl Checkpointed for KafkaSource {
     fn snapshot_state(&mut self, id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
-        let positions = self.positions();
-        let bytes = postcard::to_allocvec(&positions)?;
-        self.snapshots.push((id, positions));
-        Ok(Some(bytes))
+        self.0.snapshot_state(id)
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
-        let positions = decode_positions(state)?;
-        self.restore_positions(positions);
-        Ok(())
+        self.0.restore_state(state)
     }
 
     /// Every partition goes, with its offset, to the subtask that owns it
@@ -314,60 +381,15 @@ impl Checkpointed for KafkaSource {
         chains: &[Vec<&[u8]>],
         rescale: &Rescale,
     ) -> Result<(), BoxError> {
-        debug_assert_eq!(rescale.parallelism, self.parallelism);
-        let mut all = Vec::new();
-        for chain in chains {
-            if let Some(last) = chain.last() {
-                all.extend(decode_positions(last)?);
-            }
-        }
-        self.restore_positions(all);
-        Ok(())
+        debug_assert_eq!(rescale.parallelism, self.0.source().parallelism);
+        self.0.restore_rescaled(chains, rescale)
     }
 
-    /// Commits the checkpoint's offsets to the consumer group, for
-    /// monitoring only (a failed commit is logged, not an error).
     fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), BoxError> {
-        let Some(i) = self.snapshots.iter().rposition(|(c, _)| *c <= id) else {
-            return Ok(());
-        };
-        let (_, positions) = self.snapshots[i].clone();
-        self.snapshots.drain(..=i);
-        let now = lockgate::tuning::now_ns();
-        let finished = self.config.end_offsets.is_some() && self.done.len() == self.mine.len();
-        if !finished
-            && self
-                .committed_at_ns
-                .is_some_and(|t| now.saturating_sub(t) < COMMIT_INTERVAL_NS)
-        {
-            return Ok(());
-        }
-        self.committed_at_ns = Some(now);
-        let Some(consumer) = &self.consumer else {
-            return Ok(());
-        };
-        let mut tpl = TopicPartitionList::new();
-        for (p, o) in positions {
-            if tpl
-                .add_partition_offset(&self.config.topic, p as i32, Offset::Offset(o))
-                .is_err()
-            {
-                return Ok(());
-            }
-        }
-        if tpl.count() > 0 {
-            if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
-                tracing::warn!(
-                    "kafka source {}: committing offsets of checkpoint {id} failed: {e}",
-                    self.subtask
-                );
-            }
-        }
-        Ok(())
+        self.0.notify_checkpoint_complete(id)
     }
 
     fn notify_checkpoint_aborted(&mut self, id: CheckpointId) -> Result<(), BoxError> {
-        self.snapshots.retain(|(c, _)| *c != id);
-        Ok(())
+        self.0.notify_checkpoint_aborted(id)
     }
 }

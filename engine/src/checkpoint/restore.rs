@@ -2,10 +2,11 @@
 //! may.
 //!
 //! - At start ([`open`]): the storage is opened (a folder is locked for
-//!   the job), and with `checkpoint.restore` the newest checkpoint whose
-//!   whole chain loads, decodes and was taken by this job is chosen;
-//!   newer ones that do not load are set aside as evidence
-//!   (`corrupt-chk-*`). Without it, a folder that holds checkpoints is
+//!   the job), and with `checkpoint.restore_mode` `required` (or
+//!   `if-present` on a storage that holds any checkpoint) the newest
+//!   checkpoint whose whole chain loads, decodes and was taken by this job
+//!   is chosen; newer ones that do not load are set aside as evidence
+//!   (`corrupt-chk-*`). With `never`, a folder that holds checkpoints is
 //!   refused.
 //! - At a restart within the process ([`restart_point`]): the newest
 //!   completed checkpoint that loads, read back from the job's storage.
@@ -24,7 +25,7 @@ use super::storage::{
 };
 use super::task_state::{OperatorSnapshot, RestoredState, TaskRestore};
 use crate::barrier::CheckpointMode;
-use crate::config::JobConfig;
+use crate::config::{JobConfig, RestoreMode};
 use crate::types::element::CheckpointId;
 use crate::types::error::JobError;
 use crate::types::key_groups::{Rescale, UPPER_MAX_PARALLELISM};
@@ -58,7 +59,8 @@ pub(crate) struct Opened {
 
 /// Opens the job's checkpoint storage (`storage`, else `checkpoint.dir`,
 /// else memory) and picks what it restores from: `restored` as given, or
-/// with `checkpoint.restore` the newest usable checkpoint there.
+/// with `checkpoint.restore_mode` (see [`RestoreMode`]) the newest usable
+/// checkpoint there.
 ///
 /// # Errors
 /// A storage that cannot be opened, locked or listed; a restore that
@@ -70,10 +72,11 @@ pub(crate) fn open(
     mut restored: Option<RestoredState>,
 ) -> Result<Opened, JobError> {
     let checkpointing = config.checkpoint.mode != CheckpointMode::None;
-    if config.checkpoint.restore && storage.is_none() && config.checkpoint.dir.is_none() {
-        return Err(JobError::Config(
-            "checkpoint.restore needs checkpoint.dir (or a storage)".into(),
-        ));
+    let mode = config.checkpoint.effective_restore_mode();
+    if mode != RestoreMode::Never && storage.is_none() && config.checkpoint.dir.is_none() {
+        return Err(JobError::Config(format!(
+            "checkpoint.restore_mode {mode} needs checkpoint.dir (or a storage)"
+        )));
     }
     // A folder is one job's while it runs (its lock goes with the
     // publisher, which lives as long as the job).
@@ -104,11 +107,24 @@ pub(crate) fn open(
     if let Some((storage, where_)) = storage {
         let _ = storage.clean_temporaries();
         let existing = storage.list().map_err(JobError::Storage)?;
-        if config.checkpoint.restore {
+        // If-present: only a storage with no checkpoint in any form starts
+        // fresh; anything else restores as `required` does.
+        let traces = match mode {
+            RestoreMode::IfPresent => storage.traces().map_err(JobError::Storage)?,
+            _ => Vec::new(),
+        };
+        let restoring = mode == RestoreMode::Required
+            || mode == RestoreMode::IfPresent && !(existing.is_empty() && traces.is_empty());
+        if restoring {
             let (found, corrupt) = newest_usable(&*storage, &existing, Some(&job))?;
             let Some(r) = found else {
+                let held = if traces.is_empty() {
+                    String::new()
+                } else {
+                    format!("; it holds {}", traces.join(", "))
+                };
                 return Err(JobError::Restore(format!(
-                    "no complete checkpoint in {where_}{}",
+                    "no complete checkpoint in {where_}{}{held}",
                     why_none(&corrupt)
                 )));
             };
@@ -142,7 +158,7 @@ pub(crate) fn open(
                 // Restored from this storage: it loaded whole.
                 restored
                     .as_ref()
-                    .filter(|_| config.checkpoint.restore)
+                    .filter(|_| restoring)
                     .map(|r| r.checkpoint),
                 config.checkpoint.timeout,
             )?);

@@ -37,7 +37,6 @@ use crate::types::control::Control;
 use crate::types::element::{CheckpointId, SnapshotKind};
 use crate::types::error::{JobError, TaskError};
 use crate::types::metrics::{TaskMetrics, TaskMetricsSnapshot};
-use crate::types::task_id::TaskId;
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -141,6 +140,8 @@ pub(crate) struct Shared {
     pub(crate) restore_skipped: Vec<SkippedCheckpoint>,
     pub(crate) restored: Option<RestoredAtStart>,
     pub(crate) health: Arc<HealthCell>,
+    /// Set by the job thread when it ended ([`JobMonitor::is_finished`]).
+    pub(crate) ended: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -180,6 +181,61 @@ impl std::fmt::Debug for JobHandle {
     }
 }
 
+/// A view of a running job that any thread may hold (cloneable, `Send`
+/// and `Sync`) while another waits for the job with
+/// [`JobHandle::wait`]: its metrics, whether it ended, and a stop.
+///
+/// # Examples
+/// ```
+/// use lockgate::{JobBuilder, JobConfig};
+/// let job = JobBuilder::new("monitored", JobConfig::default());
+/// let (input, ingest) = job.ingest::<u64>("input", 16);
+/// let _out = input.collect();
+/// let handle = job.start().unwrap();
+/// let monitor = handle.monitor();
+/// let waiter = std::thread::spawn(move || handle.wait().unwrap());
+/// for x in 0..100 {
+///     ingest.push(x).unwrap();
+/// }
+/// // metrics from this thread while the other one waits
+/// while monitor.metrics().tasks[0].records_in < 100 {
+///     std::thread::yield_now();
+/// }
+/// drop(ingest);
+/// let metrics = waiter.join().unwrap();
+/// assert!(monitor.is_finished());
+/// assert_eq!(metrics.tasks[0].records_in, 100);
+/// ```
+#[derive(Clone)]
+pub struct JobMonitor {
+    commands: Sender<Command>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for JobMonitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobMonitor").finish_non_exhaustive()
+    }
+}
+
+impl JobMonitor {
+    /// The job's metrics now, as [`JobHandle::metrics`] (the final ones
+    /// once it ended).
+    pub fn metrics(&self) -> JobMetrics {
+        self.shared.snapshot()
+    }
+
+    /// True once the job ended (its result is [`JobHandle::wait`]'s).
+    pub fn is_finished(&self) -> bool {
+        self.shared.ended.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// As [`JobHandle::stop`].
+    pub fn stop(&self) {
+        let _ = self.commands.send(Command::Stop { savepoint: false });
+    }
+}
+
 impl JobHandle {
     /// The job's metrics now (tasks and checkpoints).
     pub fn metrics(&self) -> JobMetrics {
@@ -196,6 +252,16 @@ impl JobHandle {
     /// also after the handle is gone (e.g. in an HTTP handler).
     pub fn health_probe(&self) -> HealthProbe {
         HealthProbe(self.shared.health.clone())
+    }
+
+    /// A view of the job for other threads: metrics, its end, a stop,
+    /// readable while this handle waits ([`JobHandle::wait`] consumes
+    /// the handle).
+    pub fn monitor(&self) -> JobMonitor {
+        JobMonitor {
+            commands: self.commands.clone(),
+            shared: self.shared.clone(),
+        }
     }
 
     /// Stops the job: sources stop emitting, everything in flight drains,
@@ -365,6 +431,7 @@ fn start(graph: JobGraph, config: JobConfig, failures: FailurePlan, p: Prepared)
         history,
         restarts: Mutex::new((0, Vec::new())),
         health: health.clone(),
+        ended: std::sync::atomic::AtomicBool::new(false),
     });
     let telemetry = JobTelemetry::start(
         &name,
@@ -394,6 +461,10 @@ fn start(graph: JobGraph, config: JobConfig, failures: FailurePlan, p: Prepared)
             // Lets the publisher finish what was asked (retention,
             // discards) and release the folder.
             drop(driver.publisher.take());
+            driver
+                .shared
+                .ended
+                .store(true, std::sync::atomic::Ordering::Release);
             result
         })
         .expect("spawning the job thread");
@@ -947,7 +1018,10 @@ pub(crate) fn prepare_and_start(spec: JobSpec) -> Result<JobHandle, JobError> {
             &graph.parallelisms(),
             config.checkpoint.uses_priority_lanes(),
         )?;
-        publish_ingest_positions(r, &graph)?;
+        // Sources publish their restored positions before `start` returns.
+        for hook in &graph.on_restore {
+            hook(r)?;
+        }
     }
     let history = Arc::new(Mutex::new(CheckpointHistory::new(
         config.checkpoint.history,
@@ -984,28 +1058,4 @@ pub(crate) fn prepare_and_start(spec: JobSpec) -> Result<JobHandle, JobError> {
         history,
     };
     Ok(start(graph, config, failures, prepared))
-}
-
-/// Tells each ingest handle the position its source restores, before the
-/// job starts, so that an application reading
-/// [`crate::Ingest::restored_position`] right after `start` pushes from
-/// the right record.
-fn publish_ingest_positions(r: &RestoredState, graph: &JobGraph) -> Result<(), JobError> {
-    for (name, cell) in &graph.ingest_positions {
-        let snaps = r.states_of(&TaskId::new(name.clone(), 0));
-        let Some(s) = snaps.iter().find(|s| &s.operator == name) else {
-            continue;
-        };
-        let bytes: [u8; 8] = s.bytes.as_slice().try_into().map_err(|_| {
-            JobError::Restore(format!(
-                "the position of ingest source '{name}' is {} bytes, not 8",
-                s.bytes.len()
-            ))
-        })?;
-        cell.store(
-            u64::from_le_bytes(bytes),
-            std::sync::atomic::Ordering::Release,
-        );
-    }
-    Ok(())
 }

@@ -518,12 +518,16 @@ pub trait Source<T>: Checkpointed + Send {
     /// Any error fails the task.
     fn poll(&mut self, out: &mut Vec<T>, max: usize) -> Result<SourcePoll, BoxError>;
 
-    /// A channel whose readiness ends an idle wait (after
-    /// [`SourcePoll::Idle`]) besides the wake-up time: a source fed through
-    /// an [`crate::ingest::ingest_channel`] returns its receiver, so that it wakes
-    /// as soon as records arrive. Default: none.
-    fn wake_on(&self) -> Option<&crate::transport::handoff::IngestReceiver<T>> {
-        None
+    /// What ends an idle wait (after [`SourcePoll::Idle`]) besides the
+    /// wake-up time, named in `on`: ingest channels of any record type (a
+    /// source fed through an [`crate::ingest::ingest_channel`] names its
+    /// receiver, so that it wakes as soon as records arrive; one of
+    /// control messages as well) and [`crate::source::Wakeup`]s (a signal
+    /// with no record: a reader thread's "reconnected", "end of feed").
+    /// Asked again at every wait; nothing named (the default): only the
+    /// wake-up time and the job's own messages wake the source.
+    fn wake_on<'a>(&'a self, on: &mut crate::transport::handoff::WakeOn<'a>) {
+        let _ = on;
     }
 
     /// The source's event-time watermark after the last poll (e.g. the

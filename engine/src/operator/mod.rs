@@ -5,7 +5,9 @@
 
 mod api;
 pub(crate) mod committed;
+pub(crate) mod event_time;
 pub(crate) mod ingest;
+pub(crate) mod replayable;
 pub(crate) mod sinks;
 pub(crate) mod two_phase;
 

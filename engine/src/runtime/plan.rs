@@ -182,6 +182,14 @@ pub(crate) fn wire_edge<T: Send + 'static>(
     );
 }
 
+/// A hook told the state a job restores at start (see
+/// `JobGraph::on_restore`).
+pub(crate) type RestoreHook = Box<
+    dyn Fn(&crate::checkpoint::RestoredState) -> Result<(), crate::types::error::JobError>
+        + Send
+        + Sync,
+>;
+
 /// The finished graph, ready to run (and to run again after a failure).
 pub(crate) struct JobGraph {
     nodes: Vec<PlanNode>,
@@ -189,9 +197,11 @@ pub(crate) struct JobGraph {
     /// Every operator name of the job (sources included): a restored
     /// operator state must belong to one of them.
     pub(crate) operator_names: std::collections::HashSet<String>,
-    /// Ingest sources (their name, on subtask 0) and where they publish the
-    /// restored position, set before the job starts.
-    pub(crate) ingest_positions: Vec<(String, Arc<std::sync::atomic::AtomicU64>)>,
+    /// Called with the state the job restores at start, before
+    /// `JobBuilder::start` returns: sources publish their restored
+    /// position there (`Ingest::restored_position`,
+    /// `source::RestoredSource`).
+    pub(crate) on_restore: Vec<RestoreHook>,
     /// Every task in start order.
     tasks: Vec<PlanTask>,
 }
@@ -236,7 +246,7 @@ impl JobGraph {
             nodes,
             edges,
             operator_names: Default::default(),
-            ingest_positions: Vec::new(),
+            on_restore: Vec::new(),
             tasks,
         }
     }

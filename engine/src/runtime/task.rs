@@ -216,11 +216,9 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
         if deadline_ns.is_some_and(|d| crate::util::clock::now_ns() >= d) {
             return true;
         }
-        self.source.wake_on().is_some_and(|rx| {
-            let mut sel = Select::new();
-            sel.recv(rx.raw());
-            sel.try_ready().is_ok()
-        })
+        let mut on = crate::transport::handoff::WakeOn::default();
+        self.source.wake_on(&mut on);
+        on.any_ready()
     }
 
     /// Restores and opens the chain (once per run attempt).
@@ -404,9 +402,9 @@ impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
     fn watch<'a>(&'a self, sel: &mut Select<'a>) {
         sel.recv(&self.control);
         if self.run.phase == Phase::Running && !self.chain.output_blocked() {
-            if let Some(rx) = self.source.wake_on() {
-                sel.recv(rx.raw());
-            }
+            let mut on = crate::transport::handoff::WakeOn::default();
+            self.source.wake_on(&mut on);
+            on.register(sel);
         }
         self.chain.watch_output(sel);
     }

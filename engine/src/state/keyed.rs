@@ -156,6 +156,18 @@ impl<K: Eq + Hash + Clone, V> KeyedState<K, V> {
         &mut slot.value
     }
 
+    /// The value of `key`, to change in place (e.g. a window's
+    /// accumulator); the key counts as changed. `None` when missing.
+    #[inline]
+    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        let slot = self.map.get_mut(key)?;
+        if !slot.dirty {
+            slot.dirty = true;
+            self.dirty.push(key.clone());
+        }
+        Some(&mut slot.value)
+    }
+
     /// Sets the value of `key`; returns the old one.
     pub fn insert(&mut self, key: K, value: V) -> Option<V> {
         let old = match self.map.get_mut(&key) {

@@ -5,11 +5,18 @@ use crate::types::error::TaskError;
 use serde::{Deserialize, Serialize};
 
 /// One planned failure: task `task` (its index in start order, see
-/// [`crate::JobBuilder::task_names`]) fails at `at`, once.
+/// [`crate::JobBuilder::task_names`]), or the task named `task_name`,
+/// fails at `at`, once.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedFailure {
-    /// The task's index in start order.
+    /// The task's index in start order (set from `task_name` when the job
+    /// starts, if that is given).
     pub task: usize,
+    /// The task's name as [`crate::JobBuilder::task_names`] lists it
+    /// (`vwap[1]`; a task of one subtask may be named without `[0]`):
+    /// when given, it decides, whatever `task` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_name: Option<String>,
     /// When it fails.
     pub at: FailurePoint,
 }
@@ -61,16 +68,70 @@ impl FailurePlan {
         let failures = (0..count)
             .map(|_| PlannedFailure {
                 task: (next() % num_tasks as u64) as usize,
+                task_name: None,
                 at: FailurePoint::AfterRecords(1 + next() % max_records),
             })
             .collect();
         FailurePlan { failures }
     }
 
-    /// Adds a failure.
+    /// Adds a failure of the task with index `task` in start order.
     pub fn with(mut self, task: usize, at: FailurePoint) -> Self {
-        self.failures.push(PlannedFailure { task, at });
+        self.failures.push(PlannedFailure {
+            task,
+            task_name: None,
+            at,
+        });
         self
+    }
+
+    /// Adds a failure of the task named `task`, as
+    /// [`crate::JobBuilder::task_names`] lists it (`count[1]`; `count`
+    /// alone for a task of one subtask). [`crate::JobBuilder::start`]
+    /// refuses a name the job does not have, listing the names.
+    ///
+    /// # Examples
+    /// ```
+    /// use lockgate::{testing::FailurePlan, testing::FailurePoint, JobBuilder, JobConfig};
+    /// let job = JobBuilder::new("named", JobConfig::default());
+    /// let (input, _ingest) = job.ingest::<u64>("input", 8);
+    /// let _out = input.rebalance().task("double", 2).map(|x| x * 2).collect();
+    /// let plan = FailurePlan::none().with_task("dubble[1]", FailurePoint::AfterRecords(10));
+    /// let err = job.with_failures(plan).start().unwrap_err().to_string();
+    /// assert!(err.contains("double[1]"), "{err}"); // the names it has
+    /// ```
+    pub fn with_task(mut self, task: impl Into<String>, at: FailurePoint) -> Self {
+        self.failures.push(PlannedFailure {
+            task: 0,
+            task_name: Some(task.into()),
+            at,
+        });
+        self
+    }
+
+    /// Sets the index of every failure given by name from `names` (the
+    /// job's tasks in start order).
+    pub(crate) fn resolve_names(&mut self, names: &[String]) -> Result<(), String> {
+        for f in &mut self.failures {
+            let Some(name) = &f.task_name else { continue };
+            let single = format!("{name}[0]");
+            let found = names.iter().position(|n| n == name).or_else(|| {
+                // A bare operator name stands for its only subtask.
+                let i = names.iter().position(|n| *n == single)?;
+                let prefix = format!("{name}[");
+                (names.iter().filter(|n| n.starts_with(&prefix)).count() == 1).then_some(i)
+            });
+            match found {
+                Some(i) => f.task = i,
+                None => {
+                    return Err(format!(
+                        "the failure plan names task '{name}', which the job does not have (its tasks: {})",
+                        names.join(", ")
+                    ))
+                }
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn next_for(&self, task: usize, fired: &[usize]) -> Option<usize> {

@@ -163,8 +163,20 @@ impl<T: RecordSize> StreamElement<T> {
 /// records with heap payloads override [`RecordSize::size_bytes`] so that the
 /// alignment limit and the blocker capacity see their real size.
 ///
-/// Implement it with an empty `impl RecordSize for MyRecord {}` to take the
-/// default.
+/// A plain record type takes the default with `#[derive(RecordSize)]`
+/// (no impl to write); one with heap payloads implements it by hand.
+///
+/// # Examples
+/// ```
+/// use lockgate::RecordSize;
+/// #[derive(Clone, Debug, RecordSize, serde::Serialize, serde::Deserialize)]
+/// struct Trade { symbol: u32, price: f64, qty: u64 }
+/// assert_eq!(Trade { symbol: 1, price: 2.0, qty: 3 }.size_bytes(), std::mem::size_of::<Trade>());
+///
+/// #[derive(Clone, Copy, Debug, RecordSize)]
+/// struct Pair<A: Copy, B: Copy>(A, B); // generics too
+/// assert!(<Pair<u8, u64> as RecordSize>::FIXED_SIZE);
+/// ```
 pub trait RecordSize: Sized {
     /// True when every record counts `size_of::<Self>()` bytes, so that a
     /// batch's size is `len * size_of::<Self>()` without looking at records.

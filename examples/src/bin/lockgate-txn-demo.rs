@@ -54,7 +54,11 @@ fn main() -> ExitCode {
     config.checkpoint.mode = CheckpointMode::ExactlyOnce;
     config.checkpoint.interval = Some(Duration::from_millis(20));
     config.checkpoint.dir = Some(chk);
-    config.checkpoint.restore = restore;
+    config.checkpoint.restore_mode = if restore {
+        lockgate::RestoreMode::Required
+    } else {
+        lockgate::RestoreMode::Never
+    };
     match demo::job(config, out, records, Pace::Paced)
         .start()
         .and_then(|h| h.wait())

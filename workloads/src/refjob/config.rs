@@ -10,6 +10,10 @@ use lockgate::JobError;
 use serde::Serialize;
 use std::time::Duration;
 
+/// The name of the reference job (in checkpoint metadata: a restore from
+/// another job's checkpoint is refused).
+pub const JOB_NAME: &str = "lockgate-reference";
+
 /// W4's sink drains at most this many records/s (one every
 /// [`crate::workload::W4_SINK_NS`]): the bound of what its sources can
 /// emit, with [`W4_IN_FLIGHT`].

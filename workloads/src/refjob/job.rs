@@ -14,9 +14,7 @@ use crate::workload::{KeySpace, SinkCheck, Workload};
 use lockgate::{testing::FailurePlan, JobBuilder, JobConfig, JobHandle, Managed};
 use std::time::Duration;
 
-/// The name of the reference job (in checkpoint metadata: a restore from
-/// another job's checkpoint is refused).
-pub const JOB_NAME: &str = "lockgate-reference";
+pub use super::config::JOB_NAME;
 
 /// Adds the reference topology to `job` (operators `source`, `keyed_sum`,
 /// `sink`) and returns the handle to its shared results. The job's

@@ -344,7 +344,7 @@ impl Checkpointed for RefSink {
                 // The oldest record just committed: how far committed
                 // output is behind the records' intended send times.
                 lockgate::telemetry::set_committed_output_lag(
-                    super::job::JOB_NAME,
+                    super::config::JOB_NAME,
                     "sink",
                     self.slot,
                     lag as f64 / 1e9,

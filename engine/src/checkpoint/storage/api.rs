@@ -487,6 +487,23 @@ pub trait CheckpointStorage: Send + Sync {
     fn clean_temporaries(&self) -> Result<usize> {
         Ok(0)
     }
+
+    /// Everything the store holds that is or was a checkpoint, in any
+    /// form, by name: published ones and, for stores that keep them,
+    /// those set aside ([`set_aside`](Self::set_aside)) or of another
+    /// layout. Empty means a job may start fresh on it with
+    /// [`RestoreMode::IfPresent`](crate::RestoreMode::IfPresent). Default:
+    /// the published ones, as `chk-<n>`.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if the store cannot be listed.
+    fn traces(&self) -> Result<Vec<String>> {
+        Ok(self
+            .list()?
+            .into_iter()
+            .map(|id| format!("chk-{}", id.get()))
+            .collect())
+    }
 }
 
 /// Checks that `id` may be written: not 0, at most [`MAX_CHECKPOINT_ID`].
@@ -612,5 +629,8 @@ impl<S: CheckpointStorage + ?Sized> CheckpointStorage for std::sync::Arc<S> {
     }
     fn clean_temporaries(&self) -> Result<usize> {
         (**self).clean_temporaries()
+    }
+    fn traces(&self) -> Result<Vec<String>> {
+        (**self).traces()
     }
 }

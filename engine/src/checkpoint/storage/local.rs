@@ -894,6 +894,33 @@ impl CheckpointStorage for LocalDirStorage {
         Ok(Some(target.display().to_string()))
     }
 
+    /// Every entry named `chk-*` or `corrupt-chk-*`, and every folder
+    /// (or file) that holds or is a `_metadata`, whatever its name (a
+    /// layout of another version or tool); temporaries and the lock file
+    /// are not checkpoints.
+    fn traces(&self) -> Result<Vec<String>> {
+        let entries =
+            fs::read_dir(&self.root).map_err(|e| StorageError::io("listing", &self.root, e))?;
+        let mut found = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| StorageError::io("listing", &self.root, e))?;
+            let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if name.starts_with(TMP_PREFIX) {
+                continue;
+            }
+            let named = name.starts_with(CHK_PREFIX)
+                || name.starts_with(&format!("corrupt-{CHK_PREFIX}"))
+                || name == METADATA_FILE;
+            if named || entry.path().join(METADATA_FILE).exists() {
+                found.push(name);
+            }
+        }
+        found.sort();
+        Ok(found)
+    }
+
     fn clean_temporaries(&self) -> Result<usize> {
         let entries =
             fs::read_dir(&self.root).map_err(|e| StorageError::io("listing", &self.root, e))?;

@@ -201,8 +201,13 @@ fn metrics_and_health_are_served_while_the_job_runs_and_after_its_report() {
     };
     let (code, first) = http_get(addr, "/metrics").unwrap();
     assert_eq!(code, 200);
-    std::thread::sleep(Duration::from_millis(500));
-    let (_, second) = http_get(addr, "/metrics").unwrap();
+    // Polled until the sampler (every 100 ms) has published more records.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut second = first.clone();
+    while records(&second) <= records(&first) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        second = http_get(addr, "/metrics").unwrap().1;
+    }
     assert!(
         records(&second) > records(&first),
         "{} then {}",

@@ -9,10 +9,7 @@ mod common;
 use common::*;
 use lockgate::*;
 use lockgate::{
-    storage::{
-        load_restorable, CheckpointHandle, CheckpointMetadata, CheckpointStorage, LoadedCheckpoint,
-        LocalDirStorage, PartHandle, StorageError, TaskStateKey,
-    },
+    storage::{load_restorable, CheckpointStorage, LocalDirStorage},
     testing::{FailurePlan, FailurePoint},
 };
 use std::collections::HashMap;
@@ -25,67 +22,15 @@ type Finals = Arc<Mutex<HashMap<u64, u64>>>;
 
 const KEYS: u64 = 50_000;
 
-/// The job's folder, counting the publisher's retention passes (one per
-/// completed checkpoint), so that the test looks at the folder once
-/// retention applied: then nothing changes it until the next trigger.
-struct Counted {
-    inner: LocalDirStorage,
-    retained: AtomicUsize,
-}
+/// Counts the publisher's retention passes (one per completed
+/// checkpoint), so that the test looks at the folder once retention
+/// applied: then nothing changes it until the next trigger.
+#[derive(Default)]
+struct Retained(AtomicUsize);
 
-impl CheckpointStorage for Counted {
-    fn write_part(
-        &self,
-        id: CheckpointId,
-        key: &TaskStateKey,
-        bytes: &[u8],
-    ) -> Result<PartHandle, StorageError> {
-        self.inner.write_part(id, key, bytes)
-    }
-    fn publish(
-        &self,
-        meta: &CheckpointMetadata,
-        parts: &[PartHandle],
-    ) -> Result<CheckpointHandle, StorageError> {
-        self.inner.publish(meta, parts)
-    }
-    fn check_part(&self, part: &PartHandle) -> Result<(), StorageError> {
-        self.inner.check_part(part)
-    }
-    fn verify_part(&self, part: &PartHandle) -> Result<(), StorageError> {
-        self.inner.verify_part(part)
-    }
-    fn discard(&self, id: CheckpointId) -> Result<(), StorageError> {
-        self.inner.discard(id)
-    }
-    fn list(&self) -> Result<Vec<CheckpointId>, StorageError> {
-        self.inner.list()
-    }
-    fn load(&self, id: CheckpointId) -> Result<LoadedCheckpoint, StorageError> {
-        self.inner.load(id)
-    }
-    fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata, StorageError> {
-        self.inner.load_metadata(id)
-    }
-    fn part_bases(
-        &self,
-        id: CheckpointId,
-    ) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>, StorageError> {
-        self.inner.part_bases(id)
-    }
-    fn remove(&self, id: CheckpointId) -> Result<(), StorageError> {
-        self.inner.remove(id)
-    }
-    fn remove_many(&self, ids: &[CheckpointId]) -> Result<(), StorageError> {
-        let r = self.inner.remove_many(ids);
-        self.retained.fetch_add(1, Ordering::SeqCst);
-        r
-    }
-    fn set_aside(&self, id: CheckpointId) -> Result<Option<String>, StorageError> {
-        self.inner.set_aside(id)
-    }
-    fn clean_temporaries(&self) -> Result<usize, StorageError> {
-        self.inner.clean_temporaries()
+impl StorageHooks for Retained {
+    fn after_remove_many(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -179,9 +124,9 @@ fn damaged_mid_run(damage: fn(&Path, std::ops::Range<u64>), what: &str, newest_r
     // two checkpoints, so keyed_sum's parts are deltas between full ones;
     // the run is far from its end when it stops.
     let job = sum_job(&dir, n, false, 10, &finals);
-    let storage = Arc::new(Counted {
+    let storage = Arc::new(Hooked {
         inner: LocalDirStorage::open(&dir).unwrap(),
-        retained: AtomicUsize::new(0),
+        hooks: Retained::default(),
     });
     // keyed_sum[0] (task 2) fails once: an in-process restart.
     let job = job
@@ -195,7 +140,7 @@ fn damaged_mid_run(damage: fn(&Path, std::ops::Range<u64>), what: &str, newest_r
         completed += 1;
         // Retention applied after it: the folder is as it stays until the
         // next trigger.
-        assert!(wait_for(60, || storage.retained.load(Ordering::SeqCst) >= completed));
+        assert!(wait_for(60, || storage.hooks.0.load(Ordering::SeqCst) >= completed));
         // The newest full checkpoint, once it was read back and an older
         // full one exists (whose chains a fallback can take).
         let before = damaged.is_some();
@@ -230,7 +175,7 @@ fn damaged_mid_run(damage: fn(&Path, std::ops::Range<u64>), what: &str, newest_r
     );
     checkpoint(&handle);
     completed += 1;
-    assert!(wait_for(60, || storage.retained.load(Ordering::SeqCst) >= completed));
+    assert!(wait_for(60, || storage.hooks.0.load(Ordering::SeqCst) >= completed));
     assert!(
         restorable(&dir).is_some(),
         "{what}: nothing restores after the restart"

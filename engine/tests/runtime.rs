@@ -10,8 +10,8 @@ use lockgate::{
     error::{is_fatal_error, FatalError, TaskError},
     stats::{CheckpointStatus, Pinning},
     storage::{
-        CheckpointHandle, CheckpointMetadata, CheckpointStorage, LoadedCheckpoint, LocalDirStorage,
-        MemoryStorage, PartHandle, StorageError, TaskStateKey,
+        CheckpointMetadata, CheckpointStorage, LocalDirStorage, MemoryStorage, PartHandle,
+        StorageError,
     },
     testing::{FailurePlan, FailurePoint},
     tuning::now_ns,
@@ -1303,29 +1303,15 @@ fn a_failure_in_the_asynchronous_part_of_a_snapshot_recovers_exactly_once() {
     assert_eq!(*finals.lock().unwrap(), expected_sums(n, 10));
 }
 
-/// A store whose first [`CheckpointStorage::publish`] takes `delay` (a
-/// disk that stalls once; `stalled` records which checkpoint it was);
-/// everything else goes straight to memory.
+/// The first publish takes `delay` (a disk that stalls once; `stalled`
+/// records which checkpoint it was).
 struct SlowFirstPublish {
-    inner: MemoryStorage,
     delay: Duration,
     stalled: Mutex<Option<CheckpointId>>,
 }
 
-impl CheckpointStorage for SlowFirstPublish {
-    fn write_part(
-        &self,
-        id: CheckpointId,
-        key: &TaskStateKey,
-        bytes: &[u8],
-    ) -> Result<PartHandle, StorageError> {
-        self.inner.write_part(id, key, bytes)
-    }
-    fn publish(
-        &self,
-        meta: &CheckpointMetadata,
-        parts: &[PartHandle],
-    ) -> Result<CheckpointHandle, StorageError> {
+impl StorageHooks for SlowFirstPublish {
+    fn before_publish(&self, meta: &CheckpointMetadata) {
         let first = {
             let mut s = self.stalled.lock().unwrap();
             s.is_none().then(|| *s = Some(meta.id)).is_some()
@@ -1333,83 +1319,27 @@ impl CheckpointStorage for SlowFirstPublish {
         if first {
             std::thread::sleep(self.delay);
         }
-        self.inner.publish(meta, parts)
-    }
-    fn discard(&self, id: CheckpointId) -> Result<(), StorageError> {
-        self.inner.discard(id)
-    }
-    fn list(&self) -> Result<Vec<CheckpointId>, StorageError> {
-        self.inner.list()
-    }
-    fn load(&self, id: CheckpointId) -> Result<LoadedCheckpoint, StorageError> {
-        self.inner.load(id)
-    }
-    fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata, StorageError> {
-        self.inner.load_metadata(id)
-    }
-    fn part_bases(
-        &self,
-        id: CheckpointId,
-    ) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>, StorageError> {
-        self.inner.part_bases(id)
-    }
-    fn remove(&self, id: CheckpointId) -> Result<(), StorageError> {
-        self.inner.remove(id)
     }
 }
 
-/// A folder store whose disk fills up at checkpoint `full_at`: from then
-/// on every part is written (a partial file in the staging folder, as
-/// ENOSPC leaves it) and then reported failed.
+/// The disk fills up at checkpoint `full_at`: from then on every part is
+/// written (staged, as a partial write leaves bytes behind) and then
+/// reported failed with ENOSPC.
 struct FullDisk {
-    inner: LocalDirStorage,
+    root: std::path::PathBuf,
     full_at: CheckpointId,
 }
 
-impl CheckpointStorage for FullDisk {
-    fn write_part(
-        &self,
-        id: CheckpointId,
-        key: &TaskStateKey,
-        bytes: &[u8],
-    ) -> Result<PartHandle, StorageError> {
-        let written = self.inner.write_part(id, key, bytes)?;
-        if id < self.full_at {
-            return Ok(written);
+impl StorageHooks for FullDisk {
+    fn after_write(&self, part: &PartHandle) -> Result<(), StorageError> {
+        if part.checkpoint < self.full_at {
+            return Ok(());
         }
         Err(StorageError::Io {
             op: "writing",
-            path: self.inner.root().join(&written.file),
+            path: self.root.join(&part.file),
             source: std::io::Error::from_raw_os_error(28),
         })
-    }
-    fn publish(
-        &self,
-        meta: &CheckpointMetadata,
-        parts: &[PartHandle],
-    ) -> Result<CheckpointHandle, StorageError> {
-        self.inner.publish(meta, parts)
-    }
-    fn discard(&self, id: CheckpointId) -> Result<(), StorageError> {
-        self.inner.discard(id)
-    }
-    fn list(&self) -> Result<Vec<CheckpointId>, StorageError> {
-        self.inner.list()
-    }
-    fn load(&self, id: CheckpointId) -> Result<LoadedCheckpoint, StorageError> {
-        self.inner.load(id)
-    }
-    fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata, StorageError> {
-        self.inner.load_metadata(id)
-    }
-    fn part_bases(
-        &self,
-        id: CheckpointId,
-    ) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>, StorageError> {
-        self.inner.part_bases(id)
-    }
-    fn remove(&self, id: CheckpointId) -> Result<(), StorageError> {
-        self.inner.remove(id)
     }
 }
 
@@ -1419,9 +1349,12 @@ impl CheckpointStorage for FullDisk {
 #[test]
 fn a_job_failed_by_its_checkpoint_writes_leaves_no_staging_folder() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = FullDisk {
+    let storage = Hooked {
         inner: LocalDirStorage::open(dir.path()).unwrap(),
-        full_at: CheckpointId(2),
+        hooks: FullDisk {
+            root: dir.path().to_path_buf(),
+            full_at: CheckpointId(2),
+        },
     };
     let mut config = JobConfig::default();
     config.checkpoint.mode = CheckpointMode::ExactlyOnce;
@@ -1453,10 +1386,12 @@ fn a_job_failed_by_its_checkpoint_writes_leaves_no_staging_folder() {
 
 #[test]
 fn the_timeout_covers_the_metadata_write_and_a_late_publish_is_deleted() {
-    let storage = Arc::new(SlowFirstPublish {
+    let storage = Arc::new(Hooked {
         inner: MemoryStorage::new(),
-        delay: Duration::from_millis(400),
-        stalled: Mutex::new(None),
+        hooks: SlowFirstPublish {
+            delay: Duration::from_millis(400),
+            stalled: Mutex::new(None),
+        },
     });
     let mut config = JobConfig::default();
     config.checkpoint.mode = CheckpointMode::ExactlyOnce;
@@ -1475,7 +1410,7 @@ fn the_timeout_covers_the_metadata_write_and_a_late_publish_is_deleted() {
     .task("sink", 1)
     .sink("sink", |_| U64Sink);
     let handle = job.with_storage(Box::new(storage.clone())).start().unwrap();
-    let stalled = || *storage.stalled.lock().unwrap();
+    let stalled = || *storage.hooks.stalled.lock().unwrap();
     let stalled_timed_out =
         || {
             stalled().is_some_and(|id| {

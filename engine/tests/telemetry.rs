@@ -9,15 +9,12 @@
 
 mod common;
 
-use common::{wait_for, Counter};
+use common::{wait_for, Counter, Hooked, StorageHooks};
 use lockgate::telemetry::{JobState, SECONDS_BUCKETS};
 use lockgate::*;
 use lockgate::{
     barrier::AbortReason,
-    storage::{
-        CheckpointHandle, CheckpointMetadata, CheckpointStorage, LoadedCheckpoint, MemoryStorage,
-        PartHandle, StorageError, TaskStateKey,
-    },
+    storage::{MemoryStorage, StorageError, TaskStateKey},
     testing::{FailurePlan, FailurePoint},
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -358,55 +355,19 @@ fn an_injected_failure_is_a_recovery_span_from_the_failure_to_the_first_record()
     );
 }
 
-/// Memory storage whose part writes fail while `fail` is set.
-struct Flaky {
-    inner: MemoryStorage,
-    fail: Arc<AtomicBool>,
-}
+/// Part writes fail while the flag is set.
+struct Flaky(Arc<AtomicBool>);
 
-impl CheckpointStorage for Flaky {
-    fn write_part(
-        &self,
-        id: CheckpointId,
-        key: &TaskStateKey,
-        bytes: &[u8],
-    ) -> Result<PartHandle, StorageError> {
-        if self.fail.load(Ordering::Acquire) {
+impl StorageHooks for Flaky {
+    fn before_write(&self, id: CheckpointId, key: &TaskStateKey) -> Result<(), StorageError> {
+        if self.0.load(Ordering::Acquire) {
             return Err(StorageError::Io {
                 op: "writing",
                 path: format!("chk-{id}/{key:?}").into(),
                 source: std::io::Error::other("the test's storage fails"),
             });
         }
-        self.inner.write_part(id, key, bytes)
-    }
-    fn publish(
-        &self,
-        meta: &CheckpointMetadata,
-        parts: &[PartHandle],
-    ) -> Result<CheckpointHandle, StorageError> {
-        self.inner.publish(meta, parts)
-    }
-    fn discard(&self, id: CheckpointId) -> Result<(), StorageError> {
-        self.inner.discard(id)
-    }
-    fn list(&self) -> Result<Vec<CheckpointId>, StorageError> {
-        self.inner.list()
-    }
-    fn load(&self, id: CheckpointId) -> Result<LoadedCheckpoint, StorageError> {
-        self.inner.load(id)
-    }
-    fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata, StorageError> {
-        self.inner.load_metadata(id)
-    }
-    fn part_bases(
-        &self,
-        id: CheckpointId,
-    ) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>, StorageError> {
-        self.inner.part_bases(id)
-    }
-    fn remove(&self, id: CheckpointId) -> Result<(), StorageError> {
-        self.inner.remove(id)
+        Ok(())
     }
 }
 
@@ -419,9 +380,9 @@ fn health_is_lost_at_the_tolerated_failed_checkpoints_and_back_after_a_completed
     config.checkpoint.tolerable_failures = 2;
     let release = Arc::new(AtomicBool::new(false));
     let fail = Arc::new(AtomicBool::new(false));
-    let storage = Flaky {
+    let storage = Hooked {
         inner: MemoryStorage::new(),
-        fail: fail.clone(),
+        hooks: Flaky(fail.clone()),
     };
     let handle = held_job(job, config, 100, &release)
         .with_storage(Box::new(storage))

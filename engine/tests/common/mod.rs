@@ -135,3 +135,110 @@ pub(crate) fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+
+use lockgate::storage::{
+    CheckpointHandle, CheckpointMetadata, CheckpointStorage, LatestValid, LoadedCheckpoint,
+    PartHandle, StorageError, TaskStateKey,
+};
+
+/// Where a test steps into a storage's calls: each does nothing unless a
+/// test's hooks say otherwise.
+pub(crate) trait StorageHooks: Send + Sync {
+    /// Before a part is written; an error fails the write instead.
+    fn before_write(&self, _id: CheckpointId, _key: &TaskStateKey) -> Result<(), StorageError> {
+        Ok(())
+    }
+    /// After a part was written; an error fails the write all the same.
+    fn after_write(&self, _part: &PartHandle) -> Result<(), StorageError> {
+        Ok(())
+    }
+    /// Before a checkpoint is published.
+    fn before_publish(&self, _meta: &CheckpointMetadata) {}
+    /// Before a checkpoint's parts are discarded.
+    fn before_discard(&self, _id: CheckpointId) {}
+    /// After a retention pass deleted checkpoints.
+    fn after_remove_many(&self) {}
+}
+
+/// `inner` with a test's `hooks`: every call of [`CheckpointStorage`]
+/// goes to `inner`, the hooks around it.
+pub(crate) struct Hooked<S, H> {
+    pub(crate) inner: S,
+    pub(crate) hooks: H,
+}
+
+impl<S: CheckpointStorage, H: StorageHooks> CheckpointStorage for Hooked<S, H> {
+    fn is_empty(&self) -> Result<bool, StorageError> {
+        self.inner.is_empty()
+    }
+    fn write_part(
+        &self,
+        id: CheckpointId,
+        key: &TaskStateKey,
+        bytes: &[u8],
+    ) -> Result<PartHandle, StorageError> {
+        self.hooks.before_write(id, key)?;
+        let part = self.inner.write_part(id, key, bytes)?;
+        self.hooks.after_write(&part)?;
+        Ok(part)
+    }
+    fn publish(
+        &self,
+        meta: &CheckpointMetadata,
+        parts: &[PartHandle],
+    ) -> Result<CheckpointHandle, StorageError> {
+        self.hooks.before_publish(meta);
+        self.inner.publish(meta, parts)
+    }
+    fn check_part(&self, part: &PartHandle) -> Result<(), StorageError> {
+        self.inner.check_part(part)
+    }
+    fn verify_part(&self, part: &PartHandle) -> Result<(), StorageError> {
+        self.inner.verify_part(part)
+    }
+    fn verify_parts(&self, parts: &[PartHandle]) -> Vec<Result<(), StorageError>> {
+        self.inner.verify_parts(parts)
+    }
+    fn discard(&self, id: CheckpointId) -> Result<(), StorageError> {
+        self.hooks.before_discard(id);
+        self.inner.discard(id)
+    }
+    fn list(&self) -> Result<Vec<CheckpointId>, StorageError> {
+        self.inner.list()
+    }
+    fn load(&self, id: CheckpointId) -> Result<LoadedCheckpoint, StorageError> {
+        self.inner.load(id)
+    }
+    fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata, StorageError> {
+        self.inner.load_metadata(id)
+    }
+    fn load_latest_valid(&self) -> Result<LatestValid, StorageError> {
+        self.inner.load_latest_valid()
+    }
+    fn part_bases(
+        &self,
+        id: CheckpointId,
+    ) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>, StorageError> {
+        self.inner.part_bases(id)
+    }
+    fn retain(&self, keep: usize) -> Result<Vec<CheckpointId>, StorageError> {
+        self.inner.retain(keep)
+    }
+    fn remove_many(&self, ids: &[CheckpointId]) -> Result<(), StorageError> {
+        let r = self.inner.remove_many(ids);
+        self.hooks.after_remove_many();
+        r
+    }
+    fn remove(&self, id: CheckpointId) -> Result<(), StorageError> {
+        self.inner.remove(id)
+    }
+    fn set_aside(&self, id: CheckpointId) -> Result<Option<String>, StorageError> {
+        self.inner.set_aside(id)
+    }
+    fn clean_temporaries(&self) -> Result<usize, StorageError> {
+        self.inner.clean_temporaries()
+    }
+    fn traces(&self) -> Result<Vec<String>, StorageError> {
+        self.inner.traces()
+    }
+}

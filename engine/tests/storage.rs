@@ -807,3 +807,23 @@ fn a_part_written_after_its_checkpoint_was_discarded_is_refused_and_leaves_nothi
     store.write_checkpoint(&m, &states(9)).unwrap();
     assert_eq!(store.list().unwrap(), ids(&[9]));
 }
+
+#[test]
+fn a_store_remembers_the_newest_1024_aborted_checkpoints_only() {
+    let (_d, store) = open();
+    for id in 1..=1100 {
+        store.discard(CheckpointId(id)).unwrap();
+    }
+    let key = TaskStateKey::new("keyed_sum", 0);
+    // The newest aborted ones still refuse a late part...
+    assert!(matches!(
+        store.write_part(CheckpointId(1100), &key, b"late"),
+        Err(StorageError::Discarded { .. })
+    ));
+    assert!(matches!(
+        store.write_part(CheckpointId(77), &key, b"late"),
+        Err(StorageError::Discarded { .. })
+    ));
+    // ...the oldest are forgotten: the memory a long job keeps is bounded.
+    store.write_part(CheckpointId(76), &key, b"late").unwrap();
+}

@@ -95,6 +95,10 @@ struct MetadataFile {
     states: Vec<StateFileEntry>,
 }
 
+/// Aborted checkpoints a [`LocalDirStorage`] remembers, to refuse a late
+/// part of one.
+const MAX_DISCARDED: usize = 1024;
+
 /// The default store: one file per checkpoint under a root directory (see
 /// the module docs for the layout and the atomic publish protocol).
 #[derive(Clone, Debug)]
@@ -727,6 +731,12 @@ impl CheckpointStorage for LocalDirStorage {
             .write()
             .unwrap_or_else(PoisonError::into_inner);
         discarded.insert(id);
+        // Bounded for a job that runs for days with aborts: a snapshot
+        // thread more than this many aborted checkpoints late is not
+        // expected (its part would then stay staged, unpublished).
+        while discarded.len() > MAX_DISCARDED {
+            discarded.pop_first();
+        }
         self.staged
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -5,18 +5,29 @@
 
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
 
 mod common;
-use common::{bin, heavy};
+use common::{checkpoint_ids, heavy, kill_after_checkpoints, loadgen, read_json};
 
-fn loadgen(args: &[&str]) -> Output {
-    bin()
-        .arg("loadgen")
-        .args(args)
-        .output()
-        .expect("the binary runs")
+/// W2 with committed output, killed by [`kill_after`].
+const KILLED_RUN: &[&str] = &[
+    "--duration",
+    "4",
+    "--warmup",
+    "0",
+    "--rate",
+    "20000",
+    "--checkpoint-interval-ms",
+    "20",
+    "--output",
+    "committed",
+];
+
+/// Runs [`KILLED_RUN`] into `chk` and kills it (SIGKILL) once `n`
+/// checkpoints are there.
+fn kill_after(chk: &Path, n: usize) {
+    kill_after_checkpoints(KILLED_RUN, chk, n);
 }
 
 fn text(o: &Output) -> String {
@@ -25,10 +36,6 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-fn read_json(p: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
 /// The committed counts of a run's JSON, asserting nothing was lost,
@@ -109,41 +116,6 @@ fn injected_failures_leave_committed_output_exact() {
     assert!(dir.path().join("c.committed.hgrm").is_file());
 }
 
-fn chk_count(dir: &Path) -> usize {
-    std::fs::read_dir(dir)
-        .map(|it| {
-            it.flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with("chk-"))
-                .count()
-        })
-        .unwrap_or(0)
-}
-
-/// Runs W2 with committed output into `chk` and kills it (SIGKILL) once
-/// `n` checkpoints are there.
-fn kill_after(chk: &Path, n: usize) {
-    let mut child = bin()
-        .arg("loadgen")
-        .args(["--duration", "4", "--warmup", "0", "--rate", "20000"])
-        .args(["--checkpoint-interval-ms", "20", "--output", "committed"])
-        .arg("--checkpoint-dir")
-        .arg(chk)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while chk_count(chk) < n {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the run ended ({status}) before {n} checkpoints");
-        }
-        assert!(Instant::now() < deadline, "not {n} checkpoints after 60 s");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.kill().unwrap();
-    let _ = child.wait();
-}
-
 /// Killed mid-run (between pre-commits and commits), then restored: what
 /// the first process committed (its log) and what the second commits make
 /// every record committed once.
@@ -177,15 +149,7 @@ fn a_fall_back_past_a_committed_checkpoint_retracts_it() {
     let dir = tempfile::tempdir().unwrap();
     let chk = dir.path().join("chk");
     kill_after(&chk, 4);
-    let mut ids: Vec<u64> = std::fs::read_dir(&chk)
-        .unwrap()
-        .filter_map(|e| {
-            let name = e.unwrap().file_name().to_string_lossy().into_owned();
-            name.strip_prefix("chk-")
-                .and_then(|n| n.parse::<u64>().ok())
-        })
-        .collect();
-    ids.sort_unstable();
+    let ids = checkpoint_ids(&chk);
     let damaged = &ids[ids.len() - 2..];
     for id in damaged {
         common::flip_last_byte_of_part(&chk, *id, "sink", 0);

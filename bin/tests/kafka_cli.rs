@@ -8,10 +8,9 @@
 use lockgate_cli::kafka::TestBroker;
 use std::path::Path;
 use std::process::{Child, Output, Stdio};
-use std::time::{Duration, Instant};
 
 mod common;
-use common::{bin, heavy};
+use common::{bin, heavy, wait_for_checkpoints};
 
 fn kafka(args: &[&str]) -> Output {
     bin()
@@ -77,28 +76,6 @@ fn assert_ok(o: &Output, what: &str) {
     assert!(t.contains("result: ok"), "{what}: {t}");
 }
 
-/// Completed checkpoints in `dir`.
-fn checkpoints(dir: &Path) -> usize {
-    std::fs::read_dir(dir)
-        .map(|it| {
-            it.flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with("chk-"))
-                .count()
-        })
-        .unwrap_or(0)
-}
-
-fn wait_for_checkpoints(dir: &Path, child: &mut Child, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while checkpoints(dir) < n {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the run ended ({status}) before {n} checkpoints");
-        }
-        assert!(Instant::now() < deadline, "not {n} checkpoints after 120 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Creates topic `in` (4 partitions), then starts writing `records`
 /// records into it at 20,000 records/s (so a run reading it is surely
 /// mid-run for a while).
@@ -141,7 +118,7 @@ fn killed_and_restored(processes: u32, records: u64) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_for_checkpoints(&dir0, &mut victim, 3);
+    wait_for_checkpoints(&dir0, &mut victim, 3, 120);
     assert!(
         producer.try_wait().unwrap().is_none(),
         "the input was all produced before the kill: not mid-run"
@@ -310,7 +287,7 @@ fn two_killed_processes_restart_as_four_from_both_folders() {
         .map(|i| spawn_run(bs, "2", &i.to_string(), &old[i]))
         .collect();
     for (dir, child) in old.iter().zip(runs.iter_mut()) {
-        wait_for_checkpoints(dir, child, 3);
+        wait_for_checkpoints(dir, child, 3, 120);
     }
     assert!(
         producer.try_wait().unwrap().is_none(),

@@ -6,18 +6,9 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 mod common;
-use common::{bin, heavy};
-
-fn loadgen(args: &[&str]) -> Output {
-    bin()
-        .arg("loadgen")
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+use common::{bin, checkpoint_ids, heavy, kill_after_checkpoints, loadgen, read_json};
 
 fn text(o: &Output) -> (String, String) {
     (
@@ -37,10 +28,6 @@ fn assert_ok(o: &Output) {
     let (out, err) = text(o);
     assert_eq!(o.status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
     assert_eq!(last_line(&out), "result: ok", "{out}");
-}
-
-fn read_json(p: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
 #[test]
@@ -545,55 +532,9 @@ fn injected_failures_at_least_once_lose_nothing() {
     assert_eq!(j["lost"], 0);
 }
 
-/// Waits until `dir` holds `n` `chk-*` folders (completed checkpoints).
-fn wait_for_checkpoint(dir: &Path, child: &mut std::process::Child, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let found = std::fs::read_dir(dir)
-            .map(|it| {
-                it.flatten()
-                    .filter(|e| e.file_name().to_string_lossy().starts_with("chk-"))
-                    .count()
-            })
-            .unwrap_or(0);
-        if found >= n {
-            return;
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the run ended ({status}) before {n} checkpoints");
-        }
-        assert!(Instant::now() < deadline, "not {n} checkpoints after 60 s");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// The id of the newest `chk-<n>` folder in `chk`.
+/// The id of the newest checkpoint in `chk`.
 fn newest_checkpoint(chk: &Path) -> u64 {
-    std::fs::read_dir(chk)
-        .unwrap()
-        .filter_map(|e| {
-            let name = e.unwrap().file_name().to_string_lossy().into_owned();
-            name.strip_prefix("chk-").and_then(|n| n.parse().ok())
-        })
-        .max()
-        .expect("no checkpoint")
-}
-
-/// Starts `loadgen` with `run_args` and `--checkpoint-dir chk`, and kills
-/// it (SIGKILL) once `n` checkpoints are there.
-fn kill_after_checkpoints(run_args: &[&str], chk: &Path, n: usize) {
-    let mut child = bin()
-        .arg("loadgen")
-        .args(run_args)
-        .arg("--checkpoint-dir")
-        .arg(chk)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_checkpoint(chk, &mut child, n);
-    child.kill().unwrap(); // SIGKILL
-    let _ = child.wait();
+    *checkpoint_ids(chk).last().expect("no checkpoint")
 }
 
 #[test]

@@ -27,17 +27,8 @@ fn text(b: &[u8]) -> String {
 
 /// The newest `chk-<n>` in `dir`.
 fn newest(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
-            e.ok()?
-                .file_name()
-                .to_str()?
-                .strip_prefix("chk-")?
-                .parse()
-                .ok()
-        })
-        .max()
+    *common::checkpoint_ids(dir)
+        .last()
         .expect("the folder holds checkpoints")
 }
 

@@ -349,9 +349,9 @@ impl CheckpointConfig {
     /// ```
     pub fn effective_restore_mode(&self) -> RestoreMode {
         #[allow(deprecated)]
-        match (self.restore_mode, self.restore) {
-            (RestoreMode::Never, true) => RestoreMode::Required,
-            (mode, _) => mode,
+        match self.restore_mode {
+            RestoreMode::Never => RestoreMode::from(self.restore),
+            mode => mode,
         }
     }
 }
@@ -384,6 +384,24 @@ pub enum RestoreMode {
     /// Resume from the newest checkpoint whose whole chain loads; no such
     /// checkpoint is an error.
     Required,
+}
+
+/// What the deprecated `restore: bool` meant: `true` is
+/// [`RestoreMode::Required`], `false` [`RestoreMode::Never`].
+///
+/// ```
+/// use lockgate::RestoreMode;
+/// assert_eq!(RestoreMode::from(true), RestoreMode::Required);
+/// assert_eq!(RestoreMode::from(false), RestoreMode::Never);
+/// ```
+impl From<bool> for RestoreMode {
+    fn from(restore: bool) -> Self {
+        if restore {
+            RestoreMode::Required
+        } else {
+            RestoreMode::Never
+        }
+    }
 }
 
 impl RestoreMode {

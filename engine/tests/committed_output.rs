@@ -23,11 +23,7 @@ fn job(
     let mut config = JobConfig::default();
     config.checkpoint =
         CheckpointConfig::exactly_once(Duration::from_millis(5), dir.map(Path::to_path_buf));
-    config.checkpoint.restore_mode = if restore {
-        lockgate::RestoreMode::Required
-    } else {
-        lockgate::RestoreMode::Never
-    };
+    config.checkpoint.restore_mode = restore.into();
     config.restart.delay = Duration::ZERO;
     config.restart.max_attempts = 5;
     let job = JobBuilder::new("committed", config);

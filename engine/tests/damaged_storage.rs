@@ -42,11 +42,7 @@ fn sum_job(dir: &Path, n: u64, restore: bool, per_poll: usize, finals: &Finals) 
     config.checkpoint = CheckpointConfig::exactly_once(Duration::from_secs(3600), Some(dir.into()));
     config.checkpoint.interval = None;
     config.checkpoint.full_every = 3;
-    config.checkpoint.restore_mode = if restore {
-        lockgate::RestoreMode::Required
-    } else {
-        lockgate::RestoreMode::Never
-    };
+    config.checkpoint.restore_mode = restore.into();
     config.restart.delay = Duration::ZERO;
     config.restart.max_attempts = 5;
     let job = JobBuilder::new("damaged", config);

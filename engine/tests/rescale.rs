@@ -136,11 +136,7 @@ fn config(dir: &std::path::Path, restore: bool) -> JobConfig {
     config.checkpoint.mode = CheckpointMode::ExactlyOnce;
     config.checkpoint.interval = Some(Duration::from_millis(2));
     config.checkpoint.dir = Some(dir.to_path_buf());
-    config.checkpoint.restore_mode = if restore {
-        lockgate::RestoreMode::Required
-    } else {
-        lockgate::RestoreMode::Never
-    };
+    config.checkpoint.restore_mode = restore.into();
     config.restart = RestartStrategy {
         max_attempts: 3,
         delay: Duration::ZERO,

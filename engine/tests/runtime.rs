@@ -231,11 +231,7 @@ fn dir_config(dir: &std::path::Path, restore: bool) -> JobConfig {
     config.checkpoint.mode = CheckpointMode::ExactlyOnce;
     config.checkpoint.interval = Some(Duration::from_millis(5));
     config.checkpoint.dir = Some(dir.to_path_buf());
-    config.checkpoint.restore_mode = if restore {
-        lockgate::RestoreMode::Required
-    } else {
-        lockgate::RestoreMode::Never
-    };
+    config.checkpoint.restore_mode = restore.into();
     config
 }
 

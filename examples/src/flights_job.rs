@@ -606,11 +606,7 @@ pub fn run(
                 .map_err(|e| FlightsJobError::Job(JobError::Storage(e)))?,
             _ => false,
         };
-        config.checkpoint.restore_mode = if present {
-            lockgate::RestoreMode::Required
-        } else {
-            lockgate::RestoreMode::Never
-        };
+        config.checkpoint.restore_mode = present.into();
     }
     let restore = config.checkpoint.effective_restore_mode() == lockgate::RestoreMode::Required;
     prepare_output(spec, restore).map_err(|e| {

@@ -54,11 +54,7 @@ fn main() -> ExitCode {
     config.checkpoint.mode = CheckpointMode::ExactlyOnce;
     config.checkpoint.interval = Some(Duration::from_millis(20));
     config.checkpoint.dir = Some(chk);
-    config.checkpoint.restore_mode = if restore {
-        lockgate::RestoreMode::Required
-    } else {
-        lockgate::RestoreMode::Never
-    };
+    config.checkpoint.restore_mode = restore.into();
     match demo::job(config, out, records, Pace::Paced)
         .start()
         .and_then(|h| h.wait())

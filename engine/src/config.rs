@@ -510,7 +510,14 @@ pub struct JobConfig {
     /// what one input batch produced, the per-batch overdraft of Flink's
     /// FLIP-227) and the task takes no input until it is sent. An
     /// operator that blocks (a slow sink) holds up its worker's other
-    /// tasks meanwhile.
+    /// tasks meanwhile. A checkpoint's asynchronous part (encoding,
+    /// checksums, staging the part) runs on the worker too, in its idle
+    /// time and in slices of ~50 µs, with no snapshot thread, when the
+    /// storage's `write_part` never waits for I/O
+    /// ([`CheckpointStorage::write_part_blocks`](crate::storage::CheckpointStorage::write_part_blocks):
+    /// `LocalDirStorage` and `MemoryStorage`, whose files are written by
+    /// the job thread's publisher); else on a snapshot thread per task at
+    /// the lowest priority.
     #[serde(default)]
     pub workers: Option<usize>,
 }

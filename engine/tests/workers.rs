@@ -188,3 +188,117 @@ fn a_worker_count_of_zero_is_refused() {
     config.workers = Some(MAX_WORKERS + 1);
     assert!(config.validate().is_err());
 }
+
+/// Counts the records it passes on; the asynchronous part of each of its
+/// first `probes` snapshots waits (at yield points, up to 10 s) until the
+/// count has grown by 1,000, and reports the thread it ran on and whether
+/// the count grew.
+struct SliceProbe {
+    seen: Arc<std::sync::atomic::AtomicU64>,
+    probes: Arc<Mutex<Vec<(String, bool)>>>,
+}
+impl Checkpointed for SliceProbe {
+    fn snapshot_state_async(
+        &mut self,
+        _id: CheckpointId,
+    ) -> Result<Option<lockgate::state::StateSnapshot>, BoxError> {
+        if self.probes.lock().unwrap().len() >= 3 {
+            return Ok(None);
+        }
+        let (seen, probes) = (self.seen.clone(), self.probes.clone());
+        Ok(Some(lockgate::state::StateSnapshot::deferred(move || {
+            use std::sync::atomic::Ordering::Relaxed;
+            let start = seen.load(Relaxed);
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let grew = loop {
+                if seen.load(Relaxed) >= start + 1_000 {
+                    break true;
+                }
+                if std::time::Instant::now() > deadline {
+                    break false;
+                }
+                lockgate::tuning::yield_point();
+            };
+            let thread = std::thread::current().name().unwrap_or("").to_string();
+            probes.lock().unwrap().push((thread, grew));
+            Ok(Vec::new())
+        })))
+    }
+}
+impl Operator<u64, u64> for SliceProbe {
+    fn process(
+        &mut self,
+        input: &mut Vec<u64>,
+        ctx: &mut Context<'_, u64>,
+    ) -> Result<(), BoxError> {
+        self.seen
+            .fetch_add(input.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        for x in input.drain(..) {
+            ctx.emit(x);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn checkpoint_work_runs_on_the_worker_in_slices_between_records() {
+    // One worker runs the source, the probe and the sink, and (storage in
+    // memory or in a folder: parts staged in memory) the probe's
+    // asynchronous snapshot part too: that part can only see records pass
+    // if the worker leaves it at a yield point to run its tasks.
+    let dir = tempfile::tempdir().unwrap();
+    for folder in [None, Some(dir.path().to_path_buf())] {
+        let mut config = config(1, CheckpointMode::ExactlyOnce);
+        config.checkpoint.dir = folder;
+        let job = JobBuilder::new("sliced", config);
+        let probes: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
+        let p2 = probes.clone();
+        job.source("numbers", 1, |_| Counter::paced(0, 1, u64::MAX, 16, 20_000))
+            .process("probe", move |_| SliceProbe {
+                seen: Arc::default(),
+                probes: p2.clone(),
+            })
+            .for_each(|_| ());
+        let h = job.start().unwrap();
+        assert!(wait_for(60, || probes.lock().unwrap().len() >= 3));
+        h.stop();
+        h.wait().unwrap();
+        for (thread, grew) in probes.lock().unwrap().iter() {
+            assert_eq!(thread, "lg-worker-0", "the worker runs the checkpoint work");
+            assert!(
+                grew,
+                "records passed while the checkpoint work was under way"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_storage_that_may_block_keeps_a_snapshot_thread_on_workers() {
+    // `Hooked` says its writes may wait (a test's hooks could hang), so
+    // the asynchronous part stays off the worker.
+    struct NoHooks;
+    impl StorageHooks for NoHooks {}
+    let mut config = config(1, CheckpointMode::ExactlyOnce);
+    config.checkpoint.dir = None;
+    let job = JobBuilder::new("threaded", config).with_storage(Box::new(Hooked {
+        inner: lockgate::storage::MemoryStorage::new(),
+        hooks: NoHooks,
+    }));
+    let probes: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
+    let p2 = probes.clone();
+    job.source("numbers", 1, |_| Counter::paced(0, 1, u64::MAX, 16, 20_000))
+        .process("probe", move |_| SliceProbe {
+            seen: Arc::default(),
+            probes: p2.clone(),
+        })
+        .for_each(|_| ());
+    let h = job.start().unwrap();
+    assert!(wait_for(60, || probes.lock().unwrap().len() >= 3));
+    h.stop();
+    h.wait().unwrap();
+    for (thread, grew) in probes.lock().unwrap().iter() {
+        assert!(thread.starts_with("lg-snap-"), "{thread}");
+        assert!(grew);
+    }
+}

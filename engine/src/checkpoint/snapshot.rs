@@ -8,7 +8,12 @@
 //! One snapshot thread per task, as Flink gives each `StreamTask` its own
 //! asynchronous operations pool: a task's checkpoints are finished in the
 //! order they were taken, and the parts of different tasks are written side
-//! by side.
+//! by side. On cooperative workers there is no such thread when the
+//! storage's `write_part` never waits for I/O (its
+//! [`write_part_blocks`](CheckpointStorage::write_part_blocks)): the
+//! worker runs the same work itself, in its idle time, in slices of at
+//! most 50 µs ([`SnapshotSlices`]), so that checkpoint work takes no core
+//! from the records and needs no idle time of another thread.
 
 use crate::barrier::AbortReason;
 use crate::checkpoint::task_state::{OperatorSnapshot, PendingSnapshot};
@@ -18,6 +23,7 @@ use crate::state::varint_len;
 use crate::testing::{injected, FailurePoint, InjectedFailure};
 use crate::types::element::CheckpointId;
 use crate::types::error::TaskError;
+use crate::util::background::{SliceEnd, Sliced, Work};
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -70,10 +76,52 @@ impl std::fmt::Debug for SnapshotMsg {
     }
 }
 
-/// The handle of a task's snapshot thread.
-pub(crate) struct SnapshotThread {
+/// The asynchronous phase of a task's checkpoints: a snapshot thread, or
+/// work its cooperative worker runs in slices.
+pub(crate) struct AsyncPhase {
     jobs: Option<Sender<SnapshotMsg>>,
     thread: Option<JoinHandle<()>>,
+    /// On a cooperative worker: the work, for the worker to take
+    /// ([`AsyncPhase::take_slices`]) on its own thread.
+    sliced: Option<(Work, Receiver<SnapshotMsg>)>,
+}
+
+/// A task's checkpoint work as its cooperative worker runs it: slice by
+/// slice, in the worker's idle time (`runtime/worker.rs`).
+pub(crate) struct SnapshotSlices {
+    work: Sliced,
+    /// The work's messages, looked at (never taken) to tell whether
+    /// waiting work has something to do.
+    pending: Receiver<SnapshotMsg>,
+    last: SliceEnd,
+}
+
+impl SnapshotSlices {
+    /// True when a slice would do something: a job is half done, or a
+    /// message waits.
+    pub(crate) fn has_work(&self) -> bool {
+        match self.last {
+            SliceEnd::Working => true,
+            SliceEnd::Waiting => !self.pending.is_empty(),
+            SliceEnd::Done => false,
+        }
+    }
+
+    /// Runs one slice: at most about 50 µs of the work (as far as it has
+    /// yield points). A panic of the work (an operator's deferred snapshot
+    /// code) passes on to the caller.
+    pub(crate) fn run_slice(&mut self) {
+        self.last = SliceEnd::Done;
+        self.last = self.work.run_slice();
+    }
+
+    /// Runs the rest of the work to its end (after [`AsyncPhase::drain`]
+    /// queued the end).
+    fn finish(&mut self) {
+        while self.last != SliceEnd::Done {
+            self.run_slice();
+        }
+    }
 }
 
 /// When a subtask's chain of incremental parts restarts with a full one
@@ -116,46 +164,71 @@ pub(crate) struct SnapshotThreadSetup<E> {
     /// Armed only for [`FailurePoint::DuringAsyncSnapshot`].
     pub(crate) failure: Option<InjectedFailure>,
     pub(crate) policy: IncrementalPolicy,
-    /// Run at `SCHED_IDLE` ([`lower_priority`]: on cooperative workers,
-    /// which leave idle time while it works,
-    /// [`crate::util::background::yield_or_nap`]); else at the tasks' priority,
-    /// its turns bounded by its yield points.
-    pub(crate) idle_priority: bool,
+    /// The task runs on a cooperative worker: the worker runs the work in
+    /// slices, or, when the storage's `write_part` may wait for I/O, a
+    /// snapshot thread at `SCHED_IDLE` does ([`lower_priority`]: workers
+    /// leave it idle time, [`crate::util::background::yield_or_nap`]).
+    /// Else a snapshot thread at the tasks' priority, its turns bounded by
+    /// its yield points.
+    pub(crate) on_worker: bool,
 }
 
-impl SnapshotThread {
-    /// Starts the snapshot thread `lg-snap-<task>`.
+impl AsyncPhase {
+    /// Starts the snapshot thread `lg-snap-<task>`, or, on a cooperative
+    /// worker with a storage that never waits in `write_part`, prepares
+    /// the work for the worker ([`AsyncPhase::take_slices`]).
     ///
     /// # Errors
     /// When the OS refuses a thread.
-    pub(crate) fn spawn<E>(setup: SnapshotThreadSetup<E>) -> Result<Self, TaskError>
+    pub(crate) fn start<E>(setup: SnapshotThreadSetup<E>) -> Result<Self, TaskError>
     where
         E: From<(usize, SnapshotOutcome)> + Send + 'static,
     {
-        let task_name = setup.key.task.clone();
-        // Unbounded: a task never waits for its snapshot thread (jobs are
-        // bounded by the coordinator's concurrent checkpoints anyway).
+        // Unbounded: a task never waits for its asynchronous phase (jobs
+        // are bounded by the coordinator's concurrent checkpoints anyway).
         let (tx, rx) = crossbeam_channel::unbounded();
-        let name = format!("lg-snap-{}", setup.task);
-        let thread = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || {
-                if setup.idle_priority {
-                    lower_priority();
-                }
-                crate::util::background::mark_background_thread();
-                run(setup, rx)
-            })
-            .map_err(|e| {
-                TaskError::from_operator(&task_name, "spawning its snapshot thread", e.into())
-            })?;
-        Ok(SnapshotThread {
+        if setup.on_worker && !setup.storage.write_part_blocks() {
+            let pending = rx.clone();
+            return Ok(AsyncPhase {
+                jobs: Some(tx),
+                thread: None,
+                sliced: Some((Box::new(move || run(setup, rx)), pending)),
+            });
+        }
+        let (task, name) = (setup.task, setup.key.task.clone());
+        let thread = spawn_thread(task, &name, setup.on_worker, move || run(setup, rx))?;
+        Ok(AsyncPhase {
             jobs: Some(tx),
             thread: Some(thread),
+            sliced: None,
         })
     }
 
-    /// Queues `job` for the snapshot thread.
+    /// On the worker that runs the task, once: the work to run in slices
+    /// (`None` when a snapshot thread runs it). Should the OS refuse the
+    /// slices' stack, a snapshot thread at `SCHED_IDLE` runs it instead.
+    pub(crate) fn take_slices(&mut self, task: usize, name: &str) -> Option<SnapshotSlices> {
+        let (work, pending) = self.sliced.take()?;
+        match Sliced::new(work) {
+            Ok(work) => Some(SnapshotSlices {
+                work,
+                pending,
+                last: SliceEnd::Waiting,
+            }),
+            Err((e, work)) => {
+                tracing::warn!(task = name, error = %e, "no stack for checkpoint work on the worker: a snapshot thread runs it");
+                match spawn_thread(task, name, true, work) {
+                    Ok(t) => self.thread = Some(t),
+                    // Without it this task's checkpoints time out and
+                    // are declined, as with a snapshot thread that died.
+                    Err(e) => tracing::error!(task = name, error = %e, "no snapshot thread either"),
+                }
+                None
+            }
+        }
+    }
+
+    /// Queues `job` for the asynchronous phase.
     pub(crate) fn submit(&self, job: SnapshotJob) {
         self.send(SnapshotMsg::Job(job));
     }
@@ -168,17 +241,21 @@ impl SnapshotThread {
 
     fn send(&self, msg: SnapshotMsg) {
         if let Some(tx) = &self.jobs {
-            // The thread ends only when `jobs` drops or after a failure it
+            // The work ends only when `jobs` drops or after a failure it
             // reported; either way nothing is left to do with `msg`.
             let _ = tx.send(msg);
         }
     }
 
     /// Waits until every queued job is done (a task that ends cleanly does,
-    /// so its last acknowledgements precede its end).
-    pub(crate) fn drain(&mut self) {
+    /// so its last acknowledgements precede its end); on a worker, runs
+    /// what is left of `slices` to its end.
+    pub(crate) fn drain(&mut self, slices: Option<SnapshotSlices>) {
         if let Some(tx) = self.jobs.take() {
             let _ = tx.send(SnapshotMsg::End);
+        }
+        if let Some(mut s) = slices {
+            s.finish();
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -186,9 +263,30 @@ impl SnapshotThread {
     }
 }
 
-impl Drop for SnapshotThread {
+/// Spawns `lg-snap-<task>` running `work`, at `SCHED_IDLE` if
+/// `idle_priority`.
+fn spawn_thread(
+    task: usize,
+    name: &str,
+    idle_priority: bool,
+    work: impl FnOnce() + Send + 'static,
+) -> Result<JoinHandle<()>, TaskError> {
+    std::thread::Builder::new()
+        .name(format!("lg-snap-{task}"))
+        .spawn(move || {
+            if idle_priority {
+                lower_priority();
+            }
+            crate::util::background::mark_background_thread();
+            work()
+        })
+        .map_err(|e| TaskError::from_operator(name, "spawning its snapshot thread", e.into()))
+}
+
+impl Drop for AsyncPhase {
     /// A task that failed leaves its snapshot thread to end on its own
-    /// (after what is queued, or when a storage call returns).
+    /// (after what is queued, or when a storage call returns); work in
+    /// slices ends with its worker's `SnapshotSlices`.
     fn drop(&mut self) {
         if let Some(tx) = self.jobs.take() {
             let _ = tx.send(SnapshotMsg::End);
@@ -361,7 +459,7 @@ fn run<E: From<(usize, SnapshotOutcome)>>(
     // one of megabytes (an unaligned checkpoint's part) costs a page fault
     // per 4 KiB page at every checkpoint.
     let mut scratch = Vec::new();
-    for msg in msgs {
+    while let Some(msg) = next_message(&msgs) {
         let job = match msg {
             SnapshotMsg::Job(job) => job,
             SnapshotMsg::Verified(id) => {
@@ -372,7 +470,9 @@ fn run<E: From<(usize, SnapshotOutcome)>>(
         };
         let id = job.id;
         let mut freed = 0;
-        let busy = crate::util::background::busy();
+        // A snapshot thread at work makes idle workers nap (they leave it
+        // the idle time); work in a worker's slices needs no such thing.
+        let busy = (!crate::util::background::in_slice()).then(crate::util::background::busy);
         let ev = finish(&setup, &mut chain, &mut scratch, &mut freed, job);
         let failed = matches!(ev, SnapshotOutcome::Failed(_));
         // The job thread may be gone at teardown; then nothing matters.
@@ -387,6 +487,23 @@ fn run<E: From<(usize, SnapshotOutcome)>>(
             // are moot.
             tracing::debug!(task = setup.task, checkpoint = %id, "asynchronous part failed");
             return;
+        }
+    }
+}
+
+/// The next message for the asynchronous phase, `None` once every sender
+/// is gone: a snapshot thread blocks for it; work in a worker's slices
+/// ends its slice while there is none.
+fn next_message(msgs: &Receiver<SnapshotMsg>) -> Option<SnapshotMsg> {
+    loop {
+        match msgs.try_recv() {
+            Ok(m) => return Some(m),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+            Err(crossbeam_channel::TryRecvError::Empty) => {
+                if !crate::util::background::wait_in_slice() {
+                    return msgs.recv().ok();
+                }
+            }
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::checkpoint::coordinator::{Coordinator, CoordinatorOutput};
 use crate::checkpoint::publisher::{Published, Publisher};
 use crate::checkpoint::restore::{self, SkippedCheckpoint};
 use crate::checkpoint::snapshot::{
-    IncrementalPolicy, SnapshotNotifier, SnapshotThread, SnapshotThreadSetup,
+    AsyncPhase, IncrementalPolicy, SnapshotNotifier, SnapshotThreadSetup,
 };
 use crate::checkpoint::stats::CheckpointHistory;
 use crate::checkpoint::TaskStateKey;
@@ -659,7 +659,7 @@ impl Driver {
             // A job that checkpoints has storage (memory at least).
             let snapshots = if let Some(p) = self.publisher.as_ref().filter(|_| checkpointing) {
                 Some(
-                    SnapshotThread::spawn(SnapshotThreadSetup {
+                    AsyncPhase::start(SnapshotThreadSetup {
                         task,
                         // A subtask index is below MAX_PARALLELISM, so it fits a u32.
                         key: TaskStateKey::new(name.operator.clone(), name.subtask as u32),
@@ -671,7 +671,7 @@ impl Driver {
                             full_every: self.config.checkpoint.full_every,
                             max_chain_ratio: self.config.checkpoint.max_chain_ratio,
                         },
-                        idle_priority: self.config.workers.is_some(),
+                        on_worker: self.config.workers.is_some(),
                     })
                     .map_err(|e| JobError::Internal(format!("starting task {name}: {e}")))?,
                 )
@@ -680,7 +680,7 @@ impl Driver {
             };
             snapshot_threads.push((
                 TaskStateKey::new(name.operator.clone(), name.subtask as u32),
-                snapshots.as_ref().and_then(SnapshotThread::notifier),
+                snapshots.as_ref().and_then(AsyncPhase::notifier),
             ));
             let mut rt = TaskRt {
                 task,
@@ -714,7 +714,7 @@ impl Driver {
                     let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         body.run(&mut rt)
                     }));
-                    end_task(task, rt, body, &metrics, res);
+                    end_task(task, rt, None, body, &metrics, res);
                 })
                 .map_err(|e| JobError::Internal(format!("spawning task {name}: {e}")))?;
             threads.push(t);

@@ -42,9 +42,14 @@ pub trait Checkpointed {
     /// strategies split it: what this call does is the synchronous part
     /// (records wait meanwhile: copy, do not encode), the returned
     /// [`StateSnapshot`]'s work is the asynchronous part, run on the task's
-    /// snapshot thread while the task processes records again. Default: the
-    /// bytes of [`Checkpointed::snapshot_state`], taken synchronously.
-    /// Override it when encoding the state costs more than copying it.
+    /// snapshot thread while the task processes records again (on
+    /// cooperative workers, [`JobConfig::workers`](crate::JobConfig::workers),
+    /// on the worker itself, in its idle time: the work is cut into slices
+    /// of ~50 µs at its [`yield_point`](crate::tuning::yield_point)s, and
+    /// work with none runs whole, holding the worker's other tasks
+    /// meanwhile). Default: the bytes of [`Checkpointed::snapshot_state`],
+    /// taken synchronously. Override it when encoding the state costs more
+    /// than copying it.
     ///
     /// # Errors
     /// Any error declines the checkpoint and fails the task (an error of

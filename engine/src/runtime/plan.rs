@@ -3,7 +3,7 @@
 //! ([`Wiring`]), and what a task is given ([`SubtaskCtx`], [`TaskRt`]).
 //! [`crate::graph`] builds a plan; nothing here points back to it.
 
-use crate::checkpoint::snapshot::{SnapshotJob, SnapshotThread};
+use crate::checkpoint::snapshot::{AsyncPhase, SnapshotJob};
 use crate::checkpoint::task_state::TaskRestore;
 use crate::config::{JobConfig, PinPolicy};
 use crate::runtime::events::TaskEvent;
@@ -92,12 +92,13 @@ pub(crate) struct TaskRt {
     pub(crate) restored_checkpoint: Option<crate::types::element::CheckpointId>,
     pub(crate) checkpointing: bool,
     pub(crate) failure: Option<InjectedFailure>,
-    /// The task's snapshot thread (when checkpointing).
-    pub(crate) snapshots: Option<SnapshotThread>,
+    /// The asynchronous phase of the task's checkpoints (when
+    /// checkpointing): a snapshot thread, or work its worker runs.
+    pub(crate) snapshots: Option<AsyncPhase>,
 }
 
 impl TaskRt {
-    /// Hands a checkpoint's synchronous part to the snapshot thread.
+    /// Hands a checkpoint's synchronous part to its asynchronous phase.
     pub(crate) fn submit_snapshot(&self, job: SnapshotJob) {
         match &self.snapshots {
             Some(w) => w.submit(job),

@@ -22,13 +22,18 @@
 //! runnable thread, which is where a task thread waits after its own
 //! yield. On any other thread the call costs one thread-local read.
 //!
-//! How a snapshot thread and the tasks share the cores then depends on
-//! where the tasks run (measured on 2 cores, docs/benchmarks-history.md): on
-//! cooperative workers it runs at `SCHED_IDLE` and idle workers nap while
-//! it works ([`yield_or_nap`]), so it takes their idle time; with a thread
-//! per task it keeps the tasks' priority, and its yield points bound each
-//! of its turns (at `SCHED_IDLE` it starved behind the tasks' spinning).
+//! With a thread per task a snapshot thread keeps the tasks' priority, and
+//! its yield points bound each of its turns (at `SCHED_IDLE` it starved
+//! behind the tasks' spinning, docs/benchmarks-history.md). On cooperative
+//! workers there is no snapshot thread: the worker runs a checkpoint's
+//! asynchronous part itself, in its idle time, as [`Sliced`] work that the
+//! same yield points cut into slices of at most [`YIELD_EVERY_NS`]. A
+//! slice is a stackful coroutine (`corosensei`), so that every yield point
+//! deep inside a state type's encoder can end a slice without that code
+//! being written as a state machine.
 
+use corosensei::stack::DefaultStack;
+use corosensei::{Coroutine, CoroutineResult, Yielder};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -97,6 +102,118 @@ pub(crate) fn yield_or_nap() {
 thread_local! {
     /// `Some(time of the last yield)` on a background thread.
     static LAST_YIELD_NS: Cell<Option<u64>> = const { Cell::new(None) };
+    /// While [`Sliced`] work runs on this thread: its coroutine's yielder
+    /// (null otherwise, also while the work is suspended).
+    static SLICE_YIELDER: Cell<*const Yielder<(), SliceEnd>> = const { Cell::new(std::ptr::null()) };
+    /// When the running slice began, ns (the engine's clock).
+    static SLICE_START_NS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How a slice of [`Sliced`] work ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SliceEnd {
+    /// At a yield point, its time used up: more work is ready.
+    Working,
+    /// The work waits for input ([`wait_in_slice`]).
+    Waiting,
+    /// The work returned (or panicked, the panic passed on to the caller).
+    Done,
+}
+
+/// The stack of a slice's coroutine: as a spawned thread's default, 2 MiB
+/// (reserved address space; pages are touched only as deep as the work
+/// goes).
+const SLICE_STACK_BYTES: usize = 2 << 20;
+
+/// Work that runs on the calling thread in slices: [`Sliced::run_slice`]
+/// runs it until its next [`yield_point`] past [`YIELD_EVERY_NS`] since
+/// the slice began, until it waits ([`wait_in_slice`]), or until it ends.
+/// A cooperative worker runs its tasks' checkpoint work so, between
+/// rounds over its tasks: a record that arrives meanwhile waits at most
+/// about one slice. Code between two yield points runs whole.
+///
+/// Not `Send`: a slice's stack holds whatever the work holds, so the work
+/// starts, runs and ends (or is dropped, which unwinds it) on one thread.
+pub(crate) struct Sliced {
+    co: Coroutine<(), SliceEnd, (), DefaultStack>,
+}
+
+/// Work for [`Sliced`] (or, should slices be refused, a thread).
+pub(crate) type Work = Box<dyn FnOnce() + Send>;
+
+/// Clears the thread's yielder when the work returns or unwinds.
+struct LeaveSlice;
+
+impl Drop for LeaveSlice {
+    fn drop(&mut self) {
+        SLICE_YIELDER.with(|c| c.set(std::ptr::null()));
+    }
+}
+
+impl Sliced {
+    /// Prepares `work` to run in slices on the calling thread.
+    ///
+    /// # Errors
+    /// When the OS refuses the coroutine's stack (`mmap`); `work` comes
+    /// back with the error, to run some other way.
+    pub(crate) fn new(work: Work) -> Result<Self, (std::io::Error, Work)> {
+        let stack = match DefaultStack::new(SLICE_STACK_BYTES) {
+            Ok(s) => s,
+            Err(e) => return Err((e, work)),
+        };
+        let co = Coroutine::with_stack(stack, move |y: &Yielder<(), SliceEnd>, ()| {
+            let _leave = LeaveSlice;
+            SLICE_YIELDER.with(|c| c.set(y));
+            work();
+        });
+        Ok(Sliced { co })
+    }
+
+    /// Runs the work for one slice; says how the slice ended. A panic of
+    /// the work passes on to the caller (the work is then done).
+    pub(crate) fn run_slice(&mut self) -> SliceEnd {
+        if self.co.done() {
+            return SliceEnd::Done;
+        }
+        SLICE_START_NS.with(|c| c.set(crate::util::clock::now_ns()));
+        match self.co.resume(()) {
+            CoroutineResult::Yield(end) => end,
+            CoroutineResult::Return(()) => SliceEnd::Done,
+        }
+    }
+}
+
+/// Ends the running slice with `end`; returns when the next slice begins.
+/// Only while [`Sliced`] work runs on this thread.
+fn suspend(end: SliceEnd) {
+    let y = SLICE_YIELDER.with(|c| c.replace(std::ptr::null()));
+    debug_assert!(!y.is_null());
+    // SAFETY: `y` was set from the `&Yielder` that the running coroutine's
+    // body received, and that body has not returned (its `LeaveSlice`
+    // nulls the pointer when it returns or unwinds, and a suspended
+    // slice's pointer is null, as now): the yielder lives on that
+    // coroutine's stack for as long as the body runs, and this code runs
+    // on that stack (only the coroutine's own code sees the pointer set,
+    // and a coroutine never leaves its thread, `Sliced` being !Send).
+    let y = unsafe { &*y };
+    y.suspend(end);
+    SLICE_YIELDER.with(|c| c.set(y));
+}
+
+/// True while [`Sliced`] work runs on the calling thread.
+pub(crate) fn in_slice() -> bool {
+    SLICE_YIELDER.with(|c| !c.get().is_null())
+}
+
+/// Inside [`Sliced`] work: ends the slice as [`SliceEnd::Waiting`] (the
+/// work has nothing to do until its input changes) and returns when the
+/// next slice begins; returns false at once (and does nothing) outside.
+pub(crate) fn wait_in_slice() -> bool {
+    if !in_slice() {
+        return false;
+    }
+    suspend(SliceEnd::Waiting);
+    true
 }
 
 /// Marks the calling thread as a background thread: its [`yield_point`]s
@@ -110,13 +227,17 @@ pub(crate) fn mark_background_thread() {
 /// [`YIELD_EVERY_NS`] (50 µs) since its last yield, it yields
 /// (`sched_yield`), so that a task thread waiting for a core gets it
 /// within about that time instead of at the scheduler's next tick (see
-/// the module docs). On every other thread (task threads, the
-/// application's) it does nothing and costs one thread-local read.
+/// the module docs). In a checkpoint's asynchronous part on a cooperative
+/// worker, it ends the worker's slice of that work once the slice has run
+/// 50 µs, and the worker goes back to its records. On every other thread
+/// (task threads, the application's) it does nothing and costs two
+/// thread-local reads.
 ///
 /// Long snapshot work of an operator's own, in
 /// [`StateSnapshot`](crate::state::StateSnapshot)'s deferred part, can call it
 /// every few tens of µs of work (e.g. every thousand entries encoded), as
-/// lockgate's own state types and the checkpoint writer do.
+/// lockgate's own state types and the checkpoint writer do; on a worker,
+/// such work without yield points runs whole in one slice.
 ///
 /// # Examples
 /// ```
@@ -128,6 +249,13 @@ pub(crate) fn mark_background_thread() {
 /// ```
 #[inline]
 pub fn yield_point() {
+    if in_slice() {
+        let start = SLICE_START_NS.with(Cell::get);
+        if crate::util::clock::now_ns().saturating_sub(start) >= YIELD_EVERY_NS {
+            suspend(SliceEnd::Working);
+        }
+        return;
+    }
     LAST_YIELD_NS.with(|c| {
         if let Some(last) = c.get() {
             let now = crate::util::clock::now_ns();
@@ -142,6 +270,85 @@ pub fn yield_point() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs until `ns` have passed, at yield points.
+    fn spin_for(ns: u64) {
+        let start = crate::util::clock::now_ns();
+        while crate::util::clock::now_ns() - start < ns {
+            yield_point();
+        }
+    }
+
+    #[test]
+    fn sliced_work_ends_slices_at_yield_points_and_waits() {
+        let steps = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s2 = steps.clone();
+        let mut work = Sliced::new(Box::new(move || {
+            spin_for(4 * YIELD_EVERY_NS);
+            s2.lock().unwrap().push("spun");
+            assert!(wait_in_slice());
+            s2.lock().unwrap().push("woke");
+        }))
+        .map_err(|(e, _)| e)
+        .unwrap();
+        assert!(!in_slice());
+        let mut ends = Vec::new();
+        loop {
+            let end = work.run_slice();
+            // Never inside a slice once it returned.
+            assert!(!in_slice());
+            ends.push(end);
+            if end == SliceEnd::Done {
+                break;
+            }
+        }
+        // 200 µs of work at yield points: cut at least once, then a wait,
+        // then the end.
+        let n = ends.len();
+        assert!(n >= 4, "{ends:?}");
+        assert!(ends[..n - 2].iter().all(|e| *e == SliceEnd::Working));
+        assert_eq!(ends[n - 2..], [SliceEnd::Waiting, SliceEnd::Done]);
+        assert_eq!(*steps.lock().unwrap(), ["spun", "woke"]);
+        assert_eq!(work.run_slice(), SliceEnd::Done);
+        // Off a slice, waiting is refused.
+        assert!(!wait_in_slice());
+    }
+
+    #[test]
+    fn a_panic_in_sliced_work_reaches_the_caller_and_a_dropped_one_unwinds() {
+        let mut work = Sliced::new(Box::new(|| panic!("in a slice")))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        let p = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.run_slice()));
+        assert!(p.is_err());
+        assert!(!in_slice());
+        assert_eq!(work.run_slice(), SliceEnd::Done);
+
+        struct SetOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for SetOnDrop {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let guard = SetOnDrop(dropped.clone());
+        let mut work = Sliced::new(Box::new(move || {
+            let _guard = guard;
+            loop {
+                assert!(wait_in_slice());
+            }
+        }))
+        .map_err(|(e, _)| e)
+        .unwrap();
+        assert_eq!(work.run_slice(), SliceEnd::Waiting);
+        assert!(!dropped.load(Ordering::Relaxed));
+        drop(work);
+        assert!(
+            dropped.load(Ordering::Relaxed),
+            "dropping suspended work unwinds it"
+        );
+        assert!(!in_slice());
+    }
 
     #[test]
     fn a_worker_naps_while_a_background_thread_is_busy() {

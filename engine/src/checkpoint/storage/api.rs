@@ -258,6 +258,18 @@ pub trait CheckpointStorage: Send + Sync {
     /// [`StorageError::Io`] on any I/O failure.
     fn write_part(&self, id: CheckpointId, key: &TaskStateKey, bytes: &[u8]) -> Result<PartHandle>;
 
+    /// Whether [`write_part`](Self::write_part) may wait for I/O: true
+    /// unless the storage says otherwise. A storage that only stages parts
+    /// in memory (and writes in [`publish`](Self::publish)) returns false,
+    /// and then a job on cooperative workers calls `write_part` on a
+    /// worker's own thread, in a slice of its idle time, with no snapshot
+    /// thread; a call that blocked there would stop that worker's records.
+    /// [`LocalDirStorage`](crate::storage::LocalDirStorage) and
+    /// [`MemoryStorage`](crate::storage::MemoryStorage) return false.
+    fn write_part_blocks(&self) -> bool {
+        true
+    }
+
     /// Publishes checkpoint `meta.id` with the parts written for it,
     /// atomically: the whole checkpoint becomes visible or nothing does.
     /// Returns where it lies and the bytes of every file, the parts' and
@@ -584,6 +596,9 @@ impl<S: CheckpointStorage + ?Sized> CheckpointStorage for std::sync::Arc<S> {
     }
     fn write_part(&self, id: CheckpointId, key: &TaskStateKey, bytes: &[u8]) -> Result<PartHandle> {
         (**self).write_part(id, key, bytes)
+    }
+    fn write_part_blocks(&self) -> bool {
+        (**self).write_part_blocks()
     }
     fn publish(&self, meta: &CheckpointMetadata, parts: &[PartHandle]) -> Result<CheckpointHandle> {
         (**self).publish(meta, parts)

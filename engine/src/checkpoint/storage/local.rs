@@ -525,6 +525,11 @@ impl CheckpointStorage for LocalDirStorage {
         })
     }
 
+    /// Parts are staged in memory; the file is written by `publish`.
+    fn write_part_blocks(&self) -> bool {
+        false
+    }
+
     /// Writes the metadata and every part into one new file, `fsync`s it,
     /// renames it to `chk-<n>` and `fsync`s the root: two `fsync`s a
     /// checkpoint, whatever its number of parts.

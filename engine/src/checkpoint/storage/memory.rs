@@ -104,6 +104,11 @@ impl CheckpointStorage for MemoryStorage {
         })
     }
 
+    /// Memory only.
+    fn write_part_blocks(&self) -> bool {
+        false
+    }
+
     fn publish(&self, meta: &CheckpointMetadata, parts: &[PartHandle]) -> Result<CheckpointHandle> {
         validate_parts(meta, parts)?;
         let path = Self::location(meta.id);

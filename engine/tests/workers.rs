@@ -302,3 +302,48 @@ fn a_storage_that_may_block_keeps_a_snapshot_thread_on_workers() {
         assert!(grew);
     }
 }
+
+/// Passes records on; the asynchronous part of its snapshot panics.
+struct PanicsLater;
+impl Checkpointed for PanicsLater {
+    fn snapshot_state_async(
+        &mut self,
+        _id: CheckpointId,
+    ) -> Result<Option<lockgate::state::StateSnapshot>, BoxError> {
+        Ok(Some(lockgate::state::StateSnapshot::deferred(|| {
+            panic!("encoding blew up")
+        })))
+    }
+}
+impl Operator<u64, u64> for PanicsLater {
+    fn process(
+        &mut self,
+        input: &mut Vec<u64>,
+        ctx: &mut Context<'_, u64>,
+    ) -> Result<(), BoxError> {
+        for x in input.drain(..) {
+            ctx.emit(x);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_panic_in_checkpoint_work_on_a_worker_fails_the_job_naming_the_task() {
+    let mut config = config(1, CheckpointMode::ExactlyOnce);
+    config.restart = RestartStrategy {
+        max_attempts: 0,
+        delay: Duration::ZERO,
+    };
+    let job = JobBuilder::new("panics", config);
+    job.source("numbers", 1, |_| Counter::paced(0, 1, u64::MAX, 16, 20_000))
+        .process("encoder", |_| PanicsLater)
+        .for_each(|_| ());
+    match job.start().unwrap().wait() {
+        Err(JobError::TaskFailed { task, cause }) => {
+            assert!(task.to_string().starts_with("numbers["), "{task}");
+            assert!(cause.to_string().contains("encoding blew up"), "{cause}");
+        }
+        other => panic!("expected a task failure, got {other:?}"),
+    }
+}

@@ -93,16 +93,19 @@
 //! - [`source`]: replayable sources by split and position, event time at
 //!   a source, what wakes a waiting source.
 //! - [`testing`]: failure injection for chaos tests.
+//! - [`example`]: the helper the documentation's examples share
+//!   ([`example::run`]: a job from a list of records, run to its end).
 //!
 //! Inside `engine/src/` the folders are layers, bottom to top: `util`,
 //! `types`, `testing`, `barrier`, `transport`, `config`, `operator`,
-//! `state`, `checkpoint`, `telemetry`, `runtime`, `job`, `graph`. A module
-//! imports only from the layers below it (`layers.toml`, checked by
-//! `.ci/layers.py`).
+//! `state`, `checkpoint`, `telemetry`, `runtime`, `job`, `graph`,
+//! `example`. A module imports only from the layers below it
+//! (`layers.toml`, checked by `.ci/layers.py`).
 
 pub mod barrier;
 mod checkpoint;
 pub mod config;
+pub mod example;
 mod graph;
 mod job;
 mod operator;

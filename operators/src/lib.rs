@@ -25,8 +25,8 @@
 //!   [`Sum`](window::Sum), [`Mean`](window::Mean) or your own
 //!   [`AggregateFn`](window::AggregateFn)), emitting
 //!   [`WindowOutput`](window::WindowOutput)s.
-//! - [`co_process`]: [`KeyedCoProcessOperator`](co_process::KeyedCoProcessOperator),
-//!   a keyed two-input operator running a
+//! - [`co_process`]: a keyed two-input operator,
+//!   [`KeyedCoProcessOperator`](co_process::KeyedCoProcessOperator), running a
 //!   [`KeyedCoProcessFunction`](co_process::KeyedCoProcessFunction) with
 //!   keyed state and timers.
 //! - [`join`]: [`EnrichJoin`](join::EnrichJoin), an event-time enrichment
@@ -36,19 +36,20 @@
 //!
 //! Sinks (end a stream with [`lockgate::Stream::sink`]):
 //!
-//! - [`file_sink`]: [`TransactionalFileSink`](file_sink::TransactionalFileSink),
-//!   exactly-once part files through two-phase commit, read back with
+//! - [`file_sink`]: exactly-once part files through two-phase commit,
+//!   [`TransactionalFileSink`](file_sink::TransactionalFileSink), read back with
 //!   [`committed_parts`](file_sink::committed_parts) and
 //!   [`read_committed`](file_sink::read_committed).
 //!
 //! # Examples
 //!
-//! Every public item has an example. Those that need a running job use
-//! lockgate's shared helper, [`lockgate::example::run`]: it feeds a list
-//! of records to a job, lets the example attach operators to the stream,
-//! runs the job to its end and returns what the stream carried
-//! ([`lockgate::example::run_source`] does the same from a source). A
-//! count per key in tumbling windows of 10 ms:
+//! Every public type and function but the error type has an example;
+//! those that need a running job use lockgate's shared helper,
+//! [`lockgate::example::run`]: it feeds a list of records to a job, lets
+//! the example attach operators to the stream, runs the job to its end
+//! and returns what the stream carried ([`lockgate::example::run_source`]
+//! does the same from a source). A count per key in tumbling windows of
+//! 10 ms:
 //!
 //! ```
 //! use lockgate::example;

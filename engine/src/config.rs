@@ -73,6 +73,49 @@ pub const MAX_TIME: Duration = Duration::from_nanos(1 << 63);
 pub const MAX_PIN_CORE: usize = 1024;
 
 /// Restart strategy on a task failure (Flink's fixed-delay strategy).
+///
+/// # Examples
+/// A source that fails in its first attempt: the default strategy fails
+/// the job, one restart lets the second attempt run to the end (each
+/// attempt makes its sources anew):
+/// ```
+/// use lockgate::{BoxError, Checkpointed, JobBuilder, JobConfig, RestartStrategy, Source, SourcePoll};
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// /// Fails in attempt 0, emits 1, 2, 3 in the next ones.
+/// struct Flaky {
+///     attempt: u32,
+/// }
+/// impl Source<u64> for Flaky {
+///     fn poll(&mut self, out: &mut Vec<u64>, _max: usize) -> Result<SourcePoll, BoxError> {
+///         if self.attempt == 0 {
+///             return Err("the feed is down".into());
+///         }
+///         out.extend([1, 2, 3]);
+///         Ok(SourcePoll::Finished)
+///     }
+/// }
+/// impl Checkpointed for Flaky {}
+///
+/// let run = |restart: RestartStrategy| {
+///     let attempts = Arc::new(AtomicU32::new(0));
+///     let job = JobBuilder::new("flaky", JobConfig { restart, ..JobConfig::default() });
+///     let out = job
+///         .source("feed", 1, move |_| Flaky { attempt: attempts.fetch_add(1, Ordering::SeqCst) })
+///         .collect();
+///     let result = job.start().unwrap().wait();
+///     (result, out.try_iter().collect::<Vec<u64>>())
+/// };
+///
+/// let (result, _) = run(RestartStrategy::default());
+/// assert!(result.unwrap_err().to_string().contains("the feed is down"));
+///
+/// let (result, out) = run(RestartStrategy { max_attempts: 1, delay: Duration::from_millis(1) });
+/// assert_eq!(result.unwrap().restarts, 1);
+/// assert_eq!(out, [1, 2, 3]);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestartStrategy {
     /// Restarts allowed before the job fails for good (0: fail at once).
@@ -92,6 +135,44 @@ impl Default for RestartStrategy {
 }
 
 /// Checkpointing options, with the meaning of Flink's `CheckpointConfig`.
+///
+/// # Examples
+/// Checkpoints in a folder survive the process: a second job restores the
+/// first one's final checkpoint, and its ingest source says how many
+/// records the first one had read:
+/// ```
+/// use lockgate::{CheckpointConfig, CheckpointMode, JobBuilder, JobConfig, RestoreMode};
+///
+/// let dir = tempfile::tempdir()?;
+/// let config = |restore_mode| JobConfig {
+///     checkpoint: CheckpointConfig {
+///         mode: CheckpointMode::ExactlyOnce,
+///         dir: Some(dir.path().to_path_buf()),
+///         restore_mode,
+///         ..CheckpointConfig::default()
+///     },
+///     ..JobConfig::default()
+/// };
+///
+/// let job = JobBuilder::new("orders", config(RestoreMode::Never));
+/// let (orders, ingest) = job.ingest::<u64>("orders", 16);
+/// let _out = orders.collect();
+/// let handle = job.start()?;
+/// for order in 0..3 {
+///     ingest.push(order).expect("the job runs");
+/// }
+/// drop(ingest); // the end of the input: the final checkpoint
+/// assert_eq!(handle.wait()?.completed_checkpoints(), 1);
+///
+/// let job = JobBuilder::new("orders", config(RestoreMode::Required));
+/// let (orders, ingest) = job.ingest::<u64>("orders", 16);
+/// let _out = orders.collect();
+/// let handle = job.start()?;
+/// assert_eq!(ingest.restored_position(), 3); // push from the fourth on
+/// drop(ingest);
+/// handle.wait()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointConfig {
     /// Exactly-once (aligned), unaligned (exactly-once, barriers overtake
@@ -464,6 +545,36 @@ impl Default for CheckpointConfig {
 
 /// Everything a job runs with. Build one with [`JobConfig::default`] and
 /// change fields.
+///
+/// # Examples
+/// ```
+/// use lockgate::{JobBuilder, JobConfig};
+///
+/// let config = JobConfig { batch_size: 4, ..JobConfig::default() };
+/// assert!(config.validate().is_ok());
+/// let zero = JobConfig { batch_size: 0, ..JobConfig::default() };
+/// assert!(zero.validate().unwrap_err().contains("batch_size"));
+///
+/// // a job with batches of 4 records at most
+/// let job = JobBuilder::new("small batches", config);
+/// let (numbers, ingest) = job.ingest::<u64>("numbers", 64);
+/// let sizes = numbers
+///     .map_batch(|batch: &mut Vec<u64>, out: &mut Vec<usize>| {
+///         out.push(batch.len());
+///         batch.clear();
+///     })
+///     .collect();
+/// let handle = job.start()?;
+/// for x in 0..10 {
+///     ingest.push(x).expect("the job runs");
+/// }
+/// drop(ingest);
+/// handle.wait()?;
+/// let sizes: Vec<usize> = sizes.try_iter().collect();
+/// assert!(sizes.iter().all(|&n| n <= 4));
+/// assert_eq!(sizes.iter().sum::<usize>(), 10);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobConfig {
     /// Records per batch at most (default 1024).

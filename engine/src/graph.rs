@@ -44,6 +44,28 @@ use std::sync::Arc;
 /// serialisable with serde (unaligned checkpoints persist the records in
 /// flight as channel state, as Flink needs a `TypeSerializer` for every
 /// type; derive `Serialize` and `Deserialize`).
+///
+/// # Examples
+/// A record type of the application's own, and a stage that works for
+/// any record type (run with the shared [`crate::example`] helper):
+/// ```
+/// use lockgate::{example, Data, RecordSize, Stream};
+///
+/// #[derive(Clone, Debug, PartialEq, RecordSize, serde::Serialize, serde::Deserialize)]
+/// struct Reading {
+///     sensor: u32,
+///     celsius: f64,
+/// }
+///
+/// /// Every record twice.
+/// fn twice<T: Data>(records: Stream<T>) -> Stream<T> {
+///     records.flat_map(|r: T| [r.clone(), r])
+/// }
+///
+/// let reading = Reading { sensor: 7, celsius: 21.5 };
+/// assert_eq!(example::run(vec![reading.clone()], twice), [reading.clone(), reading]);
+/// assert_eq!(example::run(vec!['x'], twice), ['x', 'x']);
+/// ```
 pub trait Data:
     Clone + Send + RecordSize + serde::Serialize + serde::de::DeserializeOwned + 'static
 {
@@ -345,6 +367,21 @@ impl<T: Data> Partitioning<T> {
 
 /// The end of a chain: records of type `T` leave through channels
 /// partitioned as chosen, towards the next operator (a new task).
+///
+/// # Examples
+/// Two exchanges merged into one task ([`Exchange::union`]), run with the
+/// shared [`crate::example`] helper:
+/// ```
+/// use lockgate::example;
+///
+/// let mut merged = example::run(1..=3u64, |numbers| {
+///     let (ones, tens) = numbers.split();
+///     let tens = tens.map(|x| x * 10).rebalance();
+///     ones.key_by(|x| *x).union(tens).task("merged", 2)
+/// });
+/// merged.sort_unstable();
+/// assert_eq!(merged, [1, 2, 3, 10, 20, 30]);
+/// ```
 #[must_use = "an exchange must lead to an operator or a sink"]
 pub struct Exchange<T> {
     g: Rc<RefCell<GraphState>>,
@@ -358,6 +395,33 @@ impl<T> std::fmt::Debug for Exchange<T> {
 }
 
 /// Two streams joined for a two-input operator (Flink's `connect`).
+///
+/// # Examples
+/// Prices and orders keyed by their symbol, so that a symbol's records of
+/// both meet in one subtask (run with the shared [`crate::example`]
+/// helper, the two streams split from one list of [`crate::Either`]
+/// records):
+/// ```
+/// use lockgate::{example, Either};
+///
+/// type Price = (u64, u64); // (symbol, price)
+/// type Order = (u64, u32); // (symbol, quantity)
+/// let records: Vec<Either<Price, Order>> =
+///     vec![Either::Left((1, 100)), Either::Right((1, 3)), Either::Left((2, 7))];
+/// let mut tagged = example::run(records, |records| {
+///     let (prices, orders) = records.split_either();
+///     prices
+///         .connect(orders)
+///         .key_by(|p| p.0, |o| o.0)
+///         .task("both", 2)
+///         .map(|record| match record {
+///             Either::Left(price) => (price.0, 'p'),
+///             Either::Right(order) => (order.0, 'o'),
+///         })
+/// });
+/// tagged.sort_unstable();
+/// assert_eq!(tagged, [(1, 'o'), (1, 'p'), (2, 'p')]);
+/// ```
 #[must_use = "connected streams must lead to an operator"]
 pub struct Connected<A, B> {
     a: Stream<A>,

@@ -93,16 +93,19 @@
 //! - [`source`]: replayable sources by split and position, event time at
 //!   a source, what wakes a waiting source.
 //! - [`testing`]: failure injection for chaos tests.
+//! - [`example`]: the helper the documentation's examples share
+//!   ([`example::run`]: a job from a list of records, run to its end).
 //!
 //! Inside `engine/src/` the folders are layers, bottom to top: `util`,
 //! `types`, `testing`, `barrier`, `transport`, `config`, `operator`,
-//! `state`, `checkpoint`, `telemetry`, `runtime`, `job`, `graph`. A module
-//! imports only from the layers below it (`layers.toml`, checked by
-//! `.ci/layers.py`).
+//! `state`, `checkpoint`, `telemetry`, `runtime`, `job`, `graph`,
+//! `example`. A module imports only from the layers below it
+//! (`layers.toml`, checked by `.ci/layers.py`).
 
 pub mod barrier;
 mod checkpoint;
 pub mod config;
+pub mod example;
 mod graph;
 mod job;
 mod operator;
@@ -116,11 +119,54 @@ mod util;
 
 // The root: building, running and observing a job (40 names, listed above).
 pub use barrier::CheckpointMode;
+/// # Examples
+/// A checkpoint asked for while the job runs, then the final one at the
+/// end of the input:
+/// ```
+/// use lockgate::{CheckpointId, CheckpointMode, JobBuilder, JobConfig, SnapshotKind};
+///
+/// let mut config = JobConfig::default();
+/// config.checkpoint.mode = CheckpointMode::ExactlyOnce; // no interval: on demand
+/// let job = JobBuilder::new("stats", config);
+/// let (numbers, ingest) = job.ingest::<u64>("numbers", 16);
+/// let _out = numbers.collect();
+/// let handle = job.start()?;
+/// ingest.push(1).expect("the job runs");
+/// assert_eq!(handle.trigger_checkpoint(), Ok(CheckpointId(1)));
+/// drop(ingest); // the end of the input: the final checkpoint
+/// let metrics = handle.wait()?;
+///
+/// let ends: Vec<(CheckpointId, bool)> = metrics.checkpoints.iter().map(|c| (c.id, c.is_final)).collect();
+/// assert_eq!(ends, [(CheckpointId(1), false), (CheckpointId(2), true)]);
+/// let last = metrics.last_completed_checkpoint.expect("the final checkpoint completed");
+/// assert!(last.is_completed());
+/// assert_eq!(last.kind, SnapshotKind::Checkpoint);
+/// assert_eq!(last.subtasks.len(), 1); // the one task acknowledged it
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub use checkpoint::CheckpointStats;
 pub use config::{CheckpointConfig, IngestConfig, JobConfig, RestartStrategy, RestoreMode};
 pub use graph::{Connected, Data, Exchange, JobBuilder, Stream};
 pub use job::{JobHandle, JobMetrics, JobMonitor};
 /// `#[derive(RecordSize)]`: the trait's defaults for a plain record type.
+///
+/// # Examples
+/// With serde's derives, a record type of the application's own travels
+/// through a job (here with the shared [`example`] helper):
+/// ```
+/// use lockgate::{example, RecordSize};
+///
+/// #[derive(Clone, Debug, PartialEq, RecordSize, serde::Serialize, serde::Deserialize)]
+/// struct Order {
+///     id: u32,
+///     qty: u64,
+/// }
+///
+/// let orders = vec![Order { id: 1, qty: 5 }, Order { id: 2, qty: 500 }];
+/// let large = example::run(orders, |orders| orders.filter(|o| o.qty >= 100));
+/// assert_eq!(large, [Order { id: 2, qty: 500 }]);
+/// assert_eq!(large[0].size_bytes(), std::mem::size_of::<Order>());
+/// ```
 pub use lockgate_derive::RecordSize;
 pub use operator::two_phase::{TwoPhaseCommit, TwoPhaseCommitSink};
 pub use operator::{Checkpointed, Committed, Context, Either, Operator, Sink, Source, SourcePoll};

@@ -27,6 +27,42 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 /// A timer that fired.
+///
+/// # Examples
+/// A function that sets a timer in each domain and emits what fires,
+/// driven by hand (in a job the task makes these calls):
+/// ```
+/// use lockgate::{BoxError, Context, Either, Operator, Watermark};
+/// use lockgate_operators::co_process::{CoContext, FiredTimer, KeyedCoProcessFunction, KeyedCoProcessOperator};
+///
+/// struct Both;
+/// impl KeyedCoProcessFunction<u8, (), (u8, FiredTimer)> for Both {
+///     type Key = u8;
+///     type State = ();
+///     fn key_left(&self, key: &u8) -> u8 { *key }
+///     fn key_right(&self, _: &()) -> u8 { 0 }
+///     fn process_left(&mut self, _: u8, ctx: &mut CoContext<'_, u8, (), (u8, FiredTimer)>) -> Result<(), BoxError> {
+///         ctx.register_event_timer(100); // ms of event time
+///         ctx.register_processing_timer(7); // ns on the clock
+///         Ok(())
+///     }
+///     fn process_right(&mut self, _: (), _: &mut CoContext<'_, u8, (), (u8, FiredTimer)>) -> Result<(), BoxError> {
+///         Ok(())
+///     }
+///     fn on_timer(&mut self, timer: FiredTimer, ctx: &mut CoContext<'_, u8, (), (u8, FiredTimer)>) -> Result<(), BoxError> {
+///         let key = *ctx.key();
+///         ctx.emit((key, timer));
+///         Ok(())
+///     }
+/// }
+///
+/// let mut op = KeyedCoProcessOperator::new(Both);
+/// let (mut out, mut wake) = (Vec::new(), None);
+/// op.process(&mut vec![Either::Left(3)], &mut Context::new(&mut out, None, &mut wake)).unwrap();
+/// op.on_processing_time(7, &mut Context::new(&mut out, None, &mut wake)).unwrap();
+/// op.on_watermark(Watermark(100), &mut Context::new(&mut out, None, &mut wake)).unwrap();
+/// assert_eq!(out, [(3, FiredTimer::ProcessingTime(7)), (3, FiredTimer::EventTime(100))]);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FiredTimer {
     /// An event-time timer at this time (ms).
@@ -38,6 +74,53 @@ pub enum FiredTimer {
 
 /// What a [`KeyedCoProcessFunction`] call can reach: the current key, its
 /// state, its timers, the watermark and the output.
+///
+/// # Examples
+/// Counts the records of each side per key in the key's state and emits
+/// the counts at the end of event time, in a job (with lockgate's example
+/// helper; the two inputs come from one list of [`Either`] records):
+/// ```
+/// use lockgate::{example, BoxError, Either};
+/// use lockgate_operators::co_process::{CoContext, FiredTimer, KeyedCoProcessFunction, KeyedCoProcessOperator};
+///
+/// type Ctx<'a> = CoContext<'a, char, (u32, u32), (char, u32, u32)>;
+///
+/// struct CountSides;
+/// impl KeyedCoProcessFunction<char, char, (char, u32, u32)> for CountSides {
+///     type Key = char;
+///     type State = (u32, u32); // (left records, right records) of the key
+///     fn key_left(&self, c: &char) -> char { *c }
+///     fn key_right(&self, c: &char) -> char { *c }
+///     fn process_left(&mut self, _: char, ctx: &mut Ctx<'_>) -> Result<(), BoxError> {
+///         ctx.state_or_insert_with(|| (0, 0)).0 += 1;
+///         ctx.register_event_timer(i64::MAX); // once per key: a second one is the same timer
+///         Ok(())
+///     }
+///     fn process_right(&mut self, _: char, ctx: &mut Ctx<'_>) -> Result<(), BoxError> {
+///         ctx.state_or_insert_with(|| (0, 0)).1 += 1;
+///         ctx.register_event_timer(i64::MAX);
+///         Ok(())
+///     }
+///     fn on_timer(&mut self, _: FiredTimer, ctx: &mut Ctx<'_>) -> Result<(), BoxError> {
+///         let key = *ctx.key();
+///         if let Some((left, right)) = ctx.clear_state() {
+///             ctx.emit((key, left, right));
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// let records = vec![Either::Left('a'), Either::Right('a'), Either::Left('b'), Either::Left('a')];
+/// let mut counts = example::run(records, |records| {
+///     let (left, right) = records.split_either();
+///     left.connect(right)
+///         .key_by(|c| u64::from(*c), |c| u64::from(*c))
+///         .task("count", 1)
+///         .process("count", |_| KeyedCoProcessOperator::new(CountSides))
+/// });
+/// counts.sort_unstable();
+/// assert_eq!(counts, [('a', 2, 1), ('b', 1, 0)]);
+/// ```
 pub struct CoContext<'a, K, S, O> {
     key: &'a K,
     state: &'a mut Option<S>,
@@ -107,6 +190,60 @@ impl<K: Ord + Clone, S, O> CoContext<'_, K, S, O> {
 
 /// The user function of a [`KeyedCoProcessOperator`] (Flink's
 /// `KeyedCoProcessFunction`).
+///
+/// # Examples
+/// Sums the amounts of the first input per account until the deadline a
+/// record of the second input sets, then emits the sum, in a job (with
+/// lockgate's example helper):
+/// ```
+/// use lockgate::{example, BoxError, Either};
+/// use lockgate_operators::co_process::{CoContext, FiredTimer, KeyedCoProcessFunction, KeyedCoProcessOperator};
+///
+/// type Amount = (u32, i64); // (account, amount)
+/// type Deadline = (u32, i64); // (account, event time in ms)
+/// type Ctx<'a> = CoContext<'a, u32, i64, (u32, i64)>;
+///
+/// struct SumUntil;
+/// impl KeyedCoProcessFunction<Amount, Deadline, (u32, i64)> for SumUntil {
+///     type Key = u32;
+///     type State = i64;
+///     fn key_left(&self, a: &Amount) -> u32 { a.0 }
+///     fn key_right(&self, d: &Deadline) -> u32 { d.0 }
+///     fn process_left(&mut self, a: Amount, ctx: &mut Ctx<'_>) -> Result<(), BoxError> {
+///         *ctx.state_or_insert_with(|| 0) += a.1;
+///         Ok(())
+///     }
+///     fn process_right(&mut self, d: Deadline, ctx: &mut Ctx<'_>) -> Result<(), BoxError> {
+///         ctx.register_event_timer(d.1);
+///         Ok(())
+///     }
+///     fn on_timer(&mut self, _: FiredTimer, ctx: &mut Ctx<'_>) -> Result<(), BoxError> {
+///         let account = *ctx.key();
+///         if let Some(sum) = ctx.clear_state() {
+///             ctx.emit((account, sum));
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// let records = vec![
+///     Either::Left((1, 5)),
+///     Either::Left((2, 7)),
+///     Either::Right((1, 100)),
+///     Either::Left((1, 6)),
+/// ];
+/// // no watermark comes before the end of the input, the end of event time:
+/// // account 1's timer fires then; account 2 has no deadline, no timer
+/// let sums = example::run(records, |records| {
+///     let (amounts, deadlines) = records.split_either();
+///     amounts
+///         .connect(deadlines)
+///         .key_by(|a| u64::from(a.0), |d| u64::from(d.0))
+///         .task("sum", 1)
+///         .process("sum", |_| KeyedCoProcessOperator::new(SumUntil))
+/// });
+/// assert_eq!(sums, [(1, 11)]);
+/// ```
 pub trait KeyedCoProcessFunction<A, B, O>: Send {
     /// The key both inputs are grouped by. Records must be partitioned by
     /// a hash of it, so that a key's records of both inputs meet in one
@@ -195,6 +332,64 @@ struct CoState<K, S> {
 
 /// Runs a [`KeyedCoProcessFunction`] over `Either<A, B>` records (see the
 /// module docs).
+///
+/// # Examples
+/// Orders (first input) and payments (second input) by order id, in a
+/// task of 2 subtasks; the orders still unpaid at the end are emitted (a
+/// job with lockgate's example helper):
+/// ```
+/// use lockgate::{example, BoxError, Either};
+/// use lockgate_operators::co_process::{CoContext, FiredTimer, KeyedCoProcessFunction, KeyedCoProcessOperator};
+///
+/// type Ctx<'a> = CoContext<'a, u64, (bool, bool), u64>;
+///
+/// /// State per order id: (ordered, paid).
+/// struct Unpaid;
+/// impl KeyedCoProcessFunction<u64, u64, u64> for Unpaid {
+///     type Key = u64;
+///     type State = (bool, bool);
+///     fn key_left(&self, order: &u64) -> u64 { *order }
+///     fn key_right(&self, payment: &u64) -> u64 { *payment }
+///     fn process_left(&mut self, _: u64, ctx: &mut Ctx<'_>) -> Result<(), BoxError> {
+///         ctx.state_or_insert_with(|| (false, false)).0 = true;
+///         ctx.register_event_timer(i64::MAX); // the end of event time
+///         Ok(())
+///     }
+///     fn process_right(&mut self, _: u64, ctx: &mut Ctx<'_>) -> Result<(), BoxError> {
+///         ctx.state_or_insert_with(|| (false, false)).1 = true;
+///         Ok(())
+///     }
+///     fn on_timer(&mut self, _: FiredTimer, ctx: &mut Ctx<'_>) -> Result<(), BoxError> {
+///         let order = *ctx.key();
+///         if ctx.clear_state() == Some((true, false)) {
+///             ctx.emit(order);
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// let records = vec![
+///     Either::Left(1),
+///     Either::Left(2),
+///     Either::Right(1),
+///     Either::Left(3),
+///     Either::Right(3),
+///     Either::Left(4),
+/// ];
+/// let mut unpaid = example::run(records, |records| {
+///     let (orders, payments) = records.split_either();
+///     orders
+///         .connect(payments)
+///         .key_by(|o| *o, |p| *p) // the same key on both sides
+///         .task("unpaid", 2)
+///         .process("unpaid", |_| {
+///             // rescalable: the routing key of an order id is the id
+///             KeyedCoProcessOperator::new(Unpaid).with_routing_key(|order| *order)
+///         })
+/// });
+/// unpaid.sort_unstable();
+/// assert_eq!(unpaid, [2, 4]);
+/// ```
 pub struct KeyedCoProcessOperator<A, B, O, F: KeyedCoProcessFunction<A, B, O>> {
     f: F,
     keyed: HashMap<F::Key, F::State>,

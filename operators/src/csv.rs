@@ -85,6 +85,41 @@ pub enum CsvError {
 }
 
 /// What the reader does with a malformed data row (`--bad-rows`).
+///
+/// # Examples
+/// ```
+/// use lockgate_operators::csv::{read_all, BadRows};
+/// // `Flight { origin: String, delay: i64 }`: the record of `CsvRecord`'s example
+/// # use lockgate_operators::csv::{CsvRecord, Fields};
+/// #
+/// # /// A flight: where from, and its delay in minutes.
+/// # #[derive(Debug, PartialEq)]
+/// # struct Flight {
+/// #     origin: String,
+/// #     delay: i64,
+/// # }
+/// #
+/// # impl CsvRecord for Flight {
+/// #     const COLUMNS: &'static [&'static str] = &["origin", "delay"];
+/// #     fn from_fields(fields: &Fields<'_>) -> Result<Self, String> {
+/// #         let delay = fields.get(1)?;
+/// #         let delay = delay.parse().map_err(|e| format!("column `{}`: {delay:?}: {e}", fields.name(1)))?;
+/// #         Ok(Flight { origin: fields.get(0)?.to_string(), delay })
+/// #     }
+/// # }
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("flights.csv");
+/// std::fs::write(&path, "origin,delay\nJFK,5\nEWR,late\nLGA,-2\n")?;
+///
+/// let err = read_all::<Flight>(&path, BadRows::Fail).unwrap_err().to_string();
+/// assert!(err.ends_with("flights.csv: line 3: column `delay`: \"late\": invalid digit found in string"), "{err}");
+///
+/// let (flights, skipped) = read_all::<Flight>(&path, BadRows::Skip)?;
+/// assert_eq!(flights.len(), 2);
+/// assert_eq!(skipped, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BadRows {
     /// Return [`CsvError::BadRow`] (the default).
@@ -95,6 +130,40 @@ pub enum BadRows {
 }
 
 /// The named fields of one CSV row, in the order of [`CsvRecord::COLUMNS`].
+///
+/// # Examples
+/// A record reads its fields by their index in its columns, whatever their
+/// order in the file:
+/// ```
+/// use lockgate_operators::csv::{read_all, BadRows};
+/// # use lockgate_operators::csv::{CsvRecord, Fields};
+///
+/// /// A flight: where from, and its delay in minutes.
+/// #[derive(Debug, PartialEq)]
+/// struct Flight {
+///     origin: String,
+///     delay: i64,
+/// }
+///
+/// impl CsvRecord for Flight {
+///     const COLUMNS: &'static [&'static str] = &["origin", "delay"];
+///     fn from_fields(fields: &Fields<'_>) -> Result<Self, String> {
+///         let delay = fields.get(1)?;
+///         let delay = delay.parse().map_err(|e| format!("column `{}`: {delay:?}: {e}", fields.name(1)))?;
+///         Ok(Flight { origin: fields.get(0)?.to_string(), delay })
+///     }
+/// }
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("flights.csv");
+/// std::fs::write(&path, "carrier,delay,origin\nAA,5,JFK\nUA,-2,EWR\n")?;
+/// let (flights, _) = read_all::<Flight>(&path, BadRows::Fail)?;
+/// assert_eq!(flights, [
+///     Flight { origin: "JFK".into(), delay: 5 },
+///     Flight { origin: "EWR".into(), delay: -2 },
+/// ]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Fields<'a> {
     record: &'a csv::ByteRecord,
@@ -124,6 +193,40 @@ impl<'a> Fields<'a> {
 }
 
 /// A record parsed from the named columns of a CSV row.
+///
+/// # Examples
+/// ```
+/// use lockgate_operators::csv::{read_all, BadRows, CsvError};
+/// # use lockgate_operators::csv::{CsvRecord, Fields};
+///
+/// /// A flight: where from, and its delay in minutes.
+/// #[derive(Debug, PartialEq)]
+/// struct Flight {
+///     origin: String,
+///     delay: i64,
+/// }
+///
+/// impl CsvRecord for Flight {
+///     const COLUMNS: &'static [&'static str] = &["origin", "delay"];
+///     fn from_fields(fields: &Fields<'_>) -> Result<Self, String> {
+///         let delay = fields.get(1)?;
+///         let delay = delay.parse().map_err(|e| format!("column `{}`: {delay:?}: {e}", fields.name(1)))?;
+///         Ok(Flight { origin: fields.get(0)?.to_string(), delay })
+///     }
+/// }
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("flights.csv");
+/// std::fs::write(&path, "origin,delay\nJFK,5\n")?;
+/// let (flights, _) = read_all::<Flight>(&path, BadRows::Fail)?;
+/// assert_eq!(flights, [Flight { origin: "JFK".into(), delay: 5 }]);
+///
+/// // a file without one of the columns is refused at open
+/// std::fs::write(&path, "origin,carrier\nJFK,AA\n")?;
+/// let err = read_all::<Flight>(&path, BadRows::Fail).unwrap_err();
+/// assert!(matches!(err, CsvError::MissingColumn { column: "delay", .. }));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub trait CsvRecord: Sized {
     /// The header names of the columns the record needs; the reader finds
     /// them in any order and fails on a missing one.
@@ -177,6 +280,48 @@ fn open_maybe_gzip(path: &Path) -> Result<Box<dyn Read + Send>, CsvError> {
 /// `DuplicateColumn` at open; `BadRow` (with [`BadRows::Fail`]) and `Read`
 /// while reading. After returning an error the reader is finished and
 /// returns `None`. It never panics on bad input.
+///
+/// # Examples
+/// Reads a gzip file, then resumes a second reader where the first one
+/// stopped:
+/// ```
+/// use lockgate_operators::csv::{BadRows, CsvRecordReader};
+/// use std::io::Write;
+/// // `Flight { origin: String, delay: i64 }`: the record of `CsvRecord`'s example
+/// # use lockgate_operators::csv::{CsvRecord, Fields};
+/// #
+/// # /// A flight: where from, and its delay in minutes.
+/// # #[derive(Debug, PartialEq)]
+/// # struct Flight {
+/// #     origin: String,
+/// #     delay: i64,
+/// # }
+/// #
+/// # impl CsvRecord for Flight {
+/// #     const COLUMNS: &'static [&'static str] = &["origin", "delay"];
+/// #     fn from_fields(fields: &Fields<'_>) -> Result<Self, String> {
+/// #         let delay = fields.get(1)?;
+/// #         let delay = delay.parse().map_err(|e| format!("column `{}`: {delay:?}: {e}", fields.name(1)))?;
+/// #         Ok(Flight { origin: fields.get(0)?.to_string(), delay })
+/// #     }
+/// # }
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("flights.csv.gz"); // gzip is told by its first bytes
+/// let mut gz = flate2::write::GzEncoder::new(std::fs::File::create(&path)?, flate2::Compression::fast());
+/// gz.write_all(b"origin,delay\nJFK,5\nEWR,-2\nLGA,0\n")?;
+/// gz.finish()?;
+///
+/// let mut reader = CsvRecordReader::<Flight>::open(&path, BadRows::Fail)?;
+/// assert_eq!(reader.next_record()?, Some(Flight { origin: "JFK".into(), delay: 5 }));
+/// let position = reader.position(); // what a source checkpoints
+/// assert_eq!(position, 1);
+///
+/// let resumed = CsvRecordReader::<Flight>::open_at(&path, BadRows::Fail, position)?;
+/// let rest: Vec<String> = resumed.map(|f| f.map(|f| f.origin)).collect::<Result<_, _>>()?;
+/// assert_eq!(rest, ["EWR", "LGA"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct CsvRecordReader<R: CsvRecord> {
     path: PathBuf,
     reader: csv::Reader<Box<dyn Read + Send>>,
@@ -402,6 +547,37 @@ impl<R: CsvRecord> Iterator for CsvRecordReader<R> {
 /// skipped (always 0 with [`BadRows::Fail`]).
 ///
 /// Errors: as [`CsvRecordReader::open`] and [`CsvRecordReader::next_record`].
+///
+/// # Examples
+/// ```
+/// use lockgate_operators::csv::{read_all, BadRows};
+/// // `Flight { origin: String, delay: i64 }`: the record of `CsvRecord`'s example
+/// # use lockgate_operators::csv::{CsvRecord, Fields};
+/// #
+/// # /// A flight: where from, and its delay in minutes.
+/// # #[derive(Debug, PartialEq)]
+/// # struct Flight {
+/// #     origin: String,
+/// #     delay: i64,
+/// # }
+/// #
+/// # impl CsvRecord for Flight {
+/// #     const COLUMNS: &'static [&'static str] = &["origin", "delay"];
+/// #     fn from_fields(fields: &Fields<'_>) -> Result<Self, String> {
+/// #         let delay = fields.get(1)?;
+/// #         let delay = delay.parse().map_err(|e| format!("column `{}`: {delay:?}: {e}", fields.name(1)))?;
+/// #         Ok(Flight { origin: fields.get(0)?.to_string(), delay })
+/// #     }
+/// # }
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("flights.csv");
+/// std::fs::write(&path, "origin,delay\nJFK,5\nEWR,-2\n")?;
+/// let (flights, skipped) = read_all::<Flight>(&path, BadRows::Skip)?;
+/// assert_eq!(flights.iter().map(|f| f.delay).sum::<i64>(), 3);
+/// assert_eq!(skipped, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn read_all<R: CsvRecord>(
     path: impl AsRef<Path>,
     bad_rows: BadRows,

@@ -32,6 +32,55 @@ use std::sync::{Arc, Mutex};
 /// What a [`CsvSource`] reports to the application while and after it
 /// runs. Its counts come from the checkpointed position, so they are exact
 /// after restarts (the last run's values, not a sum over runs).
+///
+/// # Examples
+/// ```
+/// use lockgate::example;
+/// use lockgate_operators::csv::BadRows;
+/// use lockgate_operators::csv_source::{CsvSource, CsvSourceProbe};
+/// // `Reading { time_ms: i64, value: i64 }`: the record of `CsvSource`'s example
+/// # use lockgate_operators::csv::{CsvRecord, Fields};
+/// #
+/// # /// A reading: its event time (ms) and value.
+/// # #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, lockgate::RecordSize)]
+/// # struct Reading {
+/// #     time_ms: i64,
+/// #     value: i64,
+/// # }
+/// #
+/// # impl CsvRecord for Reading {
+/// #     const COLUMNS: &'static [&'static str] = &["time_ms", "value"];
+/// #     fn from_fields(fields: &Fields<'_>) -> Result<Self, String> {
+/// #         let number = |i| fields.get(i)?.parse::<i64>().map_err(|e| format!("{}: {e}", fields.name(i)));
+/// #         Ok(Reading { time_ms: number(0)?, value: number(1)? })
+/// #     }
+/// # }
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("readings.csv");
+/// std::fs::write(&path, "time_ms,value\n10,1\n20,oops\n30,3\n")?;
+///
+/// let probe = CsvSourceProbe::new();
+/// let (file, shared) = (path.clone(), probe.clone());
+/// let values = example::run_source(
+///     1,
+///     move |_| CsvSource::new(file.clone(), BadRows::Skip, |r: &Reading| r.time_ms, 0, shared.clone()),
+///     |readings| readings.map(|r| r.value),
+/// );
+/// assert_eq!(values, [1, 3]);
+/// assert!(probe.finished());
+/// assert_eq!((probe.rows(), probe.skipped(), probe.records()), (3, 1, 2));
+/// assert_eq!(probe.error(), None);
+///
+/// // an input error fails the source's task; the probe keeps the message
+/// use lockgate::{Source, SourcePoll};
+/// let probe = CsvSourceProbe::new();
+/// let missing = dir.path().join("missing.csv");
+/// let mut source = CsvSource::new(missing, BadRows::Fail, |r: &Reading| r.time_ms, 0, probe.clone());
+/// assert!(source.poll(&mut Vec::new(), 10).is_err());
+/// assert!(probe.error().unwrap().contains("missing.csv: cannot open"));
+/// # Ok::<(), lockgate::BoxError>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct CsvSourceProbe {
     rows: AtomicU64,
@@ -81,6 +130,51 @@ impl CsvSourceProbe {
 /// Where a [`CsvSource`] reads its file from: data rows consumed (good or
 /// bad) and the largest event time seen (its watermark's state). Its
 /// checkpointed form is the JSON of every earlier build.
+///
+/// # Examples
+/// A [`CsvSource`]'s snapshot is its position; a new source restored from
+/// it reads on from there:
+/// ```
+/// use lockgate::{CheckpointId, Checkpointed, Source, SourcePoll};
+/// use lockgate_operators::csv::BadRows;
+/// use lockgate_operators::csv_source::{CsvPosition, CsvSource, CsvSourceProbe};
+/// // `Reading { time_ms: i64, value: i64 }`: the record of `CsvSource`'s example
+/// # use lockgate_operators::csv::{CsvRecord, Fields};
+/// #
+/// # /// A reading: its event time (ms) and value.
+/// # #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, lockgate::RecordSize)]
+/// # struct Reading {
+/// #     time_ms: i64,
+/// #     value: i64,
+/// # }
+/// #
+/// # impl CsvRecord for Reading {
+/// #     const COLUMNS: &'static [&'static str] = &["time_ms", "value"];
+/// #     fn from_fields(fields: &Fields<'_>) -> Result<Self, String> {
+/// #         let number = |i| fields.get(i)?.parse::<i64>().map_err(|e| format!("{}: {e}", fields.name(i)));
+/// #         Ok(Reading { time_ms: number(0)?, value: number(1)? })
+/// #     }
+/// # }
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("readings.csv");
+/// std::fs::write(&path, "time_ms,value\n10,1\n20,2\n30,3\n")?;
+/// let source = || CsvSource::new(path.clone(), BadRows::Fail, |r: &Reading| r.time_ms, 0, CsvSourceProbe::new());
+///
+/// let mut first = source();
+/// let mut out = Vec::new();
+/// first.poll(&mut out, 2)?; // two rows
+/// let snapshot = first.snapshot_state(CheckpointId(1))?.unwrap();
+/// let position: CsvPosition = serde_json::from_slice(&snapshot)?;
+/// assert_eq!(position, serde_json::from_str(r#"{"rows":2,"max_time":20}"#)?);
+///
+/// let mut restored = source();
+/// restored.restore_state(&snapshot)?;
+/// out.clear();
+/// assert_eq!(restored.poll(&mut out, 10)?, SourcePoll::Finished);
+/// assert_eq!(out, [Reading { time_ms: 30, value: 3 }]);
+/// # Ok::<(), lockgate::BoxError>(())
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CsvPosition {
     rows: u64,
@@ -89,6 +183,37 @@ pub struct CsvPosition {
 
 /// The file of a [`CsvSource`] as a [`SplitSource`]: one split (the
 /// file), its position a [`CsvPosition`].
+///
+/// # Examples
+/// Its positions are stored as the JSON of one [`CsvPosition`], split 0:
+/// ```
+/// use lockgate::source::SplitSource;
+/// use lockgate_operators::csv_source::CsvFile;
+/// // `Reading { time_ms: i64, value: i64 }`: the record of `CsvSource`'s example
+/// # use lockgate_operators::csv::{CsvRecord, Fields};
+/// #
+/// # /// A reading: its event time (ms) and value.
+/// # #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, lockgate::RecordSize)]
+/// # struct Reading {
+/// #     time_ms: i64,
+/// #     value: i64,
+/// # }
+/// #
+/// # impl CsvRecord for Reading {
+/// #     const COLUMNS: &'static [&'static str] = &["time_ms", "value"];
+/// #     fn from_fields(fields: &Fields<'_>) -> Result<Self, String> {
+/// #         let number = |i| fields.get(i)?.parse::<i64>().map_err(|e| format!("{}: {e}", fields.name(i)));
+/// #         Ok(Reading { time_ms: number(0)?, value: number(1)? })
+/// #     }
+/// # }
+///
+/// let stored = br#"{"rows":3,"max_time":42}"#;
+/// let positions = <CsvFile<Reading> as SplitSource>::decode_positions(stored)?;
+/// assert_eq!(positions.len(), 1);
+/// assert_eq!(positions[0].0, 0); // the file is split 0
+/// assert_eq!(<CsvFile<Reading> as SplitSource>::encode_positions(&positions)?, stored);
+/// # Ok::<(), lockgate::BoxError>(())
+/// ```
 pub struct CsvFile<R: CsvRecord> {
     path: PathBuf,
     bad_rows: BadRows,
@@ -121,6 +246,47 @@ impl<R: CsvRecord> CsvFile<R> {
 }
 
 /// The reader of an open [`CsvFile`].
+///
+/// # Examples
+/// A [`CsvSource`] reads through it; its watermark is the largest event
+/// time read minus the out-of-orderness minus 1 ms, `i64::MAX` at the end
+/// of the file:
+/// ```
+/// use lockgate::{Source, SourcePoll, Watermark};
+/// use lockgate_operators::csv::BadRows;
+/// use lockgate_operators::csv_source::{CsvSource, CsvSourceProbe};
+/// // `Reading { time_ms: i64, value: i64 }`: the record of `CsvSource`'s example
+/// # use lockgate_operators::csv::{CsvRecord, Fields};
+/// #
+/// # /// A reading: its event time (ms) and value.
+/// # #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, lockgate::RecordSize)]
+/// # struct Reading {
+/// #     time_ms: i64,
+/// #     value: i64,
+/// # }
+/// #
+/// # impl CsvRecord for Reading {
+/// #     const COLUMNS: &'static [&'static str] = &["time_ms", "value"];
+/// #     fn from_fields(fields: &Fields<'_>) -> Result<Self, String> {
+/// #         let number = |i| fields.get(i)?.parse::<i64>().map_err(|e| format!("{}: {e}", fields.name(i)));
+/// #         Ok(Reading { time_ms: number(0)?, value: number(1)? })
+/// #     }
+/// # }
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("readings.csv");
+/// std::fs::write(&path, "time_ms,value\n100,1\n90,2\n\n150,3\n")?;
+/// let mut source = CsvSource::new(path, BadRows::Fail, |r: &Reading| r.time_ms, 10, CsvSourceProbe::new());
+///
+/// let mut out = Vec::new();
+/// assert_eq!(source.current_watermark(), None); // nothing read yet
+/// source.poll(&mut out, 2)?;
+/// assert_eq!(source.current_watermark(), Some(Watermark(89))); // 100 - 10 - 1
+/// assert_eq!(source.poll(&mut out, 10)?, SourcePoll::Finished);
+/// assert_eq!(source.current_watermark(), Some(Watermark(i64::MAX)));
+/// assert_eq!(out.len(), 3); // a blank line is no row
+/// # Ok::<(), lockgate::BoxError>(())
+/// ```
 pub struct CsvFileReader<R: CsvRecord> {
     reader: CsvRecordReader<R>,
     at: CsvPosition,
@@ -236,6 +402,53 @@ impl<R: CsvRecord + Send + 'static> SplitReader<CsvFile<R>> for CsvFileReader<R>
 /// [`Replayable`] [`CsvFile`], its state the position of the file (the
 /// JSON of earlier builds). Run it with parallelism 1 (a file, a gzip
 /// stream above all, is read by one task).
+///
+/// # Examples
+/// Readings per tumbling window of 100 ms, in a job (with lockgate's
+/// example helper); the source's watermarks fire the windows as it reads:
+/// ```
+/// use lockgate::example;
+/// use lockgate_operators::csv::BadRows;
+/// use lockgate_operators::csv_source::{CsvSource, CsvSourceProbe};
+/// use lockgate_operators::window::{Sum, WindowAssigner, WindowOperator};
+/// use lockgate_operators::csv::{CsvRecord, Fields};
+///
+/// /// A reading: its event time (ms) and value.
+/// #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, lockgate::RecordSize)]
+/// struct Reading {
+///     time_ms: i64,
+///     value: i64,
+/// }
+///
+/// impl CsvRecord for Reading {
+///     const COLUMNS: &'static [&'static str] = &["time_ms", "value"];
+///     fn from_fields(fields: &Fields<'_>) -> Result<Self, String> {
+///         let number = |i| fields.get(i)?.parse::<i64>().map_err(|e| format!("{}: {e}", fields.name(i)));
+///         Ok(Reading { time_ms: number(0)?, value: number(1)? })
+///     }
+/// }
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("readings.csv");
+/// std::fs::write(&path, "time_ms,value\n10,1\n60,2\n130,4\n110,8\n250,16\n")?;
+///
+/// let file = path.clone();
+/// let sums = example::run_source(
+///     1,
+///     // event time: `time_ms`, records up to 50 ms out of order
+///     move |_| CsvSource::new(file.clone(), BadRows::Fail, |r: &Reading| r.time_ms, 50, CsvSourceProbe::new()),
+///     |readings| {
+///         readings
+///             .process("sum", |_| {
+///                 let tumbling = WindowAssigner::tumbling(100).unwrap();
+///                 WindowOperator::new(tumbling, Sum(|r: &Reading| r.value), |_: &Reading| 0u8, |r: &Reading| r.time_ms)
+///             })
+///             .flat_map(|out| out.fired().map(|w| (w.window.start, w.value as i64)))
+///     },
+/// );
+/// assert_eq!(sums, [(0, 3), (100, 12), (200, 16)]);
+/// # Ok::<(), lockgate::BoxError>(())
+/// ```
 pub struct CsvSource<R: CsvRecord + Send + 'static>(Replayable<CsvFile<R>>);
 
 impl<R: CsvRecord + Send + 'static> std::fmt::Debug for CsvSource<R> {

@@ -23,9 +23,43 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 /// Formats one record into bytes (usually one line with its `\n`).
+///
+/// # Examples
+/// ```
+/// use lockgate_operators::file_sink::Formatter;
+/// use std::io::Write;
+///
+/// let csv: Formatter<(u32, f64)> = Box::new(|r, out| writeln!(out, "{},{}", r.0, r.1).unwrap());
+/// let mut bytes = Vec::new();
+/// csv(&(7, 2.5), &mut bytes);
+/// csv(&(8, 0.25), &mut bytes);
+/// assert_eq!(bytes, b"7,2.5\n8,0.25\n");
+/// ```
 pub type Formatter<T> = Box<dyn Fn(&T, &mut Vec<u8>) + Send>;
 
 /// A transaction of the file sink: one part file.
+///
+/// # Examples
+/// A transaction's life, driven by hand through [`TwoPhaseCommit`] (in a
+/// job, [`lockgate::TwoPhaseCommitSink`] makes these calls):
+/// ```
+/// use lockgate::{CheckpointId, TwoPhaseCommit};
+/// use lockgate_operators::file_sink::{committed_parts, FileTxn, TransactionalFileSink};
+/// use std::io::Write;
+///
+/// let dir = tempfile::tempdir()?;
+/// let mut sink = TransactionalFileSink::new(dir.path(), 0, Box::new(|x: &u32, out: &mut Vec<u8>| writeln!(out, "{x}").unwrap()))?;
+/// let mut txn = sink.begin(0)?;
+/// sink.write(&mut txn, &mut vec![1, 2, 3])?;
+/// assert_eq!(txn, FileTxn { seq: 0, checkpoint: None, records: 3 });
+///
+/// sink.pre_commit(&mut txn, CheckpointId(4))?; // at checkpoint 4's barrier
+/// assert_eq!(txn.checkpoint, Some(4));
+/// assert!(committed_parts(dir.path())?.is_empty()); // durable, not visible yet
+/// sink.commit(txn)?; // checkpoint 4 completed
+/// assert_eq!(committed_parts(dir.path())?.len(), 1);
+/// # Ok::<(), lockgate::BoxError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileTxn {
     /// The transaction's sequence number within the subtask's run.
@@ -39,6 +73,36 @@ pub struct FileTxn {
 /// The [`TwoPhaseCommit`] output of the file sink (wrap it in
 /// [`lockgate::TwoPhaseCommitSink`]). One folder per sink
 /// operator; subtasks share it.
+///
+/// # Examples
+/// Lines written exactly once by a sink of 2 subtasks, in a job (with
+/// lockgate's example helper; without checkpoints each subtask commits its
+/// one part at the end of the input):
+/// ```
+/// use lockgate::{example, TwoPhaseCommitSink};
+/// use lockgate_operators::file_sink::{committed_parts, read_committed, TransactionalFileSink};
+/// use std::io::Write;
+///
+/// let dir = tempfile::tempdir()?;
+/// let folder = dir.path().to_path_buf();
+/// example::run(1..=6u32, move |numbers| {
+///     numbers.key_by(|x| u64::from(*x)).task("files", 2).sink("files", move |info| {
+///         let line = Box::new(|x: &u32, out: &mut Vec<u8>| writeln!(out, "{x}").unwrap());
+///         TwoPhaseCommitSink::new(TransactionalFileSink::new(folder.clone(), info.index, line).unwrap())
+///     })
+/// });
+///
+/// let names: Vec<String> = committed_parts(dir.path())?
+///     .iter()
+///     .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+///     .collect();
+/// assert_eq!(names, ["part-18446744073709551615-0000", "part-18446744073709551615-0001"]);
+/// let text = String::from_utf8(read_committed(dir.path())?)?;
+/// let mut lines: Vec<u32> = text.lines().map(|l| l.parse().unwrap()).collect();
+/// lines.sort_unstable();
+/// assert_eq!(lines, [1, 2, 3, 4, 5, 6]);
+/// # Ok::<(), lockgate::BoxError>(())
+/// ```
 pub struct TransactionalFileSink<T> {
     dir: PathBuf,
     subtask: usize,
@@ -240,6 +304,35 @@ impl<T: Send> TwoPhaseCommit<T> for TransactionalFileSink<T> {
 ///
 /// # Errors
 /// When `dir` cannot be read.
+///
+/// # Examples
+/// Two subtasks commit a part each for checkpoints 9 and 10 (driven by
+/// hand, in another order):
+/// ```
+/// use lockgate::{CheckpointId, TwoPhaseCommit};
+/// use lockgate_operators::file_sink::{committed_parts, TransactionalFileSink};
+///
+/// let dir = tempfile::tempdir()?;
+/// for (subtask, checkpoint) in [(1, 10), (0, 10), (1, 9), (0, 9)] {
+///     let line = Box::new(|x: &u8, out: &mut Vec<u8>| out.push(*x));
+///     let mut sink = TransactionalFileSink::new(dir.path(), subtask, line)?;
+///     let mut txn = sink.begin(0)?;
+///     sink.write(&mut txn, &mut vec![b'x'])?;
+///     sink.pre_commit(&mut txn, CheckpointId(checkpoint))?;
+///     sink.commit(txn)?;
+/// }
+/// let names: Vec<String> = committed_parts(dir.path())?
+///     .iter()
+///     .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+///     .collect();
+/// assert_eq!(names, [
+///     "part-00000000000000000009-0000",
+///     "part-00000000000000000009-0001",
+///     "part-00000000000000000010-0000",
+///     "part-00000000000000000010-0001",
+/// ]);
+/// # Ok::<(), lockgate::BoxError>(())
+/// ```
 pub fn committed_parts(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut parts: Vec<PathBuf> = fs::read_dir(dir)?
         .filter_map(|e| e.ok())
@@ -258,6 +351,32 @@ pub fn committed_parts(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 ///
 /// # Errors
 /// When `dir` or a part cannot be read.
+///
+/// # Examples
+/// Only what a completed checkpoint committed is read (driven by hand):
+/// ```
+/// use lockgate::{CheckpointId, TwoPhaseCommit};
+/// use lockgate_operators::file_sink::{read_committed, TransactionalFileSink};
+/// use std::io::Write;
+///
+/// let dir = tempfile::tempdir()?;
+/// let line = Box::new(|s: &&str, out: &mut Vec<u8>| writeln!(out, "{s}").unwrap());
+/// let mut sink = TransactionalFileSink::new(dir.path(), 0, line)?;
+///
+/// let mut first = sink.begin(0)?;
+/// sink.write(&mut first, &mut vec!["a", "b"])?;
+/// sink.pre_commit(&mut first, CheckpointId(1))?;
+/// sink.commit(first)?; // checkpoint 1 completed
+///
+/// let mut second = sink.begin(1)?;
+/// sink.write(&mut second, &mut vec!["c"])?;
+/// sink.pre_commit(&mut second, CheckpointId(2))?; // checkpoint 2 has not completed
+///
+/// assert_eq!(read_committed(dir.path())?, b"a\nb\n");
+/// sink.commit(second)?;
+/// assert_eq!(read_committed(dir.path())?, b"a\nb\nc\n");
+/// # Ok::<(), lockgate::BoxError>(())
+/// ```
 pub fn read_committed(dir: &Path) -> std::io::Result<Vec<u8>> {
     let mut out = Vec::new();
     for p in committed_parts(dir)? {

@@ -36,6 +36,49 @@ use std::sync::{Arc, Mutex};
 
 /// The join's counters (checkpointed with its state, so exact after
 /// restarts).
+///
+/// # Examples
+/// Read after a job through [`EnrichJoin::with_counts_slot`] (with
+/// lockgate's example helper):
+/// ```
+/// use lockgate::{example, Either};
+/// use lockgate_operators::co_process::KeyedCoProcessOperator;
+/// use lockgate_operators::join::{EnrichJoin, JoinCounts};
+/// use std::sync::{Arc, Mutex};
+///
+/// type Fact = (u8, i64, u32); // (key, event time, id)
+/// type Row = (u8, i64, char); // (key, event time, label)
+///
+/// let records = vec![
+///     Either::Right((1, 10, 'a')),
+///     Either::Right((1, 10, 'b')), // the same key and time again: ignored
+///     Either::Left((1, 10, 7)),
+///     Either::Left((2, 10, 8)), // no row for key 2
+/// ];
+/// let slot = Arc::new(Mutex::new(JoinCounts::default()));
+/// let counts = slot.clone();
+/// let mut joined = example::run(records, move |records| {
+///     let (facts, rows) = records.split_either();
+///     facts
+///         .connect(rows)
+///         .key_by(|f: &Fact| u64::from(f.0), |r: &Row| u64::from(r.0))
+///         .task("join", 1)
+///         .process("join", move |_| {
+///             let join = EnrichJoin::new(
+///                 |f: &Fact| f.0,
+///                 |f: &Fact| f.1,
+///                 |r: &Row| r.0,
+///                 |r: &Row| r.1,
+///                 |f: Fact, r: Option<&Row>| (f.2, r.map_or('-', |r| r.2)),
+///             );
+///             KeyedCoProcessOperator::new(join.with_counts_slot(counts.clone()))
+///         })
+/// });
+/// joined.sort_unstable();
+/// assert_eq!(joined, [(7, 'a'), (8, '-')]);
+/// let counts = *slot.lock().unwrap();
+/// assert_eq!(counts, JoinCounts { unmatched: 1, duplicate_rows: 1, ..JoinCounts::default() });
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JoinCounts {
     /// Facts that arrived at or below the watermark.
@@ -49,6 +92,42 @@ pub struct JoinCounts {
 }
 
 /// The state of one (key, timestamp).
+///
+/// # Examples
+/// The join keeps one per (key, timestamp) while a fact waits for its row
+/// or a row is kept, and drops it once the watermark passed it (driven by
+/// hand here; in a job the task makes these calls):
+/// ```
+/// use lockgate::{Context, Either, Operator, Watermark};
+/// use lockgate_operators::co_process::KeyedCoProcessOperator;
+/// use lockgate_operators::join::EnrichJoin;
+///
+/// type Fact = (u8, i64, u32); // (key, event time, id)
+/// type Row = (u8, i64, char); // (key, event time, label)
+///
+/// let mut op = KeyedCoProcessOperator::new(EnrichJoin::new(
+///     |f: &Fact| f.0,
+///     |f: &Fact| f.1,
+///     |r: &Row| r.0,
+///     |r: &Row| r.1,
+///     |f: Fact, r: Option<&Row>| (f.2, r.map(|r| r.2)),
+/// ));
+/// let (mut out, mut wake) = (Vec::new(), None);
+/// let facts = vec![Either::Left((1, 10, 7)), Either::Left((2, 20, 8))];
+/// op.process(&mut facts.clone(), &mut Context::new(&mut out, None, &mut wake)).unwrap();
+/// assert!(out.is_empty());
+/// assert_eq!(op.keys_with_state(), 2); // two states, each with a waiting fact
+///
+/// op.process(&mut vec![Either::Right((2, 20, 'x'))], &mut Context::new(&mut out, None, &mut wake)).unwrap();
+/// assert_eq!(out, [(8, Some('x'))]); // the row came: its fact goes
+///
+/// // no row for (1, 10) can come on time any more: the fact goes unmatched
+/// op.on_watermark(Watermark(10), &mut Context::new(&mut out, None, &mut wake)).unwrap();
+/// assert_eq!(out, [(8, Some('x')), (7, None)]);
+/// assert_eq!(op.keys_with_state(), 1); // (2, 20) keeps its row until the watermark passes 20
+/// op.on_watermark(Watermark(20), &mut Context::new(&mut out, None, &mut wake)).unwrap();
+/// assert_eq!(op.keys_with_state(), 0);
+/// ```
 #[derive(Serialize, Deserialize)]
 #[serde(bound(
     serialize = "A: Serialize, B: Serialize",
@@ -72,6 +151,48 @@ type CombineFn<A, B, O> = Box<dyn Fn(A, Option<&B>) -> O + Send>;
 /// The enrichment join (see the module docs); run it in a
 /// [`crate::co_process::KeyedCoProcessOperator`] over facts (left) and
 /// rows (right) partitioned by the same hash of `key`.
+///
+/// # Examples
+/// Flights enriched with the weather at their airport and hour, in a job
+/// (with lockgate's example helper):
+/// ```
+/// use lockgate::{example, Either};
+/// use lockgate_operators::co_process::KeyedCoProcessOperator;
+/// use lockgate_operators::join::EnrichJoin;
+///
+/// type Flight = (String, i64, u32); // (airport, hour, flight number)
+/// type Weather = (String, i64, char); // (airport, hour, sky)
+///
+/// let records = vec![
+///     Either::Left(("JFK".to_string(), 10, 100)),
+///     Either::Right(("JFK".to_string(), 10, 'S')),
+///     Either::Left(("JFK".to_string(), 10, 101)),
+///     Either::Right(("JFK".to_string(), 11, 'R')),
+///     Either::Left(("EWR".to_string(), 10, 200)), // no weather for EWR
+/// ];
+/// let mut enriched = example::run(records, |records| {
+///     let (flights, weather) = records.split_either();
+///     flights
+///         .connect(weather)
+///         .key_by(
+///             |f: &Flight| lockgate::keys::hash_key(&f.0),
+///             |w: &Weather| lockgate::keys::hash_key(&w.0),
+///         )
+///         .task("enrich", 2)
+///         .process("enrich", |_| {
+///             KeyedCoProcessOperator::new(EnrichJoin::new(
+///                 |f: &Flight| f.0.clone(),
+///                 |f: &Flight| f.1,
+///                 |w: &Weather| w.0.clone(),
+///                 |w: &Weather| w.1,
+///                 // unmatched flights get '?' once no weather can come on time
+///                 |f: Flight, w: Option<&Weather>| (f.2, w.map_or('?', |w| w.2)),
+///             ))
+///         })
+/// });
+/// enriched.sort_unstable();
+/// assert_eq!(enriched, [(100, 'S'), (101, 'S'), (200, '?')]);
+/// ```
 pub struct EnrichJoin<A, B, K, O> {
     fact_key: KeyFn<A, K>,
     fact_time: TimeFn<A>,

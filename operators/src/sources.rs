@@ -6,6 +6,41 @@ use lockgate::{tuning::now_ns, BoxError, CheckpointId, Source, SourcePoll};
 /// A replayable sequence of numbers: subtask `i` of `p` emits the `x <
 /// end` with `x % p == i`, in increasing order, optionally paced. Its state
 /// is the next number, so a restore rewinds it exactly.
+///
+/// # Examples
+/// Two subtasks share the numbers below 10 in a job (with lockgate's
+/// example helper):
+/// ```
+/// use lockgate::example;
+/// use lockgate_operators::sources::Sequence;
+///
+/// let mut numbers = example::run_source(
+///     2,
+///     |info| Sequence::part(info.index, info.parallelism, 10),
+///     |numbers| numbers,
+/// );
+/// numbers.sort_unstable();
+/// assert_eq!(numbers, (0..10).collect::<Vec<u64>>());
+/// ```
+///
+/// Its checkpointed state rewinds a fresh sequence to where the first one
+/// was:
+/// ```
+/// use lockgate::{CheckpointId, Checkpointed, Source, SourcePoll};
+/// use lockgate_operators::sources::Sequence;
+///
+/// let mut first = Sequence::part(1, 3, 12).per_poll(2); // 1, 4, 7, 10
+/// let mut out = Vec::new();
+/// assert_eq!(first.poll(&mut out, 100).unwrap(), SourcePoll::Ready);
+/// assert_eq!(out, [1, 4]);
+/// let position = first.snapshot_state(CheckpointId(1)).unwrap().unwrap();
+///
+/// let mut again = Sequence::part(1, 3, 12);
+/// again.restore_state(&position).unwrap();
+/// out.clear();
+/// assert_eq!(again.poll(&mut out, 100).unwrap(), SourcePoll::Finished);
+/// assert_eq!(out, [7, 10]);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sequence {
     next: u64,

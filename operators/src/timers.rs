@@ -18,6 +18,19 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
 /// The time domain of a timer.
+///
+/// # Examples
+/// It is serializable, so that an operator's checkpointed state can say
+/// which clock a stored time is on:
+/// ```
+/// use lockgate_operators::timers::TimeDomain;
+///
+/// let stored = serde_json::to_string(&[(TimeDomain::EventTime, 1_000)]).unwrap();
+/// assert_eq!(stored, r#"[["EventTime",1000]]"#);
+/// let back: Vec<(TimeDomain, u64)> = serde_json::from_str(&stored).unwrap();
+/// assert_eq!(back, [(TimeDomain::EventTime, 1_000)]);
+/// assert_ne!(back[0].0, TimeDomain::ProcessingTime);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum TimeDomain {
     /// Fires when the watermark reaches its time (ms of event time).
@@ -31,6 +44,34 @@ pub enum TimeDomain {
 ///
 /// Costs: registering, deleting and firing one timer are O(log timers);
 /// [`TimerService::next_processing_time`] is O(log timers).
+///
+/// # Examples
+/// ```
+/// use lockgate_operators::timers::TimerService;
+///
+/// let mut timers = TimerService::new();
+/// timers.register_event_time(30, "b");
+/// timers.register_event_time(10, "a");
+/// timers.register_event_time(10, "a"); // one timer per key, time and domain
+/// timers.register_processing_time(5_000, "c");
+/// assert_eq!(timers.event_timers(), 2);
+///
+/// // event-time timers fire once the watermark reaches them, in time order
+/// assert_eq!(timers.advance_watermark(9), []);
+/// assert_eq!(timers.advance_watermark(30), [(10, "a"), (30, "b")]);
+/// assert_eq!(timers.current_watermark(), 30);
+///
+/// // processing-time timers fire when the clock (ns) reaches them
+/// assert_eq!(timers.next_processing_time(), Some(5_000));
+/// assert_eq!(timers.pop_processing_due(4_999), []);
+/// assert_eq!(timers.pop_processing_due(5_000), [(5_000, "c")]);
+///
+/// // the whole service goes into an operator's snapshot
+/// timers.register_event_time(40, "d");
+/// let bytes = serde_json::to_vec(&timers).unwrap();
+/// let mut restored: TimerService<String> = serde_json::from_slice(&bytes).unwrap();
+/// assert_eq!(restored.advance_watermark(40), [(40, "d".to_string())]);
+/// ```
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(bound(serialize = "K: Serialize", deserialize = "K: Deserialize<'de> + Ord"))]
 pub struct TimerService<K> {

@@ -45,6 +45,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A half-open event-time interval `[start, end)`, ms.
+///
+/// # Examples
+/// ```
+/// use lockgate_operators::window::TimeWindow;
+///
+/// let w = TimeWindow { start: 0, end: 10 };
+/// assert!(w.contains(0) && w.contains(9) && !w.contains(10));
+/// assert_eq!(w.max_timestamp(), 9); // it fires once the watermark reaches 9
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct TimeWindow {
     /// First timestamp in the window.
@@ -67,6 +76,26 @@ impl TimeWindow {
 }
 
 /// Which windows a record belongs to.
+///
+/// # Examples
+/// ```
+/// use lockgate_operators::window::{TimeWindow, WindowAssigner};
+///
+/// let mut windows = Vec::new();
+/// WindowAssigner::tumbling(10).unwrap().assign(25, &mut windows);
+/// assert_eq!(windows, [TimeWindow { start: 20, end: 30 }]);
+///
+/// // a record is in every sliding window that contains it, latest first
+/// windows.clear();
+/// WindowAssigner::sliding(20, 10).unwrap().assign(25, &mut windows);
+/// assert_eq!(windows, [TimeWindow { start: 20, end: 40 }, TimeWindow { start: 10, end: 30 }]);
+///
+/// windows.clear();
+/// WindowAssigner::tumbling_with_offset(10, 3).unwrap().assign(25, &mut windows);
+/// assert_eq!(windows, [TimeWindow { start: 23, end: 33 }]);
+///
+/// assert!(WindowAssigner::tumbling(0).is_err());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WindowAssigner {
     /// Back-to-back windows of `size_ms`, starting at `offset_ms` modulo
@@ -180,6 +209,45 @@ fn window_start(t: i64, offset: i64, size: i64) -> i64 {
 /// An incremental aggregate (Flink's `AggregateFunction`): records are
 /// added to an accumulator one at a time; the result is read when the
 /// window fires. The accumulator is checkpointed, so it must serialize.
+///
+/// # Examples
+/// The largest value per key and tumbling window of 10 ms, in a job (with
+/// lockgate's example helper):
+/// ```
+/// use lockgate::example;
+/// use lockgate_operators::window::{AggregateFunction, WindowAssigner, WindowOperator};
+///
+/// type Reading = (u64, i64, i64); // (sensor, event time in ms, value)
+///
+/// struct Max;
+/// impl AggregateFunction<Reading> for Max {
+///     type Acc = Option<i64>;
+///     type Out = i64;
+///     fn create(&self) -> Option<i64> {
+///         None
+///     }
+///     fn add(&self, acc: &mut Option<i64>, r: &Reading) {
+///         *acc = Some(acc.map_or(r.2, |m| m.max(r.2)));
+///     }
+///     fn result(&self, acc: &Option<i64>) -> i64 {
+///         acc.unwrap_or(i64::MIN)
+///     }
+/// }
+///
+/// let readings = vec![(1, 1, 5), (1, 4, 9), (1, 12, 3), (2, 2, -1)];
+/// let mut max = example::run(readings, |readings| {
+///     readings
+///         .key_by(|r| r.0)
+///         .task("max", 2)
+///         .process("max", |_| {
+///             let tumbling = WindowAssigner::tumbling(10).unwrap();
+///             WindowOperator::new(tumbling, Max, |r: &Reading| r.0, |r: &Reading| r.1)
+///         })
+///         .flat_map(|out| out.fired().map(|w| (w.key, w.window.start, w.value)))
+/// });
+/// max.sort_unstable();
+/// assert_eq!(max, [(1, 0, 9), (1, 10, 3), (2, 0, -1)]);
+/// ```
 pub trait AggregateFunction<T>: Send {
     /// The running state of one window.
     type Acc: Clone + Serialize + DeserializeOwned + Send + 'static;
@@ -195,6 +263,29 @@ pub trait AggregateFunction<T>: Send {
 }
 
 /// Counts records (result: the count).
+///
+/// # Examples
+/// Words counted over the whole input ([`WindowAssigner::Global`]: one
+/// window per key that fires at the end), in a job (with lockgate's
+/// example helper):
+/// ```
+/// use lockgate::example;
+/// use lockgate_operators::window::{Count, WindowAssigner, WindowOperator};
+///
+/// let words: Vec<String> = "to be or not to be".split(' ').map(String::from).collect();
+/// let mut counts = example::run(words, |words| {
+///     words
+///         .key_by(|w| lockgate::keys::hash_key(w))
+///         .task("count", 2)
+///         .process("count", |_| {
+///             WindowOperator::new(WindowAssigner::Global, Count, |w: &String| w.clone(), |_: &String| 0)
+///         })
+///         .flat_map(|out| out.fired().map(|w| (w.key, w.value)))
+/// });
+/// counts.sort();
+/// let counts: Vec<(&str, u64)> = counts.iter().map(|(w, n)| (w.as_str(), *n)).collect();
+/// assert_eq!(counts, [("be", 2), ("not", 1), ("or", 1), ("to", 2)]);
+/// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Count;
 
@@ -215,6 +306,31 @@ impl<T> AggregateFunction<T> for Count {
 /// Sums an integer field (saturating in `i128`, so that the sum does not
 /// depend on the order records arrive in and cannot overflow for any
 /// realistic input).
+///
+/// # Examples
+/// Bytes per host in sliding windows of 20 ms every 10 ms, in a job (with
+/// lockgate's example helper):
+/// ```
+/// use lockgate::example;
+/// use lockgate_operators::window::{Sum, WindowAssigner, WindowOperator};
+///
+/// type Request = (u64, i64, i64); // (host, event time in ms, bytes)
+///
+/// let requests = vec![(7, 5, 100), (7, 15, 10), (7, 25, 1)];
+/// let mut sums = example::run(requests, |requests| {
+///     requests
+///         .key_by(|r| r.0)
+///         .task("bytes", 1)
+///         .process("bytes", |_| {
+///             let sliding = WindowAssigner::sliding(20, 10).unwrap();
+///             WindowOperator::new(sliding, Sum(|r: &Request| r.2), |r: &Request| r.0, |r: &Request| r.1)
+///         })
+///         .flat_map(|out| out.fired().map(|w| (w.window.start, w.value as i64)))
+/// });
+/// sums.sort_unstable();
+/// // windows [-10, 10), [0, 20), [10, 30) and [20, 40)
+/// assert_eq!(sums, [(-10, 100), (0, 110), (10, 11), (20, 1)]);
+/// ```
 pub struct Sum<F>(pub F);
 
 impl<F> std::fmt::Debug for Sum<F> {
@@ -241,6 +357,32 @@ impl<T, F: Fn(&T) -> i64 + Send> AggregateFunction<T> for Sum<F> {
 /// had no value (the field function returns `None` to leave a record out).
 /// The accumulator is the exact integer sum and count, so the result does
 /// not depend on the arrival order.
+///
+/// # Examples
+/// The mean delay per airport and tumbling hour, leaving out flights with
+/// no delay recorded, in a job (with lockgate's example helper):
+/// ```
+/// use lockgate::example;
+/// use lockgate_operators::window::{Mean, WindowAssigner, WindowOperator};
+///
+/// type Flight = (u64, i64, i64); // (airport, event time in ms, delay in minutes; -1: none)
+/// const HOUR: i64 = 3_600_000;
+///
+/// let flights = vec![(1, 10, 4), (1, 20, 7), (1, 30, -1), (2, HOUR + 5, -1)];
+/// let mut means = example::run(flights, |flights| {
+///     flights
+///         .key_by(|f| f.0)
+///         .task("mean", 1)
+///         .process("mean", |_| {
+///             let delay = |f: &Flight| (f.2 >= 0).then_some(f.2);
+///             WindowOperator::new(WindowAssigner::tumbling(HOUR).unwrap(), Mean(delay), |f: &Flight| f.0, |f: &Flight| f.1)
+///         })
+///         // `None`: no flight of the window had a delay
+///         .flat_map(|out| out.fired().map(|w| (w.key, w.value.map_or(-1.0, |m| m))))
+/// });
+/// means.sort_by_key(|m| m.0);
+/// assert_eq!(means, [(1, 5.5), (2, -1.0)]);
+/// ```
 pub struct Mean<F>(pub F);
 
 impl<F> std::fmt::Debug for Mean<F> {
@@ -268,6 +410,34 @@ impl<T, F: Fn(&T) -> Option<i64> + Send> AggregateFunction<T> for Mean<F> {
 
 /// A custom aggregate from three closures: `create()`, `add(&mut acc,
 /// &record)` and `result(&acc)`.
+///
+/// # Examples
+/// The lowest and highest price per symbol and tumbling second, in a job
+/// (with lockgate's example helper):
+/// ```
+/// use lockgate::example;
+/// use lockgate_operators::window::{AggregateFn, WindowAssigner, WindowOperator};
+///
+/// type Trade = (u64, i64, i64); // (symbol, event time in ms, price)
+///
+/// let trades = vec![(1, 100, 50), (1, 200, 48), (1, 900, 53), (1, 1_100, 51)];
+/// let mut ranges = example::run(trades, |trades| {
+///     trades
+///         .key_by(|t| t.0)
+///         .task("range", 1)
+///         .process("range", |_| {
+///             let range = AggregateFn::new(
+///                 || (i64::MAX, i64::MIN),
+///                 |acc: &mut (i64, i64), t: &Trade| *acc = (acc.0.min(t.2), acc.1.max(t.2)),
+///                 |acc: &(i64, i64)| *acc,
+///             );
+///             WindowOperator::new(WindowAssigner::tumbling(1_000).unwrap(), range, |t: &Trade| t.0, |t: &Trade| t.1)
+///         })
+///         .flat_map(|out| out.fired().map(|w| (w.window.start, w.value)))
+/// });
+/// ranges.sort_unstable();
+/// assert_eq!(ranges, [(0, (48, 53)), (1_000, (51, 51))]);
+/// ```
 pub struct AggregateFn<C, A, R> {
     create: C,
     add: A,
@@ -313,6 +483,28 @@ where
 }
 
 /// The result of one window of one key.
+///
+/// # Examples
+/// What a window operator emits when a window fires, in a job (with
+/// lockgate's example helper):
+/// ```
+/// use lockgate::example;
+/// use lockgate_operators::window::{Count, TimeWindow, WindowAssigner, WindowOperator, WindowResult};
+///
+/// let clicks = vec![(3u64, 12i64), (3, 17)]; // (user, event time in ms)
+/// let outputs = example::run(clicks, |clicks| {
+///     clicks
+///         .key_by(|c| c.0)
+///         .task("clicks", 1)
+///         .process("clicks", |_| {
+///             let tumbling = WindowAssigner::tumbling(10).unwrap();
+///             WindowOperator::new(tumbling, Count, |c: &(u64, i64)| c.0, |c: &(u64, i64)| c.1)
+///         })
+/// });
+/// let results: Vec<WindowResult<u64, u64>> = outputs.into_iter().filter_map(|o| o.fired()).collect();
+/// let window = TimeWindow { start: 10, end: 20 };
+/// assert_eq!(results, [WindowResult { key: 3, window, value: 2, late_update: false }]);
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WindowResult<K, O> {
     /// The key.
@@ -327,6 +519,28 @@ pub struct WindowResult<K, O> {
 }
 
 /// What a [`WindowOperator`] emits.
+///
+/// # Examples
+/// A late record goes to the side output (driven by hand with watermarks;
+/// in a job the task makes these calls):
+/// ```
+/// use lockgate::{Context, Operator, Watermark};
+/// use lockgate_operators::window::{Count, TimeWindow, WindowAssigner, WindowOperator, WindowOutput};
+///
+/// type Click = (u64, i64); // (user, event time in ms)
+/// let mut op = WindowOperator::new(WindowAssigner::tumbling(10).unwrap(), Count, |c: &Click| c.0, |c: &Click| c.1)
+///     .with_late_side_output();
+/// let (mut out, mut wake) = (Vec::new(), None);
+/// op.process(&mut vec![(1, 5)], &mut Context::new(&mut out, None, &mut wake)).unwrap();
+/// op.on_watermark(Watermark(9), &mut Context::new(&mut out, None, &mut wake)).unwrap(); // [0, 10) fires
+/// op.process(&mut vec![(1, 8)], &mut Context::new(&mut out, None, &mut wake)).unwrap(); // too late for it
+///
+/// let fired = out[0].clone().fired().unwrap();
+/// assert_eq!((fired.window, fired.value), (TimeWindow { start: 0, end: 10 }, 1));
+/// assert_eq!(out[1], WindowOutput::Late((1, 8)));
+/// assert_eq!(out[1].clone().late(), Some((1, 8)));
+/// assert_eq!(op.late_records(), 1);
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum WindowOutput<K, O, T> {
     /// A window fired.
@@ -368,6 +582,32 @@ impl<K, O, T: RecordSize> RecordSize for WindowOutput<K, O, T> {
 
 /// What a window key must be: hashable, ordered (timers are ordered by
 /// time then key), cloneable and serializable (keyed state).
+///
+/// # Examples
+/// Every type with those traits is one, a tuple of a `String` and a
+/// number for instance, in a job (with lockgate's example helper):
+/// ```
+/// use lockgate::example;
+/// use lockgate_operators::window::{Count, WindowAssigner, WindowKey, WindowOperator};
+///
+/// fn is_window_key<K: WindowKey>(_: &K) {}
+/// is_window_key(&("JFK".to_string(), 2024u32));
+///
+/// type Flight = (String, u32, i64); // (airport, year, event time in ms)
+/// let flights = vec![("JFK".to_string(), 2024, 1), ("JFK".to_string(), 2025, 2), ("JFK".to_string(), 2024, 3)];
+/// let mut counts = example::run(flights, |flights| {
+///     flights
+///         .key_by(|f| lockgate::keys::hash_key(&(&f.0, f.1)))
+///         .task("per-year", 1)
+///         .process("per-year", |_| {
+///             let key = |f: &Flight| (f.0.clone(), f.1); // the window key
+///             WindowOperator::new(WindowAssigner::Global, Count, key, |f: &Flight| f.2)
+///         })
+///         .flat_map(|out| out.fired().map(|w| (w.key.1, w.value)))
+/// });
+/// counts.sort_unstable();
+/// assert_eq!(counts, [(2024, 2), (2025, 1)]);
+/// ```
 pub trait WindowKey:
     Clone + Eq + Hash + Ord + Serialize + DeserializeOwned + Send + 'static
 {
@@ -438,6 +678,50 @@ pub(crate) type RoutingKeyFn<K> = Box<dyn Fn(&K) -> u64 + Send>;
 /// A keyed event-time window operator (see the module docs). Its input
 /// must be partitioned by the same key (`key_by`), so that a key's records
 /// meet in one subtask.
+///
+/// # Examples
+/// Page views per page in tumbling windows of 1 s, in a task of 2
+/// subtasks (a job with lockgate's example helper; the windows still open
+/// fire at the end of the input):
+/// ```
+/// use lockgate::example;
+/// use lockgate_operators::window::{Count, WindowAssigner, WindowOperator};
+///
+/// type View = (u64, i64); // (page, event time in ms)
+///
+/// let views = vec![(1, 100), (2, 300), (1, 700), (1, 1_200), (2, 1_900)];
+/// let mut counts = example::run(views, |views| {
+///     views
+///         .key_by(|v| v.0)
+///         .task("views", 2)
+///         .process("views", |_| {
+///             WindowOperator::new(WindowAssigner::tumbling(1_000).unwrap(), Count, |v: &View| v.0, |v: &View| v.1)
+///                 .with_allowed_lateness_ms(500)
+///                 .with_routing_key(|page| *page) // rescalable: the key_by above
+///         })
+///         .flat_map(|out| out.fired().map(|w| (w.key, w.window.start, w.value)))
+/// });
+/// counts.sort_unstable();
+/// assert_eq!(counts, [(1, 0, 2), (1, 1_000, 1), (2, 0, 1), (2, 1_000, 1)]);
+/// ```
+///
+/// Driven by hand, a window fires when the watermark reaches its last
+/// millisecond:
+/// ```
+/// use lockgate::{Context, Operator, Watermark};
+/// use lockgate_operators::window::{Count, WindowAssigner, WindowOperator};
+///
+/// let mut op = WindowOperator::new(WindowAssigner::tumbling(10).unwrap(), Count, |_: &i64| 0u8, |t: &i64| *t);
+/// let (mut out, mut wake) = (Vec::new(), None);
+/// op.process(&mut vec![1, 5, 12], &mut Context::new(&mut out, None, &mut wake)).unwrap();
+/// op.on_watermark(Watermark(8), &mut Context::new(&mut out, None, &mut wake)).unwrap();
+/// assert!(out.is_empty());
+/// assert_eq!(op.open_windows(), 2);
+/// op.on_watermark(Watermark(9), &mut Context::new(&mut out, None, &mut wake)).unwrap();
+/// let fired: Vec<u64> = out.into_iter().filter_map(|o| o.fired()).map(|w| w.value).collect();
+/// assert_eq!(fired, [2]);
+/// assert_eq!(op.open_windows(), 1);
+/// ```
 pub struct WindowOperator<T, K, A: AggregateFunction<T>> {
     key_of: Box<dyn Fn(&T) -> K + Send>,
     time_of: Box<dyn Fn(&T) -> i64 + Send>,

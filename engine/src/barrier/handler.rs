@@ -180,6 +180,24 @@ pub trait BarrierHandler<T> {
 }
 
 /// The checkpointing mode of a job (Flink's `CheckpointingMode`, plus none).
+///
+/// # Examples
+/// ```
+/// use lockgate::{CheckpointMode, JobConfig};
+/// use std::time::Duration;
+///
+/// // as a configuration file names it
+/// let mode: CheckpointMode = serde_json::from_str(r#""at-least-once""#).unwrap();
+/// assert_eq!(mode, CheckpointMode::AtLeastOnce);
+///
+/// // a job checkpoints only in a mode other than `None`, its default
+/// let mut config = JobConfig::default();
+/// assert_eq!(config.checkpoint.mode, CheckpointMode::None);
+/// config.checkpoint.interval = Some(Duration::from_millis(100));
+/// assert!(config.validate().is_err()); // an interval without checkpoints
+/// config.checkpoint.mode = mode;
+/// assert!(config.validate().is_ok());
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CheckpointMode {

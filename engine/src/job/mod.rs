@@ -49,6 +49,29 @@ pub(crate) enum Command {
 }
 
 /// What a job reports while it runs and when it ended.
+///
+/// # Examples
+/// ```
+/// use lockgate::{JobBuilder, JobConfig};
+///
+/// let job = JobBuilder::new("measured", JobConfig::default());
+/// let (numbers, ingest) = job.ingest::<u64>("numbers", 64);
+/// let _evens = numbers.key_by(|x| *x).task("evens", 2).filter(|x| x % 2 == 0).collect();
+/// let handle = job.start()?;
+/// for x in 0..100 {
+///     ingest.push(x).expect("the job runs");
+/// }
+/// drop(ingest);
+/// let metrics = handle.wait()?;
+///
+/// let names: Vec<&str> = metrics.tasks.iter().map(|t| t.name.as_str()).collect();
+/// assert_eq!(names, ["numbers[0]", "evens[0]", "evens[1]"]);
+/// assert_eq!(metrics.tasks[1..].iter().map(|t| t.records_in).sum::<u64>(), 100);
+/// assert_eq!(metrics.tasks[0].records_out, 100); // sent on to the two subtasks
+/// assert_eq!(metrics.restarts, 0);
+/// assert_eq!(metrics.completed_checkpoints(), 0); // checkpoints are off by default
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct JobMetrics {
     /// One entry per task (subtask of an operator chain), in start order.
@@ -169,6 +192,27 @@ impl Shared {
 ///
 /// Dropping the handle does not stop the job; call [`JobHandle::stop`] then
 /// [`JobHandle::wait`].
+///
+/// # Examples
+/// ```
+/// use lockgate::{CheckpointId, CheckpointMode, JobBuilder, JobConfig};
+///
+/// let mut config = JobConfig::default();
+/// config.checkpoint.mode = CheckpointMode::ExactlyOnce; // no interval: on demand
+/// let job = JobBuilder::new("handled", config);
+/// let (numbers, ingest) = job.ingest::<u64>("numbers", 16);
+/// let _out = numbers.collect();
+/// let handle = job.start()?;
+/// ingest.push(7).expect("the job runs");
+/// assert_eq!(handle.trigger_checkpoint(), Ok(CheckpointId(1)));
+/// assert_eq!(handle.checkpoint_counts().completed, 1);
+/// assert!(!handle.is_finished()); // its input is still open
+///
+/// handle.stop(); // the sources stop, what is in flight drains
+/// let metrics = handle.wait()?;
+/// assert_eq!(metrics.restarts, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct JobHandle {
     commands: Sender<Command>,
     thread: Option<JoinHandle<Result<JobMetrics, JobError>>>,

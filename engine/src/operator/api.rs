@@ -27,7 +27,55 @@ use serde::{Deserialize, Serialize};
 /// stores the bytes as they are.
 ///
 /// # Examples
-/// See [`Operator`]'s example: a count per key, snapshotted and restored.
+/// A source whose state is its position: a restore rewinds a fresh one
+/// (driven by hand; [`Operator`]'s example shows an operator's state).
+/// ```
+/// use lockgate::{BoxError, CheckpointId, Checkpointed, Source, SourcePoll};
+///
+/// /// Emits 0 to 9, three a poll.
+/// #[derive(Default)]
+/// struct Digits {
+///     next: u64,
+///     completed: Vec<CheckpointId>,
+/// }
+/// impl Source<u64> for Digits {
+///     fn poll(&mut self, out: &mut Vec<u64>, _max: usize) -> Result<SourcePoll, BoxError> {
+///         let end = (self.next + 3).min(10);
+///         out.extend(self.next..end);
+///         self.next = end;
+///         Ok(if end == 10 { SourcePoll::Finished } else { SourcePoll::Ready })
+///     }
+/// }
+/// impl Checkpointed for Digits {
+///     fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
+///         Ok(Some(self.next.to_le_bytes().to_vec()))
+///     }
+///     fn restore_state(&mut self, state: &[u8]) -> Result<(), BoxError> {
+///         self.next = u64::from_le_bytes(state.try_into()?);
+///         Ok(())
+///     }
+///     fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), BoxError> {
+///         self.completed.push(id);
+///         Ok(())
+///     }
+/// }
+///
+/// let mut digits = Digits::default();
+/// let mut out = Vec::new();
+/// digits.poll(&mut out, 100)?;
+/// let state = digits.snapshot_state(CheckpointId(1))?.expect("a position");
+/// digits.notify_checkpoint_complete(CheckpointId(1))?;
+/// assert_eq!(digits.completed, [CheckpointId(1)]);
+/// digits.poll(&mut out, 100)?;
+/// assert_eq!(out, [0, 1, 2, 3, 4, 5]);
+///
+/// let mut restored = Digits::default();
+/// restored.restore_state(&state)?;
+/// out.clear();
+/// restored.poll(&mut out, 100)?;
+/// assert_eq!(out, [3, 4, 5]); // again from checkpoint 1's position
+/// # Ok::<(), lockgate::BoxError>(())
+/// ```
 pub trait Checkpointed {
     /// Returns the state for checkpoint `id`, serialized. `None`: nothing
     /// to store this time (default).
@@ -499,6 +547,48 @@ impl<O, S> Context<'_, Either<O, S>> {
 }
 
 /// What [`Source::poll`] did.
+///
+/// # Examples
+/// A source fed by another thread through an
+/// [`ingest_channel`](crate::ingest::ingest_channel), polled by hand:
+/// ```
+/// use lockgate::ingest::{ingest_channel, IngestReceiver, TryRecvError};
+/// use lockgate::source::WakeOn;
+/// use lockgate::{BoxError, Checkpointed, Source, SourcePoll};
+///
+/// struct Feed(IngestReceiver<u32>);
+/// impl Source<u32> for Feed {
+///     fn poll(&mut self, out: &mut Vec<u32>, max: usize) -> Result<SourcePoll, BoxError> {
+///         while out.len() < max {
+///             match self.0.try_recv() {
+///                 Ok(x) => out.push(x),
+///                 Err(TryRecvError::Empty) if out.is_empty() => {
+///                     return Ok(SourcePoll::Idle { wake_at_ns: None }); // a push wakes it
+///                 }
+///                 Err(TryRecvError::Empty) => break,
+///                 Err(TryRecvError::Ended) => return Ok(SourcePoll::Finished),
+///             }
+///         }
+///         Ok(SourcePoll::Ready)
+///     }
+///     fn wake_on<'a>(&'a self, on: &mut WakeOn<'a>) {
+///         on.channel(&self.0);
+///     }
+/// }
+/// impl Checkpointed for Feed {}
+///
+/// let (ingest, rx) = ingest_channel(8);
+/// let mut feed = Feed(rx);
+/// let mut out = Vec::new();
+/// assert_eq!(feed.poll(&mut out, 10)?, SourcePoll::Idle { wake_at_ns: None });
+/// ingest.push(1).unwrap();
+/// ingest.push(2).unwrap();
+/// assert_eq!(feed.poll(&mut out, 10)?, SourcePoll::Ready);
+/// assert_eq!(out, [1, 2]);
+/// ingest.close();
+/// assert_eq!(feed.poll(&mut out, 10)?, SourcePoll::Finished);
+/// # Ok::<(), lockgate::BoxError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SourcePoll {
     /// It appended records (possibly none) and may have more right away.
@@ -516,6 +606,39 @@ pub enum SourcePoll {
 
 /// A source of records. Replayable sources (files, generators) keep their
 /// read position as state so that a restore rewinds them.
+///
+/// # Examples
+/// A source of 2 subtasks, each with its share of the squares below 36,
+/// run with the shared [`crate::example`] helper:
+/// ```
+/// use lockgate::{example, BoxError, Checkpointed, Source, SourcePoll};
+///
+/// struct Squares {
+///     next: u64,
+///     end: u64,
+/// }
+/// impl Source<u64> for Squares {
+///     fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourcePoll, BoxError> {
+///         while out.len() < max && self.next < self.end {
+///             out.push(self.next * self.next);
+///             self.next += 1;
+///         }
+///         Ok(if self.next == self.end { SourcePoll::Finished } else { SourcePoll::Ready })
+///     }
+/// }
+/// impl Checkpointed for Squares {} // not replayable: a restart would start it over
+///
+/// let mut squares = example::run_source(
+///     2,
+///     |info| {
+///         let first = 3 * info.index as u64; // subtask 0: 0..3, subtask 1: 3..6
+///         Squares { next: first, end: first + 3 }
+///     },
+///     |squares| squares,
+/// );
+/// squares.sort_unstable();
+/// assert_eq!(squares, [0, 1, 4, 9, 16, 25]);
+/// ```
 pub trait Source<T>: Checkpointed + Send {
     /// Appends up to `max` records to `out`.
     ///
@@ -553,6 +676,38 @@ pub trait Source<T>: Checkpointed + Send {
 }
 
 /// A sink: an operator with no output.
+///
+/// # Examples
+/// A sink that adds up its records and publishes the total at the end of
+/// the input, run with the shared [`crate::example`] helper:
+/// ```
+/// use lockgate::{example, BoxError, Checkpointed, Sink};
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+///
+/// struct Total {
+///     sum: u64,
+///     published: Arc<AtomicU64>,
+/// }
+/// impl Sink<u64> for Total {
+///     fn write(&mut self, input: &mut Vec<u64>) -> Result<(), BoxError> {
+///         self.sum += input.drain(..).sum::<u64>();
+///         Ok(())
+///     }
+///     fn end_of_input(&mut self) -> Result<(), BoxError> {
+///         self.published.store(self.sum, Ordering::SeqCst);
+///         Ok(())
+///     }
+/// }
+/// impl Checkpointed for Total {}
+///
+/// let total = Arc::new(AtomicU64::new(0));
+/// let published = total.clone();
+/// example::run(1..=100u64, move |numbers| {
+///     numbers.sink("total", move |_| Total { sum: 0, published: published.clone() })
+/// });
+/// assert_eq!(total.load(Ordering::SeqCst), 5050);
+/// ```
 pub trait Sink<T>: Checkpointed + Send {
     /// Consumes a batch.
     ///
@@ -653,6 +808,23 @@ impl<S: Checkpointed> Checkpointed for SinkOperator<S> {
 
 /// A record of a two-input operator: from the first input (`Left`) or the
 /// second (`Right`), as Flink's `connect` tags them.
+///
+/// # Examples
+/// Records of two types in one stream, run with the shared
+/// [`crate::example`] helper ([`crate::Connected`] shows two inputs
+/// keyed together):
+/// ```
+/// use lockgate::{example, Either};
+///
+/// let records = vec![Either::Left(2u32), Either::Right("two".to_string()), Either::Left(3)];
+/// let text = example::run(records, |records| {
+///     records.map(|r| match r {
+///         Either::Left(n) => n.to_string(),
+///         Either::Right(word) => word,
+///     })
+/// });
+/// assert_eq!(text, ["2", "two", "3"]);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Either<A, B> {
     /// From the first input.

@@ -20,6 +20,25 @@ use std::sync::{Arc, Mutex};
 
 /// The records one sink subtask took for one completed checkpoint, handed
 /// to the application once ([`crate::Stream::collect_committed`]).
+///
+/// # Examples
+/// ```
+/// use lockgate::{CheckpointId, Committed, JobBuilder, JobConfig};
+///
+/// let job = JobBuilder::new("committed", JobConfig::default());
+/// let (numbers, ingest) = job.ingest::<u64>("numbers", 16);
+/// let batches = numbers.map(|x| x + 1).collect_committed(None);
+/// let handle = job.start()?;
+/// for x in 0..3 {
+///     ingest.push(x).expect("the job runs");
+/// }
+/// drop(ingest);
+/// handle.wait()?;
+/// // without checkpoints: one batch at the end of the input
+/// let batches: Vec<Committed<u64>> = batches.try_iter().collect();
+/// assert_eq!(batches, [Committed { checkpoint: CheckpointId(u64::MAX), subtask: 0, records: vec![1, 2, 3] }]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Committed<T> {
     /// The checkpoint whose completion committed them (`CheckpointId(u64::MAX)`

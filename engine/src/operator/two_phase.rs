@@ -20,6 +20,55 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// A transactional output, driven by [`TwoPhaseCommitSink`].
+///
+/// # Examples
+/// An output whose transactions are lists of lines, visible once
+/// committed under their checkpoint (a commit of the same checkpoint again
+/// writes the same lines: idempotent), run in a job with the shared
+/// [`crate::example`] helper:
+/// ```
+/// use lockgate::{example, BoxError, CheckpointId, TwoPhaseCommit, TwoPhaseCommitSink};
+/// use std::collections::BTreeMap;
+/// use std::sync::{Arc, Mutex};
+///
+/// type Visible = Arc<Mutex<BTreeMap<u64, Vec<String>>>>;
+///
+/// struct Lines(Visible);
+/// impl TwoPhaseCommit<String> for Lines {
+///     type Txn = (u64, Vec<String>); // (checkpoint, lines)
+///     fn begin(&mut self, _seq: u64) -> Result<Self::Txn, BoxError> {
+///         Ok((0, Vec::new()))
+///     }
+///     fn write(&mut self, txn: &mut Self::Txn, records: &mut Vec<String>) -> Result<(), BoxError> {
+///         txn.1.append(records);
+///         Ok(())
+///     }
+///     fn pre_commit(&mut self, txn: &mut Self::Txn, checkpoint: CheckpointId) -> Result<(), BoxError> {
+///         txn.0 = checkpoint.get(); // the lines are in the checkpoint with it
+///         Ok(())
+///     }
+///     fn commit(&mut self, txn: Self::Txn) -> Result<(), BoxError> {
+///         self.0.lock().unwrap().insert(txn.0, txn.1);
+///         Ok(())
+///     }
+///     fn abort(&mut self, _txn: Self::Txn) -> Result<(), BoxError> {
+///         Ok(())
+///     }
+///     fn recover(&mut self, _restored: CheckpointId, _pending: &[Self::Txn]) -> Result<(), BoxError> {
+///         Ok(()) // nothing of this output outlives a transaction
+///     }
+/// }
+///
+/// let visible: Visible = Arc::default();
+/// let shared = visible.clone();
+/// let lines = vec!["a".to_string(), "b".to_string()];
+/// example::run(lines, move |lines| {
+///     lines.sink("lines", move |_| TwoPhaseCommitSink::new(Lines(shared.clone())))
+/// });
+/// // without checkpoints, the one transaction commits at the end of the input
+/// let committed = visible.lock().unwrap().clone();
+/// assert_eq!(committed, BTreeMap::from([(u64::MAX, vec!["a".to_string(), "b".to_string()])]));
+/// ```
 pub trait TwoPhaseCommit<T>: Send {
     /// A transaction's handle, stored in checkpoints.
     type Txn: Serialize + DeserializeOwned + Send;
@@ -115,6 +164,50 @@ struct SinkState<X> {
 /// A [`Sink`] that drives a [`TwoPhaseCommit`] output through checkpoints
 /// (see the module docs). Without checkpoints, the one transaction is
 /// committed at the end of the input.
+///
+/// # Examples
+/// The protocol driven by hand (in a job the task makes these calls): what
+/// a sink writes becomes visible when the checkpoint after it completes.
+/// ```
+/// use lockgate::{BoxError, CheckpointId, Checkpointed, Sink, TwoPhaseCommit, TwoPhaseCommitSink};
+/// use std::sync::{Arc, Mutex};
+///
+/// /// Committed numbers go to a shared list.
+/// struct Shared(Arc<Mutex<Vec<u32>>>);
+/// impl TwoPhaseCommit<u32> for Shared {
+///     type Txn = Vec<u32>;
+///     fn begin(&mut self, _: u64) -> Result<Vec<u32>, BoxError> {
+///         Ok(Vec::new())
+///     }
+///     fn write(&mut self, txn: &mut Vec<u32>, records: &mut Vec<u32>) -> Result<(), BoxError> {
+///         txn.append(records);
+///         Ok(())
+///     }
+///     fn pre_commit(&mut self, _: &mut Vec<u32>, _: CheckpointId) -> Result<(), BoxError> {
+///         Ok(())
+///     }
+///     fn commit(&mut self, txn: Vec<u32>) -> Result<(), BoxError> {
+///         self.0.lock().unwrap().extend(txn);
+///         Ok(())
+///     }
+///     fn abort(&mut self, _: Vec<u32>) -> Result<(), BoxError> {
+///         Ok(())
+///     }
+///     fn recover(&mut self, _: CheckpointId, _: &[Vec<u32>]) -> Result<(), BoxError> {
+///         Ok(())
+///     }
+/// }
+///
+/// let visible = Arc::new(Mutex::new(Vec::new()));
+/// let mut sink = TwoPhaseCommitSink::new(Shared(visible.clone()));
+/// sink.write(&mut vec![1, 2])?;
+/// sink.snapshot_state(CheckpointId(1))?; // checkpoint 1's barrier: pre-commit
+/// sink.write(&mut vec![3])?; // the next transaction
+/// assert!(visible.lock().unwrap().is_empty());
+/// sink.notify_checkpoint_complete(CheckpointId(1))?;
+/// assert_eq!(*visible.lock().unwrap(), [1, 2]); // 3 waits for checkpoint 2
+/// # Ok::<(), lockgate::BoxError>(())
+/// ```
 pub struct TwoPhaseCommitSink<T, P: TwoPhaseCommit<T>> {
     inner: P,
     current: Option<P::Txn>,

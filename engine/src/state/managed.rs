@@ -240,6 +240,50 @@ pub trait StatefulOperator<I, O>: Send {
 /// A [`StatefulOperator`] with its state, as an [`Operator`] whose
 /// snapshots and restores the runtime takes care of (incrementally for
 /// [`KeyedState`]).
+///
+/// # Examples
+/// A running maximum per key in a job (with the shared [`crate::example`]
+/// helper), then its snapshot and restore driven by hand:
+/// ```
+/// use lockgate::state::SnapshotRequest;
+/// use lockgate::{example, BoxError, CheckpointId, Checkpointed, Context, KeyedState, Managed, Operator, StatefulOperator};
+///
+/// struct RunningMax;
+/// impl StatefulOperator<(u64, i64), (u64, i64)> for RunningMax {
+///     type State = KeyedState<u64, i64>;
+///     fn process(
+///         &mut self,
+///         max: &mut Self::State,
+///         input: &mut Vec<(u64, i64)>,
+///         ctx: &mut Context<'_, (u64, i64)>,
+///     ) -> Result<(), BoxError> {
+///         for (key, x) in input.drain(..) {
+///             let m = *max.get(&key).unwrap_or(&x);
+///             max.insert(key, m.max(x));
+///             ctx.emit((key, m.max(x)));
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// let records = vec![(1, 5), (2, -3), (1, 2), (1, 9)];
+/// let mut maxima = example::run(records, |records| {
+///     records.key_by(|r| r.0).task("max", 2).process("max", |_| Managed::new(RunningMax))
+/// });
+/// maxima.sort_unstable();
+/// assert_eq!(maxima, [(1, 5), (1, 5), (1, 9), (2, -3)]);
+///
+/// let mut op = Managed::new(RunningMax);
+/// let (mut out, mut timer) = (Vec::new(), None);
+/// op.process(&mut vec![(1, 5), (2, -3)], &mut Context::new(&mut out, None, &mut timer))?;
+/// let snapshot = op.snapshot_state_async(CheckpointId(1))?.expect("managed state");
+/// let part = snapshot.run(&SnapshotRequest::full(CheckpointId(1)))?;
+/// let mut restored: Managed<RunningMax, KeyedState<u64, i64>> = Managed::new(RunningMax);
+/// restored.restore_state_chain(&[&part.bytes])?;
+/// assert_eq!(restored.state().get(&1), Some(&5));
+/// assert_eq!(restored.state().len(), 2);
+/// # Ok::<(), lockgate::BoxError>(())
+/// ```
 pub struct Managed<Op, S> {
     op: Op,
     state: S,

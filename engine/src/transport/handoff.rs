@@ -166,6 +166,24 @@ pub enum RecvTimeoutError {
 
 /// The application's end of [`crate::Stream::collect`]: what the job's
 /// sink sends, unbounded, in the order the sink task saw it.
+///
+/// # Examples
+/// ```
+/// use lockgate::{JobBuilder, JobConfig};
+///
+/// let job = JobBuilder::new("lengths", JobConfig::default());
+/// let (words, ingest) = job.ingest::<String>("words", 16);
+/// let lengths = words.map(|w| w.len()).collect();
+/// let handle = job.start()?;
+/// ingest.push("hello".to_string()).expect("the job runs");
+/// assert_eq!(lengths.recv(), Some(5)); // waits for the record to come through
+/// ingest.push("hi".to_string()).expect("the job runs");
+/// drop(ingest);
+/// handle.wait()?;
+/// assert_eq!(lengths.try_iter().collect::<Vec<_>>(), [2]);
+/// assert_eq!(lengths.recv(), None); // the job ended: nothing more comes
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Output<T> {
     rx: Receiver<T>,
 }

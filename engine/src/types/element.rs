@@ -12,6 +12,17 @@ use std::fmt;
 /// The id of a checkpoint. Ids grow by one per trigger, starting at 1; a
 /// newer checkpoint has a larger id (as in Flink, where a checkpoint id is a
 /// `long` from the coordinator's counter).
+///
+/// # Examples
+/// ```
+/// use lockgate::CheckpointId;
+///
+/// let first = CheckpointId::NONE.next();
+/// assert_eq!(first, CheckpointId(1));
+/// assert!(first.next() > first); // newer is larger
+/// assert_eq!(first.next().get(), 2);
+/// assert_eq!(CheckpointId(42).to_string(), "42");
+/// ```
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
@@ -40,6 +51,25 @@ impl fmt::Display for CheckpointId {
 }
 
 /// What kind of snapshot a barrier asks for (Flink's `CheckpointType`).
+///
+/// # Examples
+/// A job stopped with a savepoint:
+/// ```
+/// use lockgate::{CheckpointMode, JobBuilder, JobConfig, SnapshotKind};
+///
+/// let mut config = JobConfig::default();
+/// config.checkpoint.mode = CheckpointMode::ExactlyOnce; // no interval: on demand
+/// let job = JobBuilder::new("savepoint", config);
+/// let (numbers, _ingest) = job.ingest::<u64>("numbers", 16);
+/// let _out = numbers.collect();
+/// let handle = job.start()?;
+/// handle.stop_with_savepoint();
+/// let metrics = handle.wait()?;
+/// let last = metrics.last_completed_checkpoint.expect("the savepoint completed");
+/// assert_eq!(last.kind, SnapshotKind::Savepoint);
+/// assert_eq!(SnapshotKind::default(), SnapshotKind::Checkpoint);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum SnapshotKind {
     /// A periodic checkpoint, owned and retained by the engine.
@@ -105,10 +135,60 @@ impl CheckpointBarrier {
 /// An event-time watermark: no record with a timestamp at or below
 /// `timestamp_ms` is expected on this channel any more (as Flink's
 /// `Watermark`, in ms since the Unix epoch).
+///
+/// # Examples
+/// The watermarks an operator sees, from an ingest source whose
+/// application pushes them:
+/// ```
+/// use lockgate::source::WatermarkStrategy;
+/// use lockgate::{BoxError, Checkpointed, Context, IngestConfig, JobBuilder, JobConfig, Operator, Watermark};
+///
+/// /// Drops records, emits the watermarks it sees.
+/// struct Watermarks;
+/// impl Operator<u64, i64> for Watermarks {
+///     fn process(&mut self, input: &mut Vec<u64>, _ctx: &mut Context<'_, i64>) -> Result<(), BoxError> {
+///         input.clear();
+///         Ok(())
+///     }
+///     fn on_watermark(&mut self, watermark: Watermark, ctx: &mut Context<'_, i64>) -> Result<(), BoxError> {
+///         ctx.emit(watermark.0);
+///         Ok(())
+///     }
+/// }
+/// impl Checkpointed for Watermarks {}
+///
+/// let job = JobBuilder::new("watermarks", JobConfig::default());
+/// let strategy = WatermarkStrategy::explicit_only();
+/// let (records, ingest) = job.ingest_event_time::<u64>("records", IngestConfig::default(), strategy);
+/// let seen = records.process("watermarks", |_| Watermarks).collect();
+/// let handle = job.start()?;
+/// ingest.push(1).expect("the job runs");
+/// ingest.push_watermark(Watermark(100)).expect("the job runs");
+/// ingest.push_watermark(Watermark(200)).expect("the job runs");
+/// drop(ingest);
+/// handle.wait()?;
+/// assert_eq!(seen.try_iter().collect::<Vec<i64>>(), [100, 200, i64::MAX]);
+/// assert!(Watermark(100) < Watermark(200));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Watermark(pub i64);
 
 /// A batch of records as it travels through a channel.
+///
+/// # Examples
+/// A batch function ([`crate::Stream::map_batch`]) sees whole batches,
+/// run with the shared [`crate::example`] helper:
+/// ```
+/// use lockgate::{example, Batch};
+///
+/// let sums = example::run(1..=100u64, |numbers| {
+///     numbers.map_batch(|batch: &mut Batch<u64>, out: &mut Batch<u64>| out.push(batch.drain(..).sum()))
+/// });
+/// // the batches depend on timing, their total does not
+/// assert!(!sums.is_empty() && sums.len() <= 100);
+/// assert_eq!(sums.iter().sum::<u64>(), 5050);
+/// ```
 pub type Batch<T> = Vec<T>;
 
 /// One element of a channel: a batch of records or an in-band event.

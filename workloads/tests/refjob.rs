@@ -522,3 +522,36 @@ fn a_failed_run_counts_records_never_generated_as_not_sent() {
         report.lost
     );
 }
+
+#[test]
+fn committed_output_on_workers_with_a_reader_polling_the_sink_finishes_exactly() {
+    // On cooperative workers the sink's checkpoint work runs in the
+    // worker's slices and keeps a lock across its yield points; a reader
+    // of the recordings (loadgen's progress and `--ab` segments) that took
+    // the sink's slot first and then that lock stopped the worker for
+    // good. Polled the whole run, the job must still end, exactly.
+    use lockgate_workloads::refjob::{start_reference_job, wait_reference_job, OutputMode};
+    let mut cfg = RefJobConfig::paced(Workload::W2, 40_000, Duration::from_secs(1), Duration::ZERO);
+    cfg.output = OutputMode::Committed;
+    let mut job = checkpointed(CheckpointMode::ExactlyOnce, 0);
+    job.checkpoint.interval = Some(Duration::from_millis(2));
+    job.workers = Some(2);
+    let (handle, results) =
+        start_reference_job(&cfg, job, FailurePlan::none(), serde_json::Value::Null).unwrap();
+    let mut polls = 0u64;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !handle.is_finished() {
+        if std::time::Instant::now() > deadline {
+            // Dropping the handle would wait for the stuck job.
+            std::mem::forget(handle);
+            panic!("a 1 s job has not ended after 120 s: a reader and the sink's checkpoint work wait for each other");
+        }
+        let _ = results.progress();
+        polls += 1;
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let report = wait_reference_job(handle, &results, false, 0).unwrap();
+    assert!(polls > 0);
+    assert!(report.ok(), "{:?}", report.failure());
+    assert_eq!(report.latency.len(), 40_000);
+}

@@ -239,6 +239,12 @@ pub(crate) fn mark_background_thread() {
 /// lockgate's own state types and the checkpoint writer do; on a worker,
 /// such work without yield points runs whole in one slice.
 ///
+/// On a worker, work suspended at a yield point keeps every lock it holds
+/// until its next slice, which comes only when the worker is free: hold
+/// no lock across a yield point that a task of the job, or a thread a
+/// task waits for, may take (the worker would wait for a lock that only
+/// the worker itself can release).
+///
 /// # Examples
 /// ```
 /// // Off a background thread: a no-op.

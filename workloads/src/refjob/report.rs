@@ -7,7 +7,9 @@
 use super::committed::CommittedOutput;
 use super::config::{OutputMode, RefJobConfig, RefJobError};
 use super::recorded::Recorded;
-use super::shared::{lock, CheckpointBands, CheckpointInterval, Shared, SinkSlot, SourceStats};
+use super::shared::{
+    lock, with_merged, CheckpointBands, CheckpointInterval, Shared, SinkSlot, SourceStats,
+};
 use crate::latency::{merge, new_interval_histogram, LatencyError, Percentiles};
 use crate::workload::{CheckReport, ExpectedResult, KeySpace, SinkCheck, Workload};
 use hdrhistogram::Histogram;
@@ -320,20 +322,21 @@ impl RefJobResults {
         let (mut delivered, mut recorded) = (0, 0);
         let mut hists = Vec::new();
         for slot in &self.shared.slots {
-            let s = lock(slot);
-            delivered += s.deliveries;
-            let mut h = s.recorded.latency.histogram().clone();
-            let _ = h.add(lock(&s.merged).latency.histogram());
-            for r in s
-                .settled
-                .iter()
-                .chain(s.unsettled.values())
-                .chain(s.open_interval.iter())
-            {
-                let _ = h.add(r.latency.histogram());
-            }
-            recorded += h.len();
-            hists.push(h);
+            with_merged(slot, |s, merged| {
+                delivered += s.deliveries;
+                let mut h = s.recorded.latency.histogram().clone();
+                let _ = h.add(merged.latency.histogram());
+                for r in s
+                    .settled
+                    .iter()
+                    .chain(s.unsettled.values())
+                    .chain(s.open_interval.iter())
+                {
+                    let _ = h.add(r.latency.histogram());
+                }
+                recorded += h.len();
+                hists.push(h);
+            });
         }
         let p99_ns = merge(hists.iter())
             .map(|h| Percentiles::from_histogram(&h).p99)
@@ -467,8 +470,17 @@ impl RefJobResults {
         let (mut first_rec, mut last_del) = (u64::MAX, 0);
         let mut check: Option<CheckReport> = None;
         for slot in &self.shared.slots {
-            let s = lock(slot);
-            let mut total = s.total().map_err(|e| LatencyError::Merge(e.to_string()))?;
+            let (total, deliveries, first_recorded_ns, last_delivery_ns, slot_check) =
+                with_merged(slot, |s, merged| {
+                    (
+                        s.total(merged),
+                        s.deliveries,
+                        s.first_recorded_ns,
+                        s.last_delivery_ns,
+                        s.check.verify(&expected),
+                    )
+                });
+            let mut total = total.map_err(|e| LatencyError::Merge(e.to_string()))?;
             total
                 .expand()
                 .map_err(|e| LatencyError::Merge(e.to_string()))?;
@@ -489,13 +501,13 @@ impl RefJobResults {
                     .add(h)
                     .map_err(|e| LatencyError::Merge(format!("{e:?}")))?;
             }
-            delivered += s.deliveries;
+            delivered += deliveries;
             recorded += r.latency.count();
-            if s.first_recorded_ns > 0 {
-                first_rec = first_rec.min(s.first_recorded_ns);
+            if first_recorded_ns > 0 {
+                first_rec = first_rec.min(first_recorded_ns);
             }
-            last_del = last_del.max(s.last_delivery_ns);
-            check = Some(s.check.verify(&expected));
+            last_del = last_del.max(last_delivery_ns);
+            check = Some(slot_check);
         }
         let check = check.expect("one sink slot");
         // A failed run's records never generated were never sent: not

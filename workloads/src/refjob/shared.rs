@@ -128,43 +128,58 @@ impl SinkSlot {
     /// Merges the settled intervals into `merged`, holding this slot's
     /// lock (`slot`) only to take them: the merge itself runs under
     /// `merged`'s lock, which the sink's thread does not take. Lock order
-    /// slot → merged, as every reader's ([`SinkSlot::total`] runs with
-    /// the slot held and takes `merged`).
+    /// merged → slot, as every reader's ([`with_merged`]): the merge
+    /// holds `merged` across yield points, and on a cooperative worker a
+    /// yield point suspends it until the worker's next slice, so a reader
+    /// that held the slot while it waited for `merged` would stop the
+    /// sink (which waits for the slot on that same worker) and with it the
+    /// merge.
     ///
     /// Returns one of the merged intervals, emptied, for reuse as the next
     /// spare (`None` when nothing was settled).
     pub(super) fn merge_settled(slot: &Mutex<SinkSlot>) -> Result<Option<Recorded>, BoxError> {
-        let mut s = lock(slot);
-        if s.settled.is_empty() {
-            return Ok(None);
+        let mut merged = lock(slot).merged.clone();
+        loop {
+            let mut m = lock(&merged);
+            let mut s = lock(slot);
+            if !Arc::ptr_eq(&s.merged, &merged) {
+                // A restart from nothing replaced it meanwhile.
+                let now = s.merged.clone();
+                drop(s);
+                drop(m);
+                merged = now;
+                continue;
+            }
+            if s.settled.is_empty() {
+                return Ok(None);
+            }
+            let settled = std::mem::take(&mut s.settled);
+            drop(s);
+            for r in &settled {
+                // Each add is some 100 µs on a snapshot thread.
+                lockgate::tuning::yield_point();
+                m.add(r)?;
+            }
+            // All but the last few intervals compressed: a later record of an
+            // older interval (delivered late) merges into its compressed form.
+            if let Some(&last) = m.intervals.keys().next_back() {
+                lockgate::tuning::yield_point();
+                m.compact_before(last.saturating_sub(KEEP_WHOLE_INTERVALS))?;
+            }
+            drop(m);
+            return Ok(settled.into_iter().next().map(|mut r| {
+                r.reset();
+                r
+            }));
         }
-        let settled = std::mem::take(&mut s.settled);
-        let merged = s.merged.clone();
-        let mut m = lock(&merged);
-        drop(s);
-        for r in &settled {
-            // Each add is some 100 µs on a snapshot thread.
-            lockgate::tuning::yield_point();
-            m.add(r)?;
-        }
-        // All but the last few intervals compressed: a later record of an
-        // older interval (delivered late) merges into its compressed form.
-        if let Some(&last) = m.intervals.keys().next_back() {
-            lockgate::tuning::yield_point();
-            m.compact_before(last.saturating_sub(KEEP_WHOLE_INTERVALS))?;
-        }
-        drop(m);
-        Ok(settled.into_iter().next().map(|mut r| {
-            r.reset();
-            r
-        }))
     }
 
-    /// Every latency recorded and not rolled back: the report's (a copy).
-    pub(super) fn total(&self) -> Result<Recorded, BoxError> {
+    /// Every latency recorded and not rolled back: the report's (a copy);
+    /// `merged` is this slot's, locked ([`with_merged`]).
+    pub(super) fn total(&self, merged: &Recorded) -> Result<Recorded, BoxError> {
         let mut t = Recorded::new();
         t.add(&self.recorded)?;
-        t.add(&lock(&self.merged))?;
+        t.add(merged)?;
         for r in self
             .settled
             .iter()
@@ -304,6 +319,26 @@ impl Shared {
                 below(s, self.total) - below(s, pos.min(self.total))
             })
             .sum()
+    }
+}
+
+/// Runs `f` with sink slot `slot` and its merged recordings, locked in
+/// the order merged → slot (see [`SinkSlot::merge_settled`]).
+pub(super) fn with_merged<R>(
+    slot: &Mutex<SinkSlot>,
+    f: impl FnOnce(&SinkSlot, &Recorded) -> R,
+) -> R {
+    let mut merged = lock(slot).merged.clone();
+    loop {
+        let m = lock(&merged);
+        let s = lock(slot);
+        if Arc::ptr_eq(&s.merged, &merged) {
+            return f(&s, &m);
+        }
+        let now = s.merged.clone();
+        drop(s);
+        drop(m);
+        merged = now;
     }
 }
 

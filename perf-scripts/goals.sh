@@ -44,7 +44,9 @@ done
 for v in "judged:$judged" "tries:$tries" "duration:$duration"; do
   [[ ${v#*:} =~ ^[1-9][0-9]*$ ]] || { echo "error: ${v%%:*} must be a positive whole number, got '${v#*:}'" >&2; exit 2; }
 done
-(( duration >= 12 )) || { echo "error: --ab needs at least 60 segments of 0.2 s or more: -d must be 12 or more, got $duration" >&2; exit 2; }
+# After a switch, 200 ms count for neither group: segments of 0.3 s at
+# least, 66 of them.
+(( duration >= 20 )) || { echo "error: --ab needs 66 segments of 0.3 s or more: -d must be 20 or more, got $duration" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "error: python3 is needed (Debian: apt-get install python3)" >&2; exit 3; }
 here="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$here/target/release/lockgate"

@@ -8,13 +8,10 @@
 //! While it yields it stays *runnable*, so a background thread that the
 //! yield let onto the core is not preempted when the task's input arrives
 //! (only a *wake-up* preempts a `SCHED_IDLE` thread at once): it keeps the
-//! core until it blocks, yields, or the scheduler's next tick, 4 ms at the
-//! common `HZ=250`. Measured with `perf sched timehist` on the 2-core VM
-//! (W2, exactly-once every 100 ms, 2 cooperative workers, 3 s): task
-//! threads were off their cores 181-201 ms in gaps longer than 0.2 ms,
-//! and snapshot threads ran 115-130 ms of that time, single turns up to
-//! 4.8 ms (docs/benchmarks-history.md, "Background threads yield"; 68 ms and 10 ms
-//! with the yield points).
+//! core until it blocks, yields, or the scheduler's next tick (4 ms at
+//! the common `HZ=250`). `perf sched timehist` showed task threads kept
+//! off their cores that way for milliseconds at a time
+//! (docs/benchmarks-history.md, "Background threads yield").
 //!
 //! So a background thread calls [`yield_point`] between pieces of its
 //! work (parts, key groups, chunks of a write); once it has run

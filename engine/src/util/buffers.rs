@@ -2,13 +2,10 @@
 //! next (a leaf module: it depends on nothing of the crate).
 //!
 //! Every asynchronous snapshot encodes into a `Vec<u8>`. A fresh buffer
-//! of megabytes costs a page fault and a page of zeroing per 4 KiB (or a
-//! 2 MiB huge page) at every checkpoint: under `lockgate loadgen
-//! --workload w1 --records 40000000 --checkpoint exactly-once` (parts on
-//! disk) the reference sink's snapshot thread spent about 2.5 % of all of
-//! the run's `perf` samples faulting in fresh pages for its encodings (the
-//! full part, its sequence bitset of 5 MB, and each delta, grown by
-//! doubling; docs/benchmarks-history.md). So once a part is written to storage, the
+//! of megabytes costs a page fault and a page of zeroing per 4 KiB at
+//! every checkpoint, which showed in `perf` profiles of W1 with
+//! exactly-once checkpoints (docs/benchmarks-history.md has the figures).
+//! So once a part is written to storage, the
 //! snapshot thread gives its operators' buffers back here, and the next
 //! encodings take them again. Without storage the encodings go to the job
 //! (it keeps the parts in memory) and nothing is kept.

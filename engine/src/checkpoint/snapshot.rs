@@ -423,9 +423,10 @@ static AFTER_SNAPSHOT: std::sync::OnceLock<fn(u64)> = std::sync::OnceLock::new()
 
 /// Sets a function that every snapshot thread calls after each snapshot
 /// job it finished (acknowledged or not), on that thread, off every task's
-/// record path (a snapshot thread yields its core to waiting tasks, and
-/// on cooperative workers runs at `SCHED_IDLE` on Linux, so under load the
-/// call may come late), with the bytes of encoding buffers the
+/// record path (a snapshot thread yields its core to waiting tasks, so
+/// under load the call may come late; cooperative workers that run the
+/// job themselves do not call it: what a worker frees, its records'
+/// allocations reuse), with the bytes of encoding buffers the
 /// job freed: those it did not keep for its next jobs (see
 /// [`snapshot_buffer`](crate::tuning::snapshot_buffer): a buffer over 8 MiB, or
 /// one past the 8 MiB its spares keep together), plus an unaligned
@@ -477,7 +478,13 @@ fn run<E: From<(usize, SnapshotOutcome)>>(
         let failed = matches!(ev, SnapshotOutcome::Failed(_));
         // The job thread may be gone at teardown; then nothing matters.
         let _ = setup.events.send(E::from((setup.task, ev)));
-        if let Some(hook) = AFTER_SNAPSHOT.get() {
+        // Not on a worker: what a worker frees its own records' allocations
+        // reuse, and the hook (an allocator's collection) would run there
+        // for milliseconds in one piece.
+        if let Some(hook) = AFTER_SNAPSHOT
+            .get()
+            .filter(|_| !crate::util::background::in_slice())
+        {
             crate::util::background::yield_point();
             hook(freed);
         }
@@ -489,6 +496,37 @@ fn run<E: From<(usize, SnapshotOutcome)>>(
             return;
         }
     }
+}
+
+/// Bytes of an operator's state copied into the task's part between two
+/// yield points: 256 KiB, some 20 µs.
+const COPY_PIECE: usize = 256 << 10;
+
+/// Appends the task's part, `states` as postcard encodes a
+/// `Vec<OperatorSnapshot>` (a varint count; per operator its name and its
+/// bytes, each a varint length and the raw bytes), to `buf`, copying each
+/// operator's bytes [`COPY_PIECE`] by piece with a yield point between:
+/// postcard would copy a state of megabytes in one unbroken piece, which
+/// on a cooperative worker is one long slice.
+fn encode_part(states: &[OperatorSnapshot], mut buf: Vec<u8>) -> Vec<u8> {
+    fn varint(buf: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            buf.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        buf.push(v as u8);
+    }
+    varint(&mut buf, states.len() as u64);
+    for s in states {
+        varint(&mut buf, s.operator.len() as u64);
+        buf.extend_from_slice(s.operator.as_bytes());
+        varint(&mut buf, s.bytes.len() as u64);
+        for piece in s.bytes.chunks(COPY_PIECE) {
+            crate::util::background::yield_point();
+            buf.extend_from_slice(piece);
+        }
+    }
+    buf
 }
 
 /// The next message for the asynchronous phase, `None` once every sender
@@ -582,16 +620,7 @@ fn finish<E>(
         if let Ok(size) = postcard::experimental::serialized_size(&states) {
             buf.reserve_exact(size);
         }
-        let bytes = match postcard::to_extend(&states, buf) {
-            Ok(b) => b,
-            Err(e) => {
-                return fail(TaskError::from_operator(
-                    &setup.key.task,
-                    "encoding its snapshot",
-                    e.into(),
-                ))
-            }
-        };
+        let bytes = encode_part(&states, buf);
         let written = {
             let _call = crate::util::calls::call(|| {
                 format!(
@@ -633,5 +662,30 @@ fn finish<E>(
         id: job.id,
         part,
         stats,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_is_encoded_as_postcard_encodes_it() {
+        let sizes = [0usize, 1, 127, 128, 16_383, 16_384, 3 * COPY_PIECE + 7];
+        let states: Vec<OperatorSnapshot> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| OperatorSnapshot {
+                operator: "op".repeat(i * 40),
+                bytes: (0..*n).map(|b| (b % 251) as u8).collect(),
+            })
+            .collect();
+        for k in 0..=states.len() {
+            let part = &states[..k];
+            let ours = encode_part(part, vec![9]);
+            let mut theirs = vec![9];
+            theirs.extend(postcard::to_allocvec(&part.to_vec()).unwrap());
+            assert_eq!(ours, theirs, "{k} operators");
+        }
     }
 }

@@ -240,6 +240,25 @@ impl Operator<u64, u64> for SliceProbe {
     }
 }
 
+/// Runs source → [`SliceProbe`] → for_each on `job` until three probes
+/// reported; returns (thread, records passed) of each.
+fn probe_three_snapshots(job: JobBuilder) -> Vec<(String, bool)> {
+    let probes: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
+    let p2 = probes.clone();
+    job.source("numbers", 1, |_| Counter::paced(0, 1, u64::MAX, 16, 20_000))
+        .process("probe", move |_| SliceProbe {
+            seen: Arc::default(),
+            probes: p2.clone(),
+        })
+        .for_each(|_| ());
+    let h = job.start().unwrap();
+    assert!(wait_for(60, || probes.lock().unwrap().len() >= 3));
+    h.stop();
+    h.wait().unwrap();
+    let got = probes.lock().unwrap().clone();
+    got
+}
+
 #[test]
 fn checkpoint_work_runs_on_the_worker_in_slices_between_records() {
     // One worker runs the source, the probe and the sink, and (storage in
@@ -250,20 +269,7 @@ fn checkpoint_work_runs_on_the_worker_in_slices_between_records() {
     for folder in [None, Some(dir.path().to_path_buf())] {
         let mut config = config(1, CheckpointMode::ExactlyOnce);
         config.checkpoint.dir = folder;
-        let job = JobBuilder::new("sliced", config);
-        let probes: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
-        let p2 = probes.clone();
-        job.source("numbers", 1, |_| Counter::paced(0, 1, u64::MAX, 16, 20_000))
-            .process("probe", move |_| SliceProbe {
-                seen: Arc::default(),
-                probes: p2.clone(),
-            })
-            .for_each(|_| ());
-        let h = job.start().unwrap();
-        assert!(wait_for(60, || probes.lock().unwrap().len() >= 3));
-        h.stop();
-        h.wait().unwrap();
-        for (thread, grew) in probes.lock().unwrap().iter() {
+        for (thread, grew) in probe_three_snapshots(JobBuilder::new("sliced", config)) {
             assert_eq!(thread, "lg-worker-0", "the worker runs the checkpoint work");
             assert!(
                 grew,
@@ -285,19 +291,7 @@ fn a_storage_that_may_block_keeps_a_snapshot_thread_on_workers() {
         inner: lockgate::storage::MemoryStorage::new(),
         hooks: NoHooks,
     }));
-    let probes: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
-    let p2 = probes.clone();
-    job.source("numbers", 1, |_| Counter::paced(0, 1, u64::MAX, 16, 20_000))
-        .process("probe", move |_| SliceProbe {
-            seen: Arc::default(),
-            probes: p2.clone(),
-        })
-        .for_each(|_| ());
-    let h = job.start().unwrap();
-    assert!(wait_for(60, || probes.lock().unwrap().len() >= 3));
-    h.stop();
-    h.wait().unwrap();
-    for (thread, grew) in probes.lock().unwrap().iter() {
+    for (thread, grew) in probe_three_snapshots(job) {
         assert!(thread.starts_with("lg-snap-"), "{thread}");
         assert!(grew);
     }

@@ -8,48 +8,13 @@
 //! and emits `x,sum` lines through a [`TransactionalFileSink`]. The
 //! committed output is [`expected_lines`] whatever failures happened.
 
-use lockgate::Checkpointed;
-use lockgate::Context;
+use lockgate::state::KeyedFold;
 use lockgate::TwoPhaseCommitSink;
-use lockgate::{BoxError, CheckpointId, JobBuilder, JobConfig, Operator};
+use lockgate::{JobBuilder, JobConfig, Managed};
 use lockgate_operators::file_sink::{Formatter, TransactionalFileSink};
 use lockgate_operators::sources::Sequence;
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// The running sum per key `x % 2`; emits `(x, sum)`.
-#[derive(Debug, Default)]
-pub struct RunningSum(HashMap<u64, u64>);
-
-impl Operator<u64, (u64, u64)> for RunningSum {
-    fn process(
-        &mut self,
-        input: &mut Vec<u64>,
-        ctx: &mut Context<'_, (u64, u64)>,
-    ) -> Result<(), BoxError> {
-        for x in input.drain(..) {
-            let s = self.0.entry(x % 2).or_default();
-            *s += x;
-            ctx.emit((x, *s));
-        }
-        Ok(())
-    }
-}
-
-impl Checkpointed for RunningSum {
-    fn snapshot_state(&mut self, _id: CheckpointId) -> Result<Option<Vec<u8>>, BoxError> {
-        Ok(Some(serde_json::to_vec(
-            &self.0.iter().collect::<Vec<_>>(),
-        )?))
-    }
-
-    fn restore_state(&mut self, s: &[u8]) -> Result<(), BoxError> {
-        let v: Vec<(u64, u64)> = serde_json::from_slice(s)?;
-        self.0 = v.into_iter().collect();
-        Ok(())
-    }
-}
 
 /// How fast the demo's sources emit.
 #[derive(Clone, Copy, Debug)]
@@ -73,7 +38,17 @@ pub fn build(job: &JobBuilder, out: PathBuf, records: u64, pace: Pace) {
     // groups 0 and 114, one per subtask.
     .key_by(|x| (x % 2) * 2)
     .task("keyed_sum", 2)
-    .process("keyed_sum", |_| RunningSum::default())
+    // The running sum per key `x % 2`, emitting `(x, sum)`, in managed
+    // keyed state.
+    .process("keyed_sum", |_| {
+        Managed::new(KeyedFold::new(
+            |x: &u64| x % 2,
+            |sum: &mut u64, x: u64| {
+                *sum += x;
+                (x, *sum)
+            },
+        ))
+    })
     .rebalance()
     .task("files", 2)
     .sink("files", move |i| {

@@ -7,8 +7,8 @@
 //! connector depends on no workload.
 
 use lockgate::{
-    keys::Rescale, state::StateSnapshot, BoxError, CheckpointId, Checkpointed, Context, JobBuilder,
-    KeyedState, Operator, TwoPhaseCommitSink,
+    keys::Rescale, BoxError, Context, JobBuilder, KeyedState, Managed, StatefulOperator,
+    TwoPhaseCommitSink,
 };
 use lockgate_kafka::{
     partition_of_key, process_owns, ClientSettings, KafkaError, KafkaSink, KafkaSource,
@@ -61,25 +61,24 @@ pub struct KafkaJobSpec {
     pub allow_missing_marker: bool,
 }
 
-/// `keyed_sum`: the running sum of the mapped values per key, in keyed
-/// state (snapshotted incrementally). On a rescaled restore it keeps the
-/// keys of its key groups *and* of this process's partitions: a restore
-/// merged from several processes' checkpoints holds every process's keys,
-/// and the key groups of a subtask here span other processes' partitions.
-struct KafkaKeyedSum {
-    sums: KeyedState<u64, u64>,
-    partitions: u32,
-    processes: u32,
-    index: u32,
-}
+/// `keyed_sum`: the running sum of the mapped values per key, in managed
+/// keyed state (snapshotted incrementally). On a rescaled restore it keeps
+/// the keys of its key groups *and* of this process's partitions
+/// ([`Managed::after_rescale`] in [`build_job`]): a restore merged from
+/// several processes' checkpoints holds every process's keys, and the key
+/// groups of a subtask here span other processes' partitions. Its state
+/// bytes are `KeyedState`'s own, as when it snapshotted them by hand.
+struct KafkaKeyedSum;
 
-impl Operator<SourceRecord, SinkRecord> for KafkaKeyedSum {
+impl StatefulOperator<SourceRecord, SinkRecord> for KafkaKeyedSum {
+    type State = KeyedState<u64, u64>;
+
     fn process(
         &mut self,
+        sums: &mut Self::State,
         input: &mut Vec<SourceRecord>,
         ctx: &mut Context<'_, SinkRecord>,
     ) -> Result<(), BoxError> {
-        let sums = &mut self.sums;
         for r in input.drain(..) {
             let sum = sums.get_or_default(r.key);
             *sum = sum.wrapping_add(r.value);
@@ -93,32 +92,6 @@ impl Operator<SourceRecord, SinkRecord> for KafkaKeyedSum {
                 ts_ns: r.ts_ns,
             });
         }
-        Ok(())
-    }
-}
-
-impl Checkpointed for KafkaKeyedSum {
-    fn snapshot_state_async(
-        &mut self,
-        _id: CheckpointId,
-    ) -> Result<Option<StateSnapshot>, BoxError> {
-        Ok(Some(self.sums.snapshot_async()))
-    }
-
-    fn restore_state_chain(&mut self, chain: &[&[u8]]) -> Result<(), BoxError> {
-        self.sums = KeyedState::restore_chain(chain)?;
-        Ok(())
-    }
-
-    fn restore_rescaled(
-        &mut self,
-        chains: &[Vec<&[u8]>],
-        rescale: &Rescale,
-    ) -> Result<(), BoxError> {
-        self.sums = KeyedState::restore_rescaled(chains, rescale)?;
-        let (partitions, processes, index) = (self.partitions, self.processes, self.index);
-        self.sums
-            .retain(|&key, _| process_owns(partition_of_key(key, partitions), processes, index));
         Ok(())
     }
 }
@@ -145,11 +118,15 @@ pub fn build_job(job: &JobBuilder, spec: &KafkaJobSpec) -> Result<(), KafkaError
                 spec.source.processes,
                 spec.source.index,
             );
-            move |_| KafkaKeyedSum {
-                sums: KeyedState::new(),
-                partitions,
-                processes,
-                index,
+            move |_| {
+                Managed::new(KafkaKeyedSum).after_rescale(
+                    move |sums: &mut KeyedState<u64, u64>, _: &Rescale| {
+                        sums.retain(|&key, _| {
+                            process_owns(partition_of_key(key, partitions), processes, index)
+                        });
+                        Ok(())
+                    },
+                )
             }
         });
     let settings: ClientSettings = spec.source.client.clone();

@@ -555,3 +555,32 @@ fn committed_output_on_workers_with_a_reader_polling_the_sink_finishes_exactly()
     assert!(report.ok(), "{:?}", report.failure());
     assert_eq!(report.latency.len(), 40_000);
 }
+
+#[test]
+fn w4_committed_output_counts_only_what_its_sources_generated() {
+    // W4's sources stop at their time, far below the run's capacity: the
+    // committed check must not count the records never generated as lost.
+    use lockgate_workloads::refjob::OutputMode;
+    let _w4 = one_w4_at_a_time();
+    let mut cfg = RefJobConfig {
+        workload: Workload::W4,
+        duration: Duration::from_millis(400),
+        warmup: Duration::from_millis(100),
+        ..Default::default()
+    };
+    cfg.output = OutputMode::Committed;
+    let report = run_reference_job(
+        &cfg,
+        checkpointed(CheckpointMode::ExactlyOnce, 0),
+        FailurePlan::none(),
+    )
+    .unwrap();
+    assert!(report.total_records < cfg.total_records());
+    let committed = report.committed.as_ref().expect("committed output");
+    assert_eq!(
+        (committed.lost, committed.duplicated, committed.uncommitted),
+        (0, 0, 0)
+    );
+    assert_eq!(committed.committed, report.total_records);
+    assert!(report.ok(), "{:?}", report.failure());
+}

@@ -576,12 +576,14 @@ impl RefJobResults {
         let Some(committed) = &self.shared.committed else {
             return Ok(None);
         };
+        // W4's sources stop at their time: only what they generated counts.
+        let expected = self.expected();
         let slot = lock(&self.shared.slots[0]);
         let mut c = lock(committed);
         let total = self.shared.total;
         let (mut lost, mut uncommitted) = (0u64, 0u64);
         for n in 0..total {
-            if !c.contains(n) {
+            if !c.contains(n) && expected.was_generated(n) {
                 if slot.check.contains(n) {
                     uncommitted += 1;
                 } else {

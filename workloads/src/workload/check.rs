@@ -64,6 +64,22 @@ impl ExpectedResult {
         }
     }
 
+    /// Whether record `n` was generated: every record below the capacity,
+    /// or, for sources that stopped at their own positions
+    /// ([`ExpectedResult::of_positions`]), the records below its source's.
+    pub fn was_generated(&self, n: u64) -> bool {
+        match &self.positions {
+            None => n < self.capacity,
+            Some(p) => {
+                n < self.capacity
+                    && n < p
+                        .get(split_owner(split_of(n), p.len().max(1)))
+                        .copied()
+                        .unwrap_or(0)
+            }
+        }
+    }
+
     /// The records of a run whose sources stopped where they were (W4,
     /// closed loop for a time): source `i` of `positions.len()` emitted the
     /// records `n < positions[i]` of its splits ([`split_owner`]), out of

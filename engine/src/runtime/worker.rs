@@ -135,6 +135,9 @@ pub(crate) fn run_worker(tasks: Vec<WorkerTask>, cancel: Receiver<()>, wait: Wai
         r.t.metrics.start();
     }
     let mut idle_rounds: u32 = 0;
+    // Without checkpointing no task has slices: busy rounds then read no
+    // clock for them.
+    let sliced = tasks.iter().any(|r| r.slices.is_some());
     let mut last_slice_ns = crate::util::clock::now_ns();
     let mut next_slice = 0usize;
     while !tasks.is_empty() {
@@ -171,7 +174,9 @@ pub(crate) fn run_worker(tasks: Vec<WorkerTask>, cancel: Receiver<()>, wait: Wai
         }
         if busy || tasks.is_empty() {
             idle_rounds = 0;
-            if crate::util::clock::now_ns().saturating_sub(last_slice_ns) >= SLICE_EVERY_BUSY_NS {
+            if sliced
+                && crate::util::clock::now_ns().saturating_sub(last_slice_ns) >= SLICE_EVERY_BUSY_NS
+            {
                 // With nothing to do, it looks again a millisecond later.
                 run_one_slice(&mut tasks, &mut next_slice);
                 last_slice_ns = crate::util::clock::now_ns();

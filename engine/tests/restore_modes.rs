@@ -1,31 +1,10 @@
 //! Restore modes: `never`, `if-present` and `required`
 //! (`CheckpointConfig::restore_mode`), and the deprecated `restore` flag.
 
-use lockgate::{
-    BoxError, CheckpointConfig, Context, JobBuilder, JobConfig, JobError, KeyedState, Managed,
-    RestoreMode, StatefulOperator,
-};
+use lockgate::state::KeyedFold;
+use lockgate::{CheckpointConfig, JobBuilder, JobConfig, JobError, Managed, RestoreMode};
 use std::path::Path;
 use std::time::Duration;
-
-/// Counts records per key.
-struct Count;
-impl StatefulOperator<u64, (u64, u64)> for Count {
-    type State = KeyedState<u64, u64>;
-    fn process(
-        &mut self,
-        counts: &mut Self::State,
-        input: &mut Vec<u64>,
-        ctx: &mut Context<'_, (u64, u64)>,
-    ) -> Result<(), BoxError> {
-        for x in input.drain(..) {
-            let c = counts.get_or_default(x % 10);
-            *c += 1;
-            ctx.emit((x % 10, *c));
-        }
-        Ok(())
-    }
-}
 
 fn config(dir: &Path, mode: RestoreMode) -> JobConfig {
     let mut config = JobConfig::default();
@@ -42,7 +21,14 @@ fn run(name: &str, config: JobConfig) -> Result<Option<u64>, JobError> {
         .key_by(|x| x % 10)
         .task("count", 2)
         .process("count", |_| {
-            Managed::<Count, KeyedState<u64, u64>>::new(Count)
+            // Counts records per key `x % 10`, emitting (key, count).
+            Managed::new(KeyedFold::new(
+                |x: &u64| x % 10,
+                |c: &mut u64, x: u64| {
+                    *c += 1;
+                    (x % 10, *c)
+                },
+            ))
         })
         .collect();
     let handle = job.start()?;

@@ -246,7 +246,12 @@ pub struct CheckpointConfig {
     /// and every subtask writes a full part at the checkpoints whose id is
     /// a multiple of it (so one checkpoint in this many is complete on its
     /// own). It bounds the files a restore reads per subtask at short
-    /// intervals. At least 1 (1: every snapshot full). Default 1,000.
+    /// intervals. A rolling chain (state that rewrites itself piece by
+    /// piece inside its deltas, as [`crate::KeyedState`] does, see
+    /// [`crate::state::EncodedState::chain_from`]) is exempt from the
+    /// multiple rule: it holds at most twice its spread, at most this
+    /// many, and never writes the whole state at one checkpoint. At least
+    /// 1 (1: every snapshot full). Default 1,000.
     #[serde(default = "default_full_every")]
     pub full_every: u32,
     /// With `incremental`: every subtask writes a full part at the first
@@ -254,8 +259,13 @@ pub struct CheckpointConfig {
     /// full (and at the first of each attempt; an aborted full one makes
     /// the next full), so that at a 10 ms interval the whole state is not
     /// written ten times a second while a checkpoint complete on its own
-    /// still comes every few seconds. [`Duration::ZERO`]: every checkpoint
-    /// full. Default 2 s.
+    /// still comes every few seconds. A rolling chain ignores the mark: its
+    /// state rewrites all of itself within about this long instead, a
+    /// little in every delta (1/[`SnapshotRequest::spread`](crate::state::SnapshotRequest::spread)
+    /// of it, the spread being this over the interval), so that no
+    /// checkpoint stalls on writing the whole state (W2 with 1,000,000
+    /// keys at a 10 ms interval: BENCHMARKS.md). [`Duration::ZERO`]: every
+    /// checkpoint full. Default 2 s.
     #[serde(default = "default_full_min_interval")]
     pub full_min_interval: Duration,
     /// With `incremental`: a subtask writes a full snapshot once its

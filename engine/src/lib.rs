@@ -183,7 +183,7 @@ pub mod storage {
     pub use crate::checkpoint::{
         config_differences, load_restorable, unix_time_ms, CheckpointHandle, CheckpointMetadata,
         CheckpointStorage, FolderLock, JobFingerprint, LatestValid, LoadedCheckpoint,
-        LocalDirStorage, MemoryStorage, OperatorSnapshot, PartHandle, RestoredState,
+        LocalDirStorage, MemoryStorage, OperatorSnapshot, PartHandle, PartLink, RestoredState,
         SkippedCheckpoint, StorageError, TaskStateKey, FORMAT_VERSION, MAGIC, MAX_CHECKPOINT_ID,
     };
     pub use crate::util::calls::{storage_calls_in_progress, StorageCall};

@@ -25,13 +25,31 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// A chain, oldest part first, each part with its checkpoint.
+type Chain = Vec<(CheckpointId, Vec<u8>)>;
+
+fn restore(chain: &Chain) -> BTreeMap<u64, u64> {
+    let parts: Vec<&[u8]> = chain.iter().map(|(_, b)| b.as_slice()).collect();
+    let back = KeyedState::<u64, u64>::restore_chain(&parts).unwrap();
+    back.iter().map(|(k, v)| (*k, *v)).collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
+    /// Every snapshot's chain restores exactly the state at that snapshot:
+    /// trimmed to the parts its delta says it needs (`chain_from`, the
+    /// rolling rewrite of key groups), and whole back to the full part (a
+    /// task whose other operator needs the longer chain); a rolling chain
+    /// stays within about twice the spread.
     #[test]
-    fn every_snapshot_chain_restores_its_state(ops in proptest::collection::vec(op(), 1..200)) {
+    fn every_snapshot_chain_restores_its_state(
+        ops in proptest::collection::vec(op(), 1..200),
+        spread in 1..6u32,
+    ) {
         let mut state: KeyedState<u64, u64> = KeyedState::new();
         let mut model: BTreeMap<u64, u64> = BTreeMap::new();
-        let mut chains: HashMap<CheckpointId, Vec<Vec<u8>>> = HashMap::new();
+        // Per checkpoint: the trimmed chain and the whole one.
+        let mut chains: HashMap<CheckpointId, (Chain, Chain)> = HashMap::new();
         let mut completed: Option<CheckpointId> = None;
         let mut next = 1u64;
         for op in ops {
@@ -49,24 +67,28 @@ proptest! {
                 Op::Snapshot(complete) => {
                     let id = CheckpointId(next);
                     next += 1;
-                    let req = SnapshotRequest { id, base: completed };
+                    let req = SnapshotRequest { id, base: completed, spread };
                     let enc = state.snapshot_async().run(&req).unwrap();
-                    let chain = if enc.delta {
+                    let (trimmed, whole) = if enc.delta {
                         let base = completed.expect("a delta has a base");
-                        let mut c = chains[&base].clone();
-                        c.push(enc.bytes.clone());
-                        c
+                        let (mut t, mut w) = chains[&base].clone();
+                        t.push((id, enc.bytes.clone()));
+                        w.push((id, enc.bytes.clone()));
+                        let from = enc.chain_from.expect("a keyed delta says where its chain starts");
+                        prop_assert!(t.iter().any(|(c, _)| *c == from), "{:?} is not in the chain", from);
+                        t.retain(|(c, _)| *c >= from);
+                        prop_assert!(t.len() as u32 <= 2 * spread + 1, "{} parts at spread {}", t.len(), spread);
+                        (t, w)
                     } else {
                         prop_assert_eq!(enc.full_bytes, enc.bytes.len() as u64);
-                        vec![enc.bytes.clone()]
+                        let c = vec![(id, enc.bytes.clone())];
+                        (c.clone(), c)
                     };
                     // The reported full size is that of a full encoding.
                     prop_assert_eq!(enc.full_bytes, state.snapshot().unwrap().len() as u64);
-                    let parts: Vec<&[u8]> = chain.iter().map(Vec::as_slice).collect();
-                    let back = KeyedState::<u64, u64>::restore_chain(&parts).unwrap();
-                    let got: BTreeMap<u64, u64> = back.iter().map(|(k, v)| (*k, *v)).collect();
-                    prop_assert_eq!(&got, &model);
-                    chains.insert(id, chain);
+                    prop_assert_eq!(&restore(&trimmed), &model);
+                    prop_assert_eq!(&restore(&whole), &model);
+                    chains.insert(id, (trimmed, whole));
                     if complete {
                         completed = Some(id);
                     }
@@ -89,10 +111,7 @@ fn a_delta_holds_only_the_changed_keys() {
     assert!(!full.delta);
     *s.get_or_default(7) += 1;
     s.remove(&8);
-    let req = SnapshotRequest {
-        id: CheckpointId(2),
-        base: Some(CheckpointId(1)),
-    };
+    let req = SnapshotRequest::delta(CheckpointId(2), CheckpointId(1));
     let delta = s.snapshot_async().run(&req).unwrap();
     assert!(delta.delta);
     assert!(delta.bytes.len() < 40, "{} bytes", delta.bytes.len());
@@ -123,10 +142,7 @@ fn a_pair_of_managed_states_snapshots_and_restores_both() {
     assert!(!full.delta);
     *s.0.get_or_default(3) += 100;
     s.1 = ValueState(8);
-    let req = SnapshotRequest {
-        id: CheckpointId(2),
-        base: Some(CheckpointId(1)),
-    };
+    let req = SnapshotRequest::delta(CheckpointId(2), CheckpointId(1));
     let delta = s.snapshot_managed().unwrap().run(&req).unwrap();
     assert!(delta.delta, "the keyed half is a delta");
     assert!(delta.bytes.len() < full.bytes.len() / 10);

@@ -1508,7 +1508,7 @@ fn incremental_checkpoints_chain_deltas_and_a_corrupt_base_falls_back() {
             .unwrap()
             .into_iter()
             .find(|(k, _)| k.task == "keyed_sum" && k.subtask == 0)
-            .and_then(|(_, b)| b)
+            .and_then(|(_, b)| b.base)
     };
     let base = base_of(newest);
     assert!(
@@ -1620,7 +1620,7 @@ fn incremental_retention_stays_bounded_and_a_checkpoint_missing_a_task_is_skippe
             .unwrap()
             .into_iter()
             .find(|(k, _)| k == key)
-            .and_then(|(_, b)| b);
+            .and_then(|(_, b)| b.base);
         parts.push(p);
     }
     let meta = CheckpointMetadata {
@@ -1730,7 +1730,7 @@ fn all_full(dir: &std::path::Path, id: CheckpointId) -> bool {
         .part_bases(id)
         .unwrap()
         .iter()
-        .all(|(_, base)| base.is_none())
+        .all(|(_, base)| base.base.is_none())
 }
 
 /// Runs the paced sum job with `full_min_interval`, triggering checkpoints
@@ -1763,6 +1763,71 @@ fn checkpoints_with_full_min_interval(
     h.stop();
     h.wait().unwrap();
     ids
+}
+
+/// Keyed state rewrites itself key group by key group inside its deltas
+/// (a rolling chain): at a 5 ms interval with a 50 ms
+/// `full_min_interval` (a spread of 10 checkpoints), keyed_sum's parts
+/// after its first delta are all deltas (the periodic full mark, every
+/// 10th checkpoint, is skipped), the newest checkpoint's chain holds at
+/// most twice the spread, retention keeps the folder small, and a new
+/// job restored from it gives exact sums.
+#[test]
+fn a_rolling_chain_writes_no_full_part_and_restores_exactly() {
+    use lockgate::storage::{CheckpointStorage, LocalDirStorage, TaskStateKey};
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = dir_config(dir.path(), false);
+    config.checkpoint.full_min_interval = Duration::from_millis(50);
+    let n = 400_000;
+    let keys = 50_000;
+    let (job, finals) = paced_sum_job(config.clone(), n, keys, 20);
+    let h = job.start().unwrap();
+    assert!(wait_for(60, || h.checkpoint_counts().completed >= 80));
+    h.stop();
+    let m = h.wait().unwrap();
+    let keyed_parts: Vec<(u64, bool)> = m
+        .checkpoints
+        .iter()
+        .filter(|c| c.is_completed())
+        .flat_map(|c| {
+            c.subtasks
+                .iter()
+                .filter(|s| s.task.operator == "keyed_sum")
+                .map(move |s| (c.id.get(), s.incremental))
+        })
+        .collect();
+    let first_delta = keyed_parts
+        .iter()
+        .position(|(_, inc)| *inc)
+        .expect("a delta");
+    let full_after: Vec<u64> = keyed_parts[first_delta..]
+        .iter()
+        .filter(|(_, inc)| !inc)
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(
+        full_after.is_empty(),
+        "full parts of keyed_sum after its first delta: {full_after:?}"
+    );
+    assert!(keyed_parts.len() - first_delta >= 100, "{keyed_parts:?}");
+    let storage = LocalDirStorage::open(dir.path()).unwrap();
+    let ids = storage.list().unwrap();
+    let newest = storage.load(*ids.last().unwrap()).unwrap();
+    let chain = &newest.bases[&TaskStateKey::new("keyed_sum", 0)];
+    assert!(
+        chain.len() < 2 * 10,
+        "{} parts before the newest",
+        chain.len()
+    );
+    assert!(ids.len() <= 4 * 10 + 2, "{} checkpoints kept", ids.len());
+    // What the first job summed is in the folder: the second one, restored
+    // from it, ends with the exact sums of all of 0..n.
+    config.checkpoint.restore_mode = lockgate::RestoreMode::Required;
+    finals.lock().unwrap().clear();
+    let (job, finals) = paced_sum_job(config, n, keys, 100_000);
+    let m = job.start().unwrap().wait().unwrap();
+    assert!(m.restored.is_some());
+    assert_eq!(*finals.lock().unwrap(), expected_sums(n, keys));
 }
 
 #[test]

@@ -54,6 +54,7 @@ fn part(op: &mut Op, id: u64, base: Option<u64>) -> lockgate::state::EncodedStat
         .run(&SnapshotRequest {
             id: CheckpointId(id),
             base: base.map(CheckpointId),
+            spread: SnapshotRequest::DEFAULT_SPREAD,
         })
         .unwrap()
 }

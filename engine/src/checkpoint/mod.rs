@@ -53,5 +53,5 @@ pub use stats::{
 pub use storage::{
     unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStorage, FolderLock,
     JobFingerprint, LatestValid, LoadedCheckpoint, LocalDirStorage, MemoryStorage, PartHandle,
-    StorageError, TaskStateKey, FORMAT_VERSION, MAGIC, MAX_CHECKPOINT_ID,
+    PartLink, StorageError, TaskStateKey, FORMAT_VERSION, MAGIC, MAX_CHECKPOINT_ID,
 };

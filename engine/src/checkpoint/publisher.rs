@@ -166,7 +166,7 @@ impl State {
                         id,
                         Entry {
                             kind,
-                            bases: parts.iter().map(|p| (p.key.clone(), p.base)).collect(),
+                            bases: parts.iter().map(|p| (p.key.clone(), p.link())).collect(),
                             verified: false,
                         },
                     );

@@ -22,7 +22,7 @@
 //! or truncated file) or only at restore, which then falls back to the
 //! fallback: its files are not V's.
 
-use super::storage::TaskStateKey;
+use super::storage::{PartLink, TaskStateKey};
 use crate::types::element::{CheckpointId, SnapshotKind};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -33,8 +33,8 @@ type PartFile = (CheckpointId, TaskStateKey);
 #[derive(Clone, Debug)]
 pub(crate) struct Entry {
     pub(crate) kind: SnapshotKind,
-    /// Each part's base (`None`: a full part).
-    pub(crate) bases: BTreeMap<TaskStateKey, Option<CheckpointId>>,
+    /// How each part builds on earlier ones (no base: a full part).
+    pub(crate) bases: BTreeMap<TaskStateKey, PartLink>,
     /// Every one of its own parts was read back and matched.
     pub(crate) verified: bool,
 }
@@ -71,14 +71,14 @@ impl Catalog {
     /// checkpoint gone or unreadable).
     fn files(&self, id: CheckpointId) -> Option<BTreeSet<PartFile>> {
         let mut files = BTreeSet::new();
-        for (key, first) in &self.entries.get(&id)?.bases {
+        for (key, link) in &self.entries.get(&id)?.bases {
             files.insert((id, key.clone()));
-            let mut base = *first;
-            while let Some(b) = base {
+            let mut base = link.base;
+            while let Some(b) = base.filter(|b| link.reaches(*b)) {
                 if !files.insert((b, key.clone())) {
                     break;
                 }
-                base = *self.entries.get(&b)?.bases.get(key)?;
+                base = self.entries.get(&b)?.bases.get(key)?.base;
             }
         }
         Some(files)
@@ -136,7 +136,7 @@ impl Catalog {
                     .iter()
                     .rev()
                     .copied()
-                    .find(|id| self.entries[id].bases.values().all(Option::is_none));
+                    .find(|id| self.entries[id].bases.values().all(|l| l.base.is_none()));
                 roots.extend(full);
             }
         }
@@ -160,16 +160,20 @@ mod tests {
         TaskStateKey::new("op", s)
     }
 
+    fn link(base: Option<u64>) -> PartLink {
+        PartLink {
+            base: base.map(CheckpointId),
+            from: None,
+        }
+    }
+
     /// A checkpoint of two subtasks with these bases.
     fn entry(b0: Option<u64>, b1: Option<u64>, verified: bool) -> Entry {
         Entry {
             kind: SnapshotKind::Checkpoint,
-            bases: [
-                (key(0), b0.map(CheckpointId)),
-                (key(1), b1.map(CheckpointId)),
-            ]
-            .into_iter()
-            .collect(),
+            bases: [(key(0), link(b0)), (key(1), link(b1))]
+                .into_iter()
+                .collect(),
             verified,
         }
     }

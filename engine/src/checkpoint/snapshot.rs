@@ -32,10 +32,14 @@ use std::thread::JoinHandle;
 /// One checkpoint of one task, its synchronous part done.
 pub(crate) struct SnapshotJob {
     pub(crate) id: CheckpointId,
-    /// True for a savepoint or a checkpoint the coordinator marked full
-    /// ([`CheckpointOptions::full`](crate::barrier::CheckpointOptions::full)):
-    /// full, whatever the chain.
+    /// True for a savepoint: full, whatever the chain.
     pub(crate) full: bool,
+    /// A checkpoint the coordinator marked full
+    /// ([`CheckpointOptions::full`](crate::barrier::CheckpointOptions::full),
+    /// every `full_min_interval`): full unless the chain rewrites its
+    /// state piece by piece ([`EncodedState::chain_from`]), which bounds
+    /// it already without writing the whole state at one checkpoint.
+    pub(crate) marked_full: bool,
     pub(crate) parts: Vec<PendingSnapshot>,
     /// Filled in by the task: everything but the asynchronous part's
     /// figures.
@@ -131,6 +135,9 @@ pub(crate) struct IncrementalPolicy {
     pub(crate) incremental: bool,
     pub(crate) full_every: u32,
     pub(crate) max_chain_ratio: f64,
+    /// [`SnapshotRequest::spread`]: `full_min_interval` over the
+    /// interval, in checkpoints, at most half of `full_every`.
+    pub(crate) spread: u32,
 }
 
 /// What a snapshot thread reports for one checkpoint of its task: the
@@ -332,6 +339,9 @@ fn lower_priority() {}
 struct Written {
     chain: Vec<PartHandle>,
     chain_bytes: u64,
+    /// Its newest part said which parts the chain still needs
+    /// ([`EncodedState::chain_from`]): a rolling chain.
+    rolling: bool,
 }
 
 /// The snapshot thread's view of its task's chain of parts.
@@ -371,15 +381,19 @@ impl IncrementalChain {
     fn base(
         &self,
         policy: &IncrementalPolicy,
-        id: CheckpointId,
-        full: bool,
+        job: &SnapshotJob,
         storage: &dyn CheckpointStorage,
     ) -> Option<CheckpointId> {
-        if !policy.incremental || full || id.get() % u64::from(policy.full_every) == 0 {
+        if !policy.incremental || job.full {
             return None;
         }
         let c = self.confirmed?;
         let w = self.written.get(&c)?;
+        // A rolling chain rewrites the state a little at every part: the
+        // periodic full parts would only stall the checkpoints they land on.
+        if !w.rolling && (job.marked_full || job.id.get() % u64::from(policy.full_every) == 0) {
+            return None;
+        }
         let too_long = w.chain.len() >= policy.full_every as usize;
         let too_big = w.chain_bytes as f64 > policy.max_chain_ratio * self.live_bytes as f64;
         if too_long || too_big {
@@ -390,7 +404,7 @@ impl IncrementalChain {
                 format!("looking at {} of chk-{}", part.file, part.checkpoint)
             });
             if let Err(e) = storage.check_part(part) {
-                tracing::warn!(checkpoint = %id, error = %e, "a part this task's next delta would build on is gone or changed: the part is written full");
+                tracing::warn!(checkpoint = %job.id, error = %e, "a part this task's next delta would build on is gone or changed: the part is written full");
                 return None;
             }
         }
@@ -399,18 +413,24 @@ impl IncrementalChain {
 
     fn wrote(&mut self, id: CheckpointId, base: Option<CheckpointId>, part: PartHandle, live: u64) {
         let bytes = part.written_bytes;
+        let from = part.from;
         let w = match base.and_then(|b| self.written.get(&b)) {
             Some(p) => {
                 let mut chain = p.chain.clone();
                 chain.push(part);
+                if let Some(f) = from {
+                    chain.retain(|p| p.checkpoint >= f);
+                }
                 Written {
+                    chain_bytes: chain.iter().map(|p| p.written_bytes).sum(),
                     chain,
-                    chain_bytes: p.chain_bytes + bytes,
+                    rolling: from.is_some(),
                 }
             }
             None => Written {
                 chain: vec![part],
                 chain_bytes: bytes,
+                rolling: false,
             },
         };
         self.written.insert(id, w);
@@ -557,10 +577,17 @@ fn finish<E>(
 ) -> SnapshotOutcome {
     let start = crate::util::clock::now_ns();
     let fail = SnapshotOutcome::Failed;
-    let base = chain.base(&setup.policy, job.id, job.full, &*setup.storage);
-    let req = SnapshotRequest { id: job.id, base };
+    let base = chain.base(&setup.policy, &job, &*setup.storage);
+    let req = SnapshotRequest {
+        id: job.id,
+        base,
+        spread: setup.policy.spread,
+    };
     let mut states = Vec::with_capacity(job.parts.len());
     let mut delta = false;
+    // The oldest part the chain needs, as the operators' deltas say
+    // (`Some(None)` while none said; `None` once one needs the whole chain).
+    let mut rolling: Option<Option<CheckpointId>> = Some(None);
     // The exact size of the task's part were every operator's bytes full:
     // postcard's Vec<OperatorSnapshot> (a length, then name and bytes,
     // each length-prefixed).
@@ -573,6 +600,12 @@ fn finish<E>(
         match p.snapshot.run(&req) {
             Ok(enc) => {
                 delta |= enc.delta;
+                if enc.delta {
+                    rolling = rolling.and_then(|r| {
+                        let c = enc.chain_from?;
+                        Some(Some(r.map_or(c, |r: CheckpointId| r.min(c))))
+                    });
+                }
                 let name = p.operator.len() as u64;
                 let size = varint_len(name) + name + varint_len(enc.full_bytes) + enc.full_bytes;
                 if p.operator == crate::checkpoint::channel_state::CHANNEL_STATE_OPERATOR {
@@ -644,6 +677,7 @@ fn finish<E>(
         match written {
             Ok(mut h) => {
                 h.base = base;
+                h.from = base.and(rolling.flatten());
                 stats.checkpointed_bytes = h.written_bytes.saturating_sub(persisted);
                 chain.wrote(job.id, base, h.clone(), full_size);
                 h

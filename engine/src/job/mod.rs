@@ -714,6 +714,7 @@ impl Driver {
                             incremental: self.config.checkpoint.incremental,
                             full_every: self.config.checkpoint.full_every,
                             max_chain_ratio: self.config.checkpoint.max_chain_ratio,
+                            spread: spread(&self.config.checkpoint),
                         },
                         on_worker: self.config.workers.is_some(),
                     })
@@ -1102,4 +1103,18 @@ pub(crate) fn prepare_and_start(spec: JobSpec) -> Result<JobHandle, JobError> {
         history,
     };
     Ok(start(graph, config, failures, prepared))
+}
+
+/// [`crate::state::SnapshotRequest::spread`] for `c`: the checkpoints in
+/// one `full_min_interval` (at least 1), at most half of `full_every`
+/// (a rolling chain is at most twice `spread` parts long); that half
+/// without an interval (checkpoints on demand only).
+fn spread(c: &crate::CheckpointConfig) -> u32 {
+    let cap = (c.full_every / 2).max(1);
+    match c.interval {
+        Some(i) => {
+            (c.full_min_interval.as_nanos() / i.as_nanos().max(1)).clamp(1, u128::from(cap)) as u32
+        }
+        None => cap,
+    }
 }

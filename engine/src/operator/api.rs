@@ -215,12 +215,35 @@ pub struct SnapshotRequest {
     /// completed checkpoint `c` (this subtask's part of `c` is kept while
     /// this one may need it); `None`: a full snapshot is required.
     pub base: Option<CheckpointId>,
+    /// For a state that rewrites itself piece by piece inside its deltas
+    /// ([`EncodedState::chain_from`]): every piece is rewritten at least
+    /// once every this many checkpoints (at least 1). The engine derives it
+    /// from [`crate::CheckpointConfig::full_min_interval`] and the interval.
+    pub spread: u32,
 }
 
 impl SnapshotRequest {
+    /// The spread of [`SnapshotRequest::full`] and [`SnapshotRequest::delta`]:
+    /// 2 s at a 10 ms interval, the engine's default.
+    pub const DEFAULT_SPREAD: u32 = 200;
+
     /// A request for a full snapshot of checkpoint `id`.
     pub fn full(id: CheckpointId) -> Self {
-        SnapshotRequest { id, base: None }
+        SnapshotRequest {
+            id,
+            base: None,
+            spread: Self::DEFAULT_SPREAD,
+        }
+    }
+
+    /// A request for checkpoint `id` that may hold only the changes since
+    /// completed checkpoint `base`.
+    pub fn delta(id: CheckpointId, base: CheckpointId) -> Self {
+        SnapshotRequest {
+            id,
+            base: Some(base),
+            spread: Self::DEFAULT_SPREAD,
+        }
     }
 }
 
@@ -236,6 +259,14 @@ pub struct EncodedState {
     /// The exact size of a full encoding of the state, bytes (equal to
     /// `bytes.len()` when not a delta).
     pub full_bytes: u64,
+    /// For a delta: `Some(c)` when a restore needs only the chain's parts
+    /// from checkpoint `c` on (this one included), because every piece of
+    /// the state older parts held was rewritten since (a rolling rewrite,
+    /// as [`KeyedState`](crate::KeyedState)'s deltas do key group by key
+    /// group); the engine then drops the older parts from the chain, so
+    /// that no checkpoint ever writes the whole state at once. `None`: the
+    /// whole chain back to its full part. Ignored for a full part.
+    pub chain_from: Option<CheckpointId>,
 }
 
 impl EncodedState {
@@ -245,6 +276,18 @@ impl EncodedState {
             full_bytes: bytes.len() as u64,
             bytes,
             delta: false,
+            chain_from: None,
+        }
+    }
+
+    /// A delta's bytes (changes since the request's base) for a state whose
+    /// full encoding takes `full_bytes`; a restore needs the whole chain.
+    pub fn delta(bytes: Vec<u8>, full_bytes: u64) -> Self {
+        EncodedState {
+            bytes,
+            delta: true,
+            full_bytes,
+            chain_from: None,
         }
     }
 }

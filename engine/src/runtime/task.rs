@@ -75,8 +75,8 @@ fn checkpoint<I>(
     };
     Ok(SnapshotJob {
         id: barrier.id,
-        full: barrier.options.kind == crate::types::element::SnapshotKind::Savepoint
-            || barrier.options.full,
+        full: barrier.options.kind == crate::types::element::SnapshotKind::Savepoint,
+        marked_full: barrier.options.full,
         parts,
         stats,
     })

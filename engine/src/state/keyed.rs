@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// *sums.get_or_default(7) += 1;
 /// sums.remove(&8);
 /// // Checkpoint 1 completed: checkpoint 2 may hold only what changed.
-/// let req = SnapshotRequest { id: CheckpointId(2), base: Some(CheckpointId(1)) };
+/// let req = SnapshotRequest::delta(CheckpointId(2), CheckpointId(1));
 /// let delta = sums.snapshot_async().run(&req).unwrap();
 /// assert!(delta.delta && delta.bytes.len() < 20);
 /// let back = KeyedState::<u64, u64>::restore_chain(&[&full.bytes, &delta.bytes]).unwrap();
@@ -231,26 +231,50 @@ impl<K: Eq + Hash + Clone, V> KeyedState<K, V> {
     }
 }
 
-/// One encoded snapshot of keyed state, full or delta: the entries by key
-/// group (ascending, empty groups left out); `None` marks a key removed
-/// since the base (deltas only). `format` is [`KEYED_FORMAT`].
+/// One encoded snapshot of keyed state, full or delta, in the layout of
+/// [`KEYED_FORMAT`] 2: the entries by key group (ascending, empty groups
+/// left out, except a group rewritten empty); `None` marks a key removed
+/// since the base (deltas only).
+///
+/// A delta also rewrites some key groups whole (`rewritten`: the group's
+/// entries replace everything older parts hold for it), the groups whose
+/// last rewrite is oldest, so that every group is rewritten once every
+/// [`SnapshotRequest::spread`] checkpoints and the chain needs no part
+/// older than `from` (the oldest last rewrite of a group with entries).
+/// A full part writes `id` and `from` as 0 and every group `rewritten`.
 #[derive(Serialize, Deserialize)]
 struct KeyedPart<K, V> {
     format: u8,
     delta: bool,
-    groups: Vec<KeyGroupEntries<K, V>>,
+    id: u64,
+    from: u64,
+    groups: Vec<KeyGroupPart<K, V>>,
 }
 
-/// The entries of one key group: `(group, [(key, value or removed)])`.
-type KeyGroupEntries<K, V> = (u16, Vec<(K, Option<V>)>);
+/// One key group of a part: `(group, rewritten, [(key, value or removed)])`.
+type KeyGroupPart<K, V> = (u16, bool, Vec<(K, Option<V>)>);
 
-/// The version of [`KeyedPart`]'s layout.
-const KEYED_FORMAT: u8 = 1;
+/// The layout of format 1 (builds before rolling rewrites): no ids, no
+/// rewritten groups (a delta builds on the chain back to its full part).
+#[derive(Deserialize)]
+struct KeyedPartV1<K, V> {
+    delta: bool,
+    groups: Vec<KeyGroupEntriesV1<K, V>>,
+}
+
+/// A key group of format 1: `(group, [(key, value or removed)])`.
+type KeyGroupEntriesV1<K, V> = (u16, Vec<(K, Option<V>)>);
+
+/// The version of [`KeyedPart`]'s layout written now; 1 still restores.
+const KEYED_FORMAT: u8 = 2;
 
 /// Entries a snapshot thread handles between two
 /// [`yield_point`](crate::tuning::yield_point)s while it applies or groups
 /// changes: ~1,000 hash-map operations, some tens of µs.
 const YIELD_EVERY_ENTRIES: usize = 1024;
+
+/// The key groups of [`key_group`].
+const GROUPS: usize = DEFAULT_MAX_PARALLELISM as usize;
 
 /// What a snapshot's synchronous part hands over: the changed keys, or,
 /// when most keys changed, every entry (a plain copy, cheaper than one
@@ -263,13 +287,14 @@ enum Changes<K, V> {
 
 /// The snapshot thread's copy of a [`KeyedState`], with what it needs to
 /// write deltas: which keys changed in each snapshot since the last
-/// completed one, and the exact size of a full encoding, kept up to date.
+/// completed one, which key group each part of the chain rewrote, and the
+/// exact size of a full encoding, kept up to date.
 struct Replica<K, V> {
-    /// The state as of the last snapshot: a map once a delta was applied
-    /// to it, else the plain copy of the last full change set (W2 with
-    /// 10,000 keys changes most keys between checkpoints and never needs
-    /// the map).
-    map: StateMap<K, V>,
+    /// The state as of the last snapshot, one map per key group (a group
+    /// rewritten is one map walked), once a delta was applied to it; else
+    /// the plain copy of the last full change set (W2 with 10,000 keys
+    /// changes most keys between checkpoints and never needs the maps).
+    groups: Vec<StateMap<K, V>>,
     copy: Option<Vec<(K, V)>>,
     /// Entries per key group.
     counts: Vec<u64>,
@@ -281,6 +306,14 @@ struct Replica<K, V> {
     /// The last snapshot encoded full: no delta for an older base (the
     /// log holds every snapshot's changes since).
     first: Option<CheckpointId>,
+    /// For each part written from the newest possible base on: per key
+    /// group, the checkpoint whose part last rewrote it in that part's
+    /// chain (a full part rewrites every group).
+    rewrites: BTreeMap<CheckpointId, Vec<CheckpointId>>,
+    /// Per key group, the last snapshot that changed one of its keys.
+    changed: Vec<CheckpointId>,
+    /// Bytes of rewrites earned and not yet spent (see `encode_delta`).
+    credit: u64,
 }
 
 /// The size of a varint (LEB128, postcard's encoding of lengths and
@@ -298,18 +331,70 @@ fn encoded_size<T: Serialize + ?Sized>(v: &T) -> Result<u64, StateError> {
         })
 }
 
-/// The bytes of [`KeyedPart`]'s fixed fields and group headers for
-/// `counts` entries per group: format, flag, group count, then per
-/// non-empty group its id and its entry count.
+/// The bytes of a full [`KeyedPart`]'s fixed fields and group headers for
+/// `counts` entries per group: format, flag, id and from (0), group count,
+/// then per non-empty group its id, its flag and its entry count.
 fn headers_size(counts: &[u64]) -> u64 {
     let groups = counts.iter().filter(|c| **c > 0).count() as u64;
     let headers: u64 = counts
         .iter()
         .enumerate()
         .filter(|(_, c)| **c > 0)
-        .map(|(g, c)| varint_len(g as u64) + varint_len(*c))
+        .map(|(g, c)| varint_len(g as u64) + 1 + varint_len(*c))
         .sum();
-    2 + varint_len(groups) + headers
+    4 + varint_len(groups) + headers
+}
+
+fn encode_error(source: postcard::Error) -> StateError {
+    StateError {
+        what: "does not encode",
+        source,
+    }
+}
+
+/// Entries of one key group to encode: borrowed from the replica.
+type GroupEntries<'a, K, V> = (u16, bool, Vec<(&'a K, Option<&'a V>)>);
+
+/// [`KeyedPart`]'s bytes for `groups` (ascending), written field by field
+/// and group by group (postcard is a plain concatenation: a struct is its
+/// fields in order, a sequence its length then its elements; tested
+/// against encoding the whole part), with a yield point between groups: a
+/// full part of 1,000,000 keys takes tens of ms on a snapshot thread,
+/// which must not hold a core that long ([`crate::tuning::yield_point`]).
+fn encode_part<K: Serialize, V: Serialize>(
+    delta: bool,
+    id: u64,
+    from: u64,
+    groups: &[GroupEntries<'_, K, V>],
+) -> Result<Vec<u8>, StateError> {
+    let mut bytes = postcard::to_extend(&(KEYED_FORMAT, delta, id, from, groups.len()), Vec::new())
+        .map_err(encode_error)?;
+    for g in groups {
+        bytes = postcard::to_extend(g, bytes).map_err(encode_error)?;
+        crate::util::background::yield_point();
+    }
+    Ok(bytes)
+}
+
+/// `entries` by key group, ascending, empty groups left out, each marked
+/// `rewritten`.
+fn by_group<'a, K: StateKey + 'a, V: 'a>(
+    rewritten: bool,
+    entries: impl Iterator<Item = (&'a K, Option<&'a V>)>,
+) -> Vec<GroupEntries<'a, K, V>> {
+    let mut groups: Vec<Vec<(&K, Option<&V>)>> = (0..GROUPS).map(|_| Vec::new()).collect();
+    for (i, (k, v)) in entries.enumerate() {
+        groups[key_group(k) as usize].push((k, v));
+        if i % YIELD_EVERY_ENTRIES == YIELD_EVERY_ENTRIES - 1 {
+            crate::util::background::yield_point();
+        }
+    }
+    groups
+        .into_iter()
+        .enumerate()
+        .filter(|(_, e)| !e.is_empty())
+        .map(|(g, e)| (g as u16, rewritten, e))
+        .collect()
 }
 
 impl<K, V> Replica<K, V>
@@ -319,12 +404,15 @@ where
 {
     fn new() -> Self {
         Replica {
-            map: StateMap::default(),
+            groups: (0..GROUPS).map(|_| StateMap::default()).collect(),
             copy: None,
-            counts: vec![0; DEFAULT_MAX_PARALLELISM as usize],
+            counts: vec![0; GROUPS],
             entry_bytes: 0,
             log: BTreeMap::new(),
             first: None,
+            rewrites: BTreeMap::new(),
+            changed: vec![CheckpointId(0); GROUPS],
+            credit: 0,
         }
     }
 
@@ -333,31 +421,44 @@ where
         headers_size(&self.counts) + self.entry_bytes
     }
 
-    /// The map, built from the plain copy first if there is one.
-    fn map(&mut self) -> &mut StateMap<K, V> {
+    /// Entries in the maps (the copy once built).
+    fn len(&mut self) -> usize {
+        self.maps().iter().map(|m| m.len()).sum()
+    }
+
+    /// The maps, built from the plain copy first if there is one.
+    fn maps(&mut self) -> &mut [StateMap<K, V>] {
         if let Some(copy) = self.copy.take() {
-            let mut map = StateMap::default();
-            map.reserve(copy.len());
+            for (g, m) in self.groups.iter_mut().enumerate() {
+                m.clear();
+                m.reserve(self.counts[g] as usize);
+            }
             for (i, (k, v)) in copy.into_iter().enumerate() {
-                map.insert(k, v);
+                self.groups[key_group(&k) as usize].insert(k, v);
                 if i % YIELD_EVERY_ENTRIES == YIELD_EVERY_ENTRIES - 1 {
                     crate::util::background::yield_point();
                 }
             }
-            self.map = map;
         }
-        &mut self.map
+        &mut self.groups
     }
 
-    fn apply(&mut self, changes: Vec<(K, Option<V>)>) -> Result<Vec<K>, StateError> {
+    /// Applies snapshot `id`'s changes; returns the keys changed.
+    fn apply(
+        &mut self,
+        id: CheckpointId,
+        changes: Vec<(K, Option<V>)>,
+    ) -> Result<Vec<K>, StateError> {
         let mut keys = Vec::with_capacity(changes.len());
-        self.map();
+        self.maps();
         for (i, (k, v)) in changes.into_iter().enumerate() {
             if i % YIELD_EVERY_ENTRIES == YIELD_EVERY_ENTRIES - 1 {
                 crate::util::background::yield_point();
             }
             let g = key_group(&k) as usize;
-            if let Some(old) = self.map.get(&k) {
+            self.changed[g] = id;
+            let map = &mut self.groups[g];
+            if let Some(old) = map.get(&k) {
                 self.entry_bytes -= encoded_size(&(&k, Some(old)))?;
                 if v.is_none() {
                     self.counts[g] -= 1;
@@ -368,10 +469,10 @@ where
             match v {
                 Some(v) => {
                     self.entry_bytes += encoded_size(&(&k, Some(&v)))?;
-                    self.map.insert(k.clone(), v);
+                    map.insert(k.clone(), v);
                 }
                 None => {
-                    self.map.remove(&k);
+                    map.remove(&k);
                 }
             }
             keys.push(k);
@@ -379,51 +480,30 @@ where
         Ok(keys)
     }
 
-    /// Encodes `entries` by key group; also returns the entries per group.
-    fn encode<'a>(
-        delta: bool,
-        entries: impl Iterator<Item = (&'a K, Option<&'a V>)>,
-    ) -> Result<(Vec<u8>, Vec<u64>), StateError>
-    where
-        K: 'a,
-        V: 'a,
-    {
-        let mut groups: Vec<Vec<(&K, Option<&V>)>> =
-            (0..DEFAULT_MAX_PARALLELISM).map(|_| Vec::new()).collect();
-        for (i, (k, v)) in entries.enumerate() {
-            groups[key_group(k) as usize].push((k, v));
-            if i % YIELD_EVERY_ENTRIES == YIELD_EVERY_ENTRIES - 1 {
-                crate::util::background::yield_point();
-            }
-        }
-        let counts = groups.iter().map(|g| g.len() as u64).collect();
-        // [`KeyedPart`]'s bytes, written field by field and group by group
-        // (postcard is a plain concatenation: a struct is its fields in
-        // order, a sequence its length then its elements; tested against
-        // encoding the whole part), with a yield point between groups: a
-        // full part of 1,000,000 keys takes tens of ms on a snapshot
-        // thread, which must not hold a core that long
-        // ([`crate::tuning::yield_point`]).
-        let err = |source| StateError {
-            what: "does not encode",
-            source,
-        };
-        let present = groups.iter().filter(|e| !e.is_empty()).count();
-        let mut bytes =
-            postcard::to_extend(&(KEYED_FORMAT, delta, present), Vec::new()).map_err(err)?;
-        for (g, e) in groups.iter().enumerate().filter(|(_, e)| !e.is_empty()) {
-            bytes = postcard::to_extend(&(g as u16, e), bytes).map_err(err)?;
-            crate::util::background::yield_point();
-        }
-        Ok((bytes, counts))
-    }
-
     /// Encodes everything; the counters are taken from the encoding.
     fn encode_full(&mut self) -> Result<EncodedState, StateError> {
-        let (bytes, counts) = match &self.copy {
-            Some(c) => Self::encode(false, c.iter().map(|(k, v)| (k, Some(v))))?,
-            None => Self::encode(false, self.map.iter().map(|(k, v)| (k, Some(v))))?,
+        let groups = match &self.copy {
+            Some(c) => by_group(true, c.iter().map(|(k, v)| (k, Some(v)))),
+            None => self
+                .groups
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| !m.is_empty())
+                .map(|(g, m)| {
+                    (
+                        g as u16,
+                        true,
+                        m.iter().map(|(k, v)| (k, Some(v))).collect(),
+                    )
+                })
+                .collect(),
         };
+        let mut counts = vec![0; GROUPS];
+        for (g, _, e) in &groups {
+            counts[*g as usize] = e.len() as u64;
+        }
+        let bytes = encode_part(false, 0, 0, &groups)?;
+        drop(groups);
         self.entry_bytes = bytes.len() as u64 - headers_size(&counts);
         self.counts = counts;
         Ok(EncodedState::full(bytes))
@@ -439,18 +519,25 @@ where
         changes: Changes<K, V>,
     ) -> Result<EncodedState, StateError> {
         let logged = match changes {
-            Changes::Some(c) => Some(self.apply(c)?),
+            Changes::Some(c) => Some(self.apply(req.id, c)?),
             Changes::All(all) => {
-                self.map.clear();
+                for m in &mut self.groups {
+                    m.clear();
+                }
                 self.copy = Some(all);
                 None
             }
         };
         self.log.insert(req.id, logged);
-        if let Some(base) = req.base.filter(|b| self.first.is_some_and(|f| f <= *b)) {
-            // Changes at or before the base are in the base's chain.
+        let base = req
+            .base
+            .filter(|b| self.first.is_some_and(|f| f <= *b) && self.rewrites.contains_key(b));
+        if let Some(base) = base {
+            // Changes at or before the base are in the base's chain, and
+            // no later request builds on an older base.
             self.log = self.log.split_off(&base.next());
-            if let Some(delta) = self.encode_delta()? {
+            self.rewrites = self.rewrites.split_off(&base);
+            if let Some(delta) = self.encode_delta(req, base)? {
                 return Ok(delta);
             }
         }
@@ -461,13 +548,21 @@ where
         // checkpoint.
         self.log.clear();
         self.first = Some(req.id);
+        self.rewrites.clear();
+        self.rewrites.insert(req.id, vec![req.id; GROUPS]);
+        self.credit = 0;
         self.encode_full()
     }
 
-    /// The delta of the snapshots in the log (those after the request's
-    /// base), `None` when it would not be smaller than the state (or the
-    /// log holds a snapshot that changed everything).
-    fn encode_delta(&mut self) -> Result<Option<EncodedState>, StateError> {
+    /// The delta of the snapshots in the log (those after `base`), with
+    /// the key groups whose turn it is rewritten whole; `None` when it
+    /// would not be smaller than the state (or the log holds a snapshot
+    /// that changed everything).
+    fn encode_delta(
+        &mut self,
+        req: &SnapshotRequest,
+        base: CheckpointId,
+    ) -> Result<Option<EncodedState>, StateError> {
         if self.log.values().any(Option::is_none) {
             return Ok(None);
         }
@@ -480,20 +575,73 @@ where
             .filter(|k| seen.insert(*k))
             .cloned()
             .collect();
-        let map = self.map();
-        if keys.len() >= map.len() {
+        let total = self.len();
+        if keys.len() >= total {
             return Ok(None);
         }
         let full_bytes = self.full_size();
-        let (bytes, _) = Self::encode(true, keys.iter().map(|k| (k, self.map.get(k))))?;
+        let mut at = self.rewrites[&base].clone();
+        // A group must be in the chain from its last rewrite on while it
+        // has entries or changed since: an empty group untouched since its
+        // last rewrite was empty then, so older parts hold nothing of it.
+        let live: Vec<usize> = (0..GROUPS)
+            .filter(|&g| self.counts[g] > 0 || self.changed[g] > at[g])
+            .collect();
+        let mut turn = live.clone();
+        turn.sort_by_key(|&g| at[g]);
+        // Each part earns 1/spread of the state's bytes and spends them on
+        // whole groups, oldest rewrite first: the state is rewritten about
+        // once every `spread` parts, a little at each. A group not
+        // rewritten for twice that goes anyway (parts of aborted
+        // checkpoints spent credit on rewrites no chain kept).
+        let spread = u64::from(req.spread.max(1));
+        self.credit = (self.credit + self.entry_bytes.div_ceil(spread)).min(self.entry_bytes);
+        let per_entry = self.entry_bytes / (total as u64).max(1);
+        let mut rewritten = [false; GROUPS];
+        for g in turn {
+            let size = self.counts[g] * per_entry;
+            let overdue = at[g].get().saturating_add(2 * spread) <= req.id.get();
+            if size > self.credit && !overdue {
+                break;
+            }
+            self.credit = self.credit.saturating_sub(size);
+            rewritten[g] = true;
+            at[g] = req.id;
+        }
+        let from = live.iter().map(|&g| at[g]).min().unwrap_or(req.id);
+        let mut changed: Vec<Vec<(&K, Option<&V>)>> = (0..GROUPS).map(|_| Vec::new()).collect();
+        for (i, k) in keys.iter().enumerate() {
+            let g = key_group(k) as usize;
+            if !rewritten[g] {
+                changed[g].push((k, self.groups[g].get(k)));
+            }
+            if i % YIELD_EVERY_ENTRIES == YIELD_EVERY_ENTRIES - 1 {
+                crate::util::background::yield_point();
+            }
+        }
+        let groups: Vec<GroupEntries<'_, K, V>> = changed
+            .into_iter()
+            .enumerate()
+            .filter_map(|(g, e)| {
+                if rewritten[g] {
+                    let all = self.groups[g].iter().map(|(k, v)| (k, Some(v))).collect();
+                    Some((g as u16, true, all))
+                } else {
+                    (!e.is_empty()).then_some((g as u16, false, e))
+                }
+            })
+            .collect();
+        let bytes = encode_part(true, req.id.get(), from.get(), &groups)?;
         if bytes.len() as u64 >= full_bytes {
             // Removals can make a delta of fewer keys as big as the state.
             return Ok(None);
         }
+        self.rewrites.insert(req.id, at);
         Ok(Some(EncodedState {
             bytes,
             delta: true,
             full_bytes,
+            chain_from: Some(from),
         }))
     }
 }
@@ -510,8 +658,12 @@ where
     /// # Errors
     /// When a key or value cannot be encoded.
     pub fn snapshot(&self) -> Result<Vec<u8>, StateError> {
-        Replica::<K, V>::encode(false, self.map.iter().map(|(k, s)| (k, Some(&s.value))))
-            .map(|(bytes, _)| bytes)
+        encode_part(
+            false,
+            0,
+            0,
+            &by_group(true, self.map.iter().map(|(k, s)| (k, Some(&s.value)))),
+        )
     }
 
     /// The state from bytes of [`KeyedState::snapshot`] (or a full
@@ -585,36 +737,55 @@ where
         .all_dirty()
     }
 
-    /// Applies `chain` (its newest full part and the deltas after it) to
-    /// `map`, the entries of the keys `keep` accepts only.
+    /// Applies `chain` to `map`, the entries of the keys `keep` accepts
+    /// only: from its newest full part, or, when the newest part is a
+    /// delta that needs only the parts from checkpoint `from` on (a
+    /// rolling rewrite), from that part; each key group from its last
+    /// rewrite on.
     fn apply_chain(
         chain: &[&[u8]],
         map: &mut StateMap<K, Slot<V>>,
         keep: impl Fn(&K) -> bool,
     ) -> Result<(), StateError> {
+        let bad = |what| StateError {
+            what,
+            source: postcard::Error::DeserializeBadEncoding,
+        };
         let mut parts = Vec::with_capacity(chain.len());
         for bytes in chain {
-            let part: KeyedPart<K, V> =
-                postcard::from_bytes(bytes).map_err(|source| StateError {
-                    what: "does not decode",
-                    source,
-                })?;
-            if part.format != KEYED_FORMAT {
-                return Err(StateError {
-                    what: "has an unknown format version",
-                    source: postcard::Error::DeserializeBadEncoding,
-                });
-            }
-            parts.push(part);
+            parts.push(decode_part::<K, V>(bytes)?);
         }
-        let Some(start) = parts.iter().rposition(|p| !p.delta) else {
-            return Err(StateError {
-                what: "has no full snapshot to start from (only deltas)",
-                source: postcard::Error::DeserializeBadEncoding,
-            });
+        let full = parts.iter().rposition(|p| !p.delta);
+        let start = match parts.last() {
+            None => return Ok(()),
+            Some(last) if last.delta && last.from > 0 => {
+                // `from` is a delta of the chain, or its full part.
+                match parts.iter().rposition(|p| p.delta && p.id == last.from) {
+                    Some(i) => Some(i.max(full.unwrap_or(0))),
+                    None => full,
+                }
+                .ok_or(bad(
+                    "misses the parts its newest delta builds on (no full snapshot, no part of the checkpoint it names)",
+                ))?
+            }
+            Some(_) => full.ok_or(bad("has no full snapshot to start from (only deltas)"))?,
         };
-        for part in parts.into_iter().skip(start) {
-            for (_, entries) in part.groups {
+        let parts = &mut parts[start..];
+        // Per key group, the last part that rewrote it: older entries of
+        // the group are superseded.
+        let mut last_rewrite: std::collections::HashMap<u16, usize> = Default::default();
+        for (i, p) in parts.iter().enumerate() {
+            for (g, rewritten, _) in &p.groups {
+                if *rewritten {
+                    last_rewrite.insert(*g, i);
+                }
+            }
+        }
+        for (i, part) in parts.iter_mut().enumerate() {
+            for (g, _, entries) in std::mem::take(&mut part.groups) {
+                if last_rewrite.get(&g).is_some_and(|&r| r > i) {
+                    continue;
+                }
                 for (k, v) in entries {
                     if !keep(&k) {
                         continue;
@@ -637,6 +808,39 @@ where
             }
         }
         Ok(())
+    }
+}
+
+/// A part of either format as [`KeyedPart`] (format 1: ids 0, no group
+/// rewritten, except that a full part's groups all are).
+fn decode_part<K: DeserializeOwned, V: DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<KeyedPart<K, V>, StateError> {
+    let err = |source| StateError {
+        what: "does not decode",
+        source,
+    };
+    let (format, rest) = postcard::take_from_bytes::<u8>(bytes).map_err(err)?;
+    match format {
+        1 => {
+            let p: KeyedPartV1<K, V> = postcard::from_bytes(rest).map_err(err)?;
+            Ok(KeyedPart {
+                format,
+                delta: p.delta,
+                id: 0,
+                from: 0,
+                groups: p
+                    .groups
+                    .into_iter()
+                    .map(|(g, e)| (g, !p.delta, e))
+                    .collect(),
+            })
+        }
+        KEYED_FORMAT => postcard::from_bytes(bytes).map_err(err),
+        _ => Err(StateError {
+            what: "has an unknown format version",
+            source: postcard::Error::DeserializeBadEncoding,
+        }),
     }
 }
 
@@ -730,7 +934,7 @@ where
                 (k.clone(), Some(slot.value.clone()))
             })
             .collect();
-        r.apply(entries)?;
+        r.apply(CheckpointId(0), entries)?;
         self.dirty.clear();
         self.removed.clear();
         self.replica = Some(Arc::new(Mutex::new(r)));
@@ -771,10 +975,7 @@ mod tests {
         let back = KeyedState::<u64, u64>::restore_chain(&[&first.bytes]).unwrap();
         assert_eq!(back, s);
         *s.get_or_default(7) += 1;
-        let req = SnapshotRequest {
-            id: CheckpointId(5),
-            base: Some(CheckpointId(4)),
-        };
+        let req = SnapshotRequest::delta(CheckpointId(5), CheckpointId(4));
         let delta = s.snapshot_async().run(&req).unwrap();
         assert!(delta.delta);
         assert!(delta.bytes.len() < 40, "{} bytes", delta.bytes.len());
@@ -796,6 +997,7 @@ mod tests {
         let req = |id, base: Option<u64>| SnapshotRequest {
             id: CheckpointId(id),
             base: base.map(CheckpointId),
+            spread: SnapshotRequest::DEFAULT_SPREAD,
         };
         for id in 1..=5 {
             *s.get_or_default(id) += 1;
@@ -842,25 +1044,23 @@ mod tests {
                     .filter(|(_, v)| delta || v.is_some())
                     .map(|(k, v)| (k, v.as_ref()))
                     .collect();
-                let (bytes, counts) =
-                    Replica::<u64, V>::encode(delta, chosen.iter().copied()).unwrap();
+                let bytes =
+                    encode_part(delta, 77, 5, &by_group(!delta, chosen.iter().copied())).unwrap();
                 let mut groups: Vec<Vec<(&u64, Option<&V>)>> =
                     (0..DEFAULT_MAX_PARALLELISM).map(|_| Vec::new()).collect();
                 for (k, v) in &chosen {
                     groups[key_group(*k) as usize].push((k, *v));
                 }
-                assert_eq!(
-                    counts,
-                    groups.iter().map(|g| g.len() as u64).collect::<Vec<_>>()
-                );
                 let whole = KeyedPart {
                     format: KEYED_FORMAT,
                     delta,
+                    id: 77,
+                    from: 5,
                     groups: groups
                         .into_iter()
                         .enumerate()
                         .filter(|(_, e)| !e.is_empty())
-                        .map(|(g, e)| (g as u16, e))
+                        .map(|(g, e)| (g as u16, !delta, e))
                         .collect(),
                 };
                 assert_eq!(
@@ -885,6 +1085,8 @@ mod tests {
         assert_eq!(back, s);
         assert_eq!(back.get(&7), Some(&(3, "x".into())));
         let err = KeyedState::<u64, (u64, String)>::restore(&[0xff, 0xff, 0xff]).unwrap_err();
+        assert!(err.to_string().contains("unknown format version"), "{err}");
+        let err = KeyedState::<u64, (u64, String)>::restore(&[KEYED_FORMAT, 0xff]).unwrap_err();
         assert!(err.to_string().contains("does not decode"), "{err}");
     }
 

@@ -90,10 +90,18 @@ impl<A: ManagedState, B: ManagedState> ManagedState for (A, B) {
             );
             let bytes = postcard::to_allocvec(&pair)?;
             let full = |n: u64| varint_len(n) + n + 1;
+            // The older of the halves' chain starts, when both say one.
+            let chain_from = match (a.delta, b.delta) {
+                (true, true) => a.chain_from.zip(b.chain_from).map(|(x, y)| x.min(y)),
+                (true, false) => a.chain_from,
+                (false, true) => b.chain_from,
+                (false, false) => None,
+            };
             Ok(EncodedState {
                 full_bytes: full(a.full_bytes) + full(b.full_bytes),
                 delta: pair.0 .0 || pair.1 .0,
                 bytes,
+                chain_from,
             })
         }))
     }

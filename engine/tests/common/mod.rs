@@ -222,7 +222,7 @@ impl<S: CheckpointStorage, H: StorageHooks> CheckpointStorage for Hooked<S, H> {
     fn part_bases(
         &self,
         id: CheckpointId,
-    ) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>, StorageError> {
+    ) -> Result<Vec<(TaskStateKey, lockgate::storage::PartLink)>, StorageError> {
         self.inner.part_bases(id)
     }
     fn retain(&self, keep: usize) -> Result<Vec<CheckpointId>, StorageError> {

@@ -265,6 +265,7 @@ impl Checkpointed for RefSink {
             Ok(lockgate::state::EncodedState {
                 full_bytes: encoded.full_bytes + (bytes.len() as u64 - inner),
                 delta: encoded.delta,
+                chain_from: encoded.chain_from,
                 bytes,
             })
         })))

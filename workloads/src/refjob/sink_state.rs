@@ -252,11 +252,7 @@ impl SinkReplica {
                 encode_delta(req.id, &merged, full_bytes)?
             };
             if let Some(bytes) = delta {
-                let encoded = EncodedState {
-                    bytes,
-                    delta: true,
-                    full_bytes,
-                };
+                let encoded = EncodedState::delta(bytes, full_bytes);
                 return Ok((encoded, done));
             }
         }
@@ -513,6 +509,7 @@ mod tests {
             let req = SnapshotRequest {
                 id: CheckpointId(id),
                 base: base.map(CheckpointId),
+                spread: SnapshotRequest::DEFAULT_SPREAD,
             };
             replica.lock().unwrap().snapshot(&req, changes).unwrap()
         };

@@ -151,6 +151,50 @@ pub struct PartHandle {
     /// the part is complete on its own.
     #[serde(default)]
     pub base: Option<CheckpointId>,
+    /// With a base: `Some(c)` when a restore needs the chain's parts only
+    /// from checkpoint `c` on (the state rewrote everything older parts
+    /// held, [`EncodedState::chain_from`](crate::state::EncodedState::chain_from)):
+    /// a walk of the chain stops there. `None`: back to the full part.
+    #[serde(default)]
+    pub from: Option<CheckpointId>,
+}
+
+impl PartHandle {
+    /// How this part builds on earlier ones.
+    pub fn link(&self) -> PartLink {
+        PartLink {
+            base: self.base,
+            from: self.from,
+        }
+    }
+}
+
+/// How one subtask's part builds on earlier parts ([`PartHandle::base`],
+/// [`PartHandle::from`]), as [`CheckpointStorage::part_bases`] reports it.
+///
+/// # Examples
+/// ```
+/// use lockgate::{CheckpointId, storage::PartLink};
+/// let l = PartLink { base: Some(CheckpointId(9)), from: Some(CheckpointId(7)) };
+/// assert!(l.reaches(CheckpointId(8)) && l.reaches(CheckpointId(7)));
+/// assert!(!l.reaches(CheckpointId(6)));
+/// assert!(PartLink { base: Some(CheckpointId(9)), from: None }.reaches(CheckpointId(1)));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartLink {
+    /// The checkpoint whose part this one builds on; `None`: complete.
+    pub base: Option<CheckpointId>,
+    /// The oldest checkpoint of the chain a restore needs; `None`: back to
+    /// the full part.
+    pub from: Option<CheckpointId>,
+}
+
+impl PartLink {
+    /// True when a chain that starts at this part goes on to the part of
+    /// checkpoint `older` (reached through the bases).
+    pub fn reaches(&self, older: CheckpointId) -> bool {
+        self.from.is_none_or(|f| older >= f)
+    }
 }
 
 /// A checkpoint read back and fully validated, the parts of earlier
@@ -384,7 +428,7 @@ pub trait CheckpointStorage: Send + Sync {
     ///
     /// # Errors
     /// As [`load_metadata`](Self::load_metadata).
-    fn part_bases(&self, id: CheckpointId) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>>;
+    fn part_bases(&self, id: CheckpointId) -> Result<Vec<(TaskStateKey, PartLink)>>;
 
     /// Deletes all checkpoints of kind [`SnapshotKind::Checkpoint`] but the
     /// newest `keep` ones (Flink's `state.checkpoints.num-retained`) and
@@ -403,8 +447,7 @@ pub trait CheckpointStorage: Send + Sync {
     /// it stay done).
     fn retain(&self, keep: usize) -> Result<Vec<CheckpointId>> {
         let mut checkpoints = Vec::new();
-        let mut bases: BTreeMap<CheckpointId, BTreeMap<TaskStateKey, Option<CheckpointId>>> =
-            BTreeMap::new();
+        let mut bases: BTreeMap<CheckpointId, BTreeMap<TaskStateKey, PartLink>> = BTreeMap::new();
         for id in self.list()? {
             crate::util::background::yield_point();
             if let (Ok(meta), Ok(b)) = (self.load_metadata(id), self.part_bases(id)) {
@@ -421,7 +464,7 @@ pub trait CheckpointStorage: Send + Sync {
             .find(|id| {
                 bases
                     .get(id)
-                    .is_some_and(|b| b.values().all(Option::is_none))
+                    .is_some_and(|b| b.values().all(|l| l.base.is_none()))
             })
             .filter(|_| keep > 0)
         {
@@ -433,11 +476,11 @@ pub trait CheckpointStorage: Send + Sync {
         // following whole checkpoints would keep everything).
         let mut needed: HashSet<CheckpointId> = roots.iter().copied().collect();
         for root in &roots {
-            for (key, first) in bases.get(root).into_iter().flatten() {
-                let mut base = *first;
-                while let Some(b) = base {
+            for (key, link) in bases.get(root).into_iter().flatten() {
+                let mut base = link.base;
+                while let Some(b) = base.filter(|b| link.reaches(*b)) {
                     needed.insert(b);
-                    base = bases.get(&b).and_then(|m| m.get(key).copied().flatten());
+                    base = bases.get(&b).and_then(|m| m.get(key)?.base);
                 }
             }
         }
@@ -624,7 +667,7 @@ impl<S: CheckpointStorage + ?Sized> CheckpointStorage for std::sync::Arc<S> {
     fn load_metadata(&self, id: CheckpointId) -> Result<CheckpointMetadata> {
         (**self).load_metadata(id)
     }
-    fn part_bases(&self, id: CheckpointId) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>> {
+    fn part_bases(&self, id: CheckpointId) -> Result<Vec<(TaskStateKey, PartLink)>> {
         (**self).part_bases(id)
     }
     fn load_latest_valid(&self) -> Result<LatestValid> {

@@ -7,7 +7,7 @@
 
 use super::api::{
     validate_id, validate_parts, CheckpointHandle, CheckpointMetadata, CheckpointStorage,
-    LoadedCheckpoint, PartHandle, Result, StorageError, TaskStateKey, MAX_CHECKPOINT_ID,
+    LoadedCheckpoint, PartHandle, PartLink, Result, StorageError, TaskStateKey, MAX_CHECKPOINT_ID,
 };
 use super::framing::{read_framed, sync_dir, FORMAT_VERSION, HEADER_LEN};
 use crate::types::element::CheckpointId;
@@ -55,6 +55,10 @@ struct StateFileEntry {
     /// (metadata version 2; absent: a complete part).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     base: Option<CheckpointId>,
+    /// The oldest checkpoint of the chain a restore needs
+    /// ([`PartHandle::from`]; absent: back to the full part).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    from: Option<CheckpointId>,
     /// In a one-file checkpoint: where the part starts, from the end of the
     /// metadata (absent in a folder: the part is its own file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -337,6 +341,7 @@ impl LocalDirStorage {
         &self,
         id: CheckpointId,
         mut base: CheckpointId,
+        from: Option<CheckpointId>,
         key: &TaskStateKey,
         files: &mut HashMap<CheckpointId, Vec<u8>>,
     ) -> Result<Vec<Vec<u8>>> {
@@ -384,7 +389,7 @@ impl LocalDirStorage {
                     part_in_file(path, parts, entry)?
                 }
             });
-            match entry.base {
+            match entry.base.filter(|b| from.is_none_or(|f| *b >= f)) {
                 Some(b) => {
                     newer = base;
                     base = b;
@@ -542,6 +547,7 @@ impl CheckpointStorage for LocalDirStorage {
             crc32c,
             written_bytes: bytes.len() as u64,
             base: None,
+            from: None,
         })
     }
 
@@ -602,6 +608,7 @@ impl CheckpointStorage for LocalDirStorage {
                 size: b.len() as u64,
                 crc32c: p.crc32c,
                 base: p.base,
+                from: p.from,
                 offset: Some(offset),
             });
             offset += b.len() as u64;
@@ -811,10 +818,12 @@ impl CheckpointStorage for LocalDirStorage {
             total += payload.len() as u64;
             let key = TaskStateKey::new(entry.task.clone(), entry.subtask);
             if let Some(base) = entry.base {
-                bases.insert(
-                    key.clone(),
-                    self.read_chain(id, base, &key, &mut base_files)?,
-                );
+                let chain = if entry.from.is_some_and(|f| base < f) {
+                    Vec::new()
+                } else {
+                    self.read_chain(id, base, entry.from, &key, &mut base_files)?
+                };
+                bases.insert(key.clone(), chain);
             }
             states.insert(key, payload);
         }
@@ -839,12 +848,18 @@ impl CheckpointStorage for LocalDirStorage {
         })
     }
 
-    fn part_bases(&self, id: CheckpointId) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>> {
+    fn part_bases(&self, id: CheckpointId) -> Result<Vec<(TaskStateKey, PartLink)>> {
         let (meta, _) = self.read_meta(id)?;
         Ok(meta
             .states
             .iter()
-            .map(|e| (TaskStateKey::new(e.task.clone(), e.subtask), e.base))
+            .map(|e| {
+                let link = PartLink {
+                    base: e.base,
+                    from: e.from,
+                };
+                (TaskStateKey::new(e.task.clone(), e.subtask), link)
+            })
             .collect())
     }
 

@@ -3,7 +3,7 @@
 
 use super::api::{
     validate_id, validate_parts, CheckpointHandle, CheckpointMetadata, CheckpointStorage,
-    LoadedCheckpoint, PartHandle, Result, StorageError, TaskStateKey,
+    LoadedCheckpoint, PartHandle, PartLink, Result, StorageError, TaskStateKey,
 };
 use super::local::CHK_PREFIX;
 use crate::types::element::CheckpointId;
@@ -19,7 +19,7 @@ struct MemoryEntry {
     metadata: CheckpointMetadata,
     states: BTreeMap<TaskStateKey, Vec<u8>>,
     /// The base of each delta part.
-    bases: BTreeMap<TaskStateKey, CheckpointId>,
+    bases: BTreeMap<TaskStateKey, PartLink>,
     total_bytes: u64,
 }
 
@@ -101,6 +101,7 @@ impl CheckpointStorage for MemoryStorage {
             crc32c: 0,
             written_bytes: bytes.len() as u64,
             base: None,
+            from: None,
         })
     }
 
@@ -134,7 +135,7 @@ impl CheckpointStorage for MemoryStorage {
                         reason: format!("a part builds on checkpoint {b}, not an earlier one"),
                     });
                 }
-                bases.insert(p.key.clone(), b);
+                bases.insert(p.key.clone(), p.link());
             }
         }
         let total_bytes = states.values().map(|b| b.len() as u64).sum();
@@ -195,10 +196,10 @@ impl CheckpointStorage for MemoryStorage {
             root: PathBuf::from("<memory>"),
         })?;
         let mut bases = BTreeMap::new();
-        for (key, &first) in &entry.bases {
+        for (key, link) in &entry.bases {
             let mut chain = Vec::new();
-            let mut base = Some(first);
-            while let Some(b) = base {
+            let mut base = link.base;
+            while let Some(b) = base.filter(|b| link.reaches(*b)) {
                 let part = map
                     .get(&b)
                     .and_then(|e| e.states.get(key).map(|s| (s, e.bases.get(key))));
@@ -213,7 +214,7 @@ impl CheckpointStorage for MemoryStorage {
                     });
                 };
                 chain.push(bytes.clone());
-                base = next.copied();
+                base = next.and_then(|l| l.base);
             }
             chain.reverse();
             bases.insert(key.clone(), chain);
@@ -230,7 +231,7 @@ impl CheckpointStorage for MemoryStorage {
         })
     }
 
-    fn part_bases(&self, id: CheckpointId) -> Result<Vec<(TaskStateKey, Option<CheckpointId>)>> {
+    fn part_bases(&self, id: CheckpointId) -> Result<Vec<(TaskStateKey, PartLink)>> {
         let map = self.map();
         let entry = map.get(&id).ok_or_else(|| StorageError::NotFound {
             id,
@@ -239,7 +240,7 @@ impl CheckpointStorage for MemoryStorage {
         Ok(entry
             .states
             .keys()
-            .map(|k| (k.clone(), entry.bases.get(k).copied()))
+            .map(|k| (k.clone(), entry.bases.get(k).copied().unwrap_or_default()))
             .collect())
     }
 

@@ -72,7 +72,8 @@ mod single;
 
 pub use api::{
     unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStorage, JobFingerprint,
-    LatestValid, LoadedCheckpoint, PartHandle, StorageError, TaskStateKey, MAX_CHECKPOINT_ID,
+    LatestValid, LoadedCheckpoint, PartHandle, PartLink, StorageError, TaskStateKey,
+    MAX_CHECKPOINT_ID,
 };
 pub use framing::{FORMAT_VERSION, MAGIC};
 pub use local::{FolderLock, LocalDirStorage};

@@ -270,7 +270,8 @@ pub struct CheckpointConfig {
     pub full_min_interval: Duration,
     /// With `incremental`: a subtask writes a full snapshot once its
     /// chain's bytes exceed this multiple of its live state's full size
-    /// (positive, finite). Default 2.0.
+    /// (positive, finite); a rolling chain (see `full_every`) is bounded
+    /// by its spread instead. Default 2.0.
     #[serde(default = "default_max_chain_ratio")]
     pub max_chain_ratio: f64,
     /// Exactly-once only: an aligned checkpoint whose alignment has not

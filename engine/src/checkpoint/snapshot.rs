@@ -395,7 +395,10 @@ impl IncrementalChain {
             return None;
         }
         let too_long = w.chain.len() >= policy.full_every as usize;
-        let too_big = w.chain_bytes as f64 > policy.max_chain_ratio * self.live_bytes as f64;
+        // A rolling chain is bounded by its spread already (the state
+        // rewritten once, plus the deltas of about `spread` parts).
+        let too_big =
+            !w.rolling && w.chain_bytes as f64 > policy.max_chain_ratio * self.live_bytes as f64;
         if too_long || too_big {
             return None;
         }

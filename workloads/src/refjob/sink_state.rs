@@ -18,34 +18,40 @@ pub(super) fn check_of_chain(
     parts: Vec<SinkState>,
     sizes: (u64, u64),
 ) -> Result<SinkCheck, BoxError> {
-    let start = parts
-        .iter()
-        .rposition(|p| matches!(p.part, SinkPart::Full(_) | SinkPart::CompactFull(_)))
-        .ok_or("the sink's checkpointed chain has no full snapshot")?;
-    let mut parts = parts.into_iter().skip(start);
+    // A rolling part names the oldest part the chain still needs (its
+    // per-key arrays were rewritten piece by piece since); else the chain
+    // starts at its last full part.
+    let start = match parts.last().map(|p| &p.part) {
+        Some(SinkPart::Rolling(r)) => {
+            let from = r.from;
+            parts.iter().rposition(|p| p.id == from).ok_or_else(|| {
+                format!("the sink's checkpointed chain misses chk-{from}, which its newest part builds on")
+            })?
+        }
+        _ => parts
+            .iter()
+            .rposition(|p| matches!(p.part, SinkPart::Full(_) | SinkPart::CompactFull(_)))
+            .ok_or("the sink's checkpointed chain has no full snapshot")?,
+    };
     let in_part =
         |id: CheckpointId| move |e: WorkloadError| format!("the sink's part of chk-{id}: {e}");
-    let mut check = match parts.next() {
-        Some(SinkState {
-            id,
-            part: SinkPart::Full(check),
-        }) => {
-            check.validate().map_err(in_part(id))?;
-            check
-        }
-        Some(SinkState {
-            id,
-            part: SinkPart::CompactFull(compact),
-        }) => SinkCheck::from_compact(compact, sizes).map_err(in_part(id))?,
-        _ => unreachable!("the chain starts at a full part"),
-    };
-    for SinkState { id, part } in parts {
+    let mut check = SinkCheck::new(sizes.0, sizes.1).map_err(in_part(CheckpointId(0)))?;
+    for SinkState { id, part } in parts.into_iter().skip(start) {
         match part {
+            SinkPart::Full(full) => {
+                full.validate().map_err(in_part(id))?;
+                check = full;
+                Ok(())
+            }
+            SinkPart::CompactFull(compact) => {
+                check = SinkCheck::from_compact(compact, sizes).map_err(in_part(id))?;
+                Ok(())
+            }
             SinkPart::Delta(v1) => check.apply_changes(&v1.into()),
             SinkPart::CompactDelta(changes) => check.apply_changes(&changes),
-            SinkPart::Full(_) | SinkPart::CompactFull(_) => {
-                unreachable!("no full part after the chain's last")
-            }
+            SinkPart::Rolling(r) => check
+                .apply_changes(&r.changes)
+                .and_then(|()| check.apply_piece(r.lo, r.piece)),
         }
         .map_err(in_part(id))?;
     }
@@ -103,11 +109,48 @@ enum SinkPart {
     CompactFull(CompactCheck<'static>),
     /// [`SinkChanges`]: runs of full blocks, the other words one by one.
     CompactDelta(SinkChanges),
+    /// A rolling delta (checks of [`ROLLING_MIN_KEYS`] keys or more): the
+    /// changes, and a piece of the check rewritten whole.
+    Rolling(RollingPart),
 }
 
 /// The variant indices of [`SinkPart`]'s written layouts.
 const COMPACT_FULL: u32 = 2;
 const COMPACT_DELTA: u32 = 3;
+const ROLLING: u32 = 4;
+
+/// From this many keys on, the sink's deltas are rolling: the last sums
+/// (8 bytes a key) are rewritten a piece at a time inside the deltas, so
+/// that no checkpoint writes them all at once (W2 with 1,000,000 keys: 8
+/// MB, which stalled the checkpoints behind it by ~100 ms at a 10 ms
+/// interval). Below it a full part is small enough to write whole.
+pub(super) const ROLLING_MIN_KEYS: u64 = 65_536;
+
+/// Keys in one piece of a rolling part (a multiple of 64: whole words of
+/// the seen-key bitset): 16 KB of last sums.
+const PIECE_KEYS: u64 = 2048;
+
+/// A rolling delta of the sink's check: what changed since the base
+/// (applied first), then the counters and sequence bitset whole and the
+/// last sums and seen flags of keys `lo..` (a piece of [`PIECE_KEYS`]
+/// keys or a few, possibly none). A restore needs the chain's parts from
+/// checkpoint `from` on: every piece was rewritten since.
+#[derive(Serialize, serde::Deserialize)]
+struct RollingPart {
+    from: CheckpointId,
+    changes: SinkChanges,
+    lo: u64,
+    piece: CompactCheck<'static>,
+}
+
+/// [`RollingPart`], borrowed, for encoding (the same bytes).
+#[derive(Serialize)]
+struct RollingPartRef<'a> {
+    from: CheckpointId,
+    changes: &'a SinkChanges,
+    lo: u64,
+    piece: CompactCheck<'a>,
+}
 
 /// [`SinkState`] with a borrowed part, for encoding a part without a copy
 /// of the check or of a snapshot's changes: the bytes are [`SinkState`]'s
@@ -122,6 +165,7 @@ struct SinkStateRef<'a> {
 enum SinkPartRef<'a> {
     CompactFull(CompactCheck<'a>),
     CompactDelta(&'a SinkChanges),
+    Rolling(RollingPartRef<'a>),
 }
 
 impl Serialize for SinkPartRef<'_> {
@@ -132,6 +176,9 @@ impl Serialize for SinkPartRef<'_> {
             }
             SinkPartRef::CompactDelta(c) => {
                 s.serialize_newtype_variant("SinkPart", COMPACT_DELTA, "CompactDelta", c)
+            }
+            SinkPartRef::Rolling(r) => {
+                s.serialize_newtype_variant("SinkPart", ROLLING, "Rolling", r)
             }
         }
     }
@@ -191,6 +238,12 @@ pub(super) struct SinkReplica {
     /// The last full part's checkpoint: a delta's base must be at or
     /// after it (the log holds every snapshot's changes since).
     first: Option<CheckpointId>,
+    /// Rolling deltas: for each part written from the newest possible
+    /// base on, per piece of keys, the checkpoint whose part last
+    /// rewrote it in that part's chain (a full part rewrites all).
+    rewrites: std::collections::BTreeMap<CheckpointId, Vec<CheckpointId>>,
+    /// Pieces earned and not yet rewritten (1/spread of them a part).
+    credit: f64,
 }
 
 impl SinkReplica {
@@ -199,7 +252,72 @@ impl SinkReplica {
             check,
             log: Default::default(),
             first: None,
+            rewrites: Default::default(),
+            credit: 0.0,
         }
+    }
+
+    /// Pieces of keys in the check.
+    fn pieces(&self) -> usize {
+        self.check.sizes().1.div_ceil(PIECE_KEYS) as usize
+    }
+
+    /// The rolling delta of checkpoint `req.id` on `base` with `changes`
+    /// (those since the base): the pieces whose turn it is are rewritten;
+    /// `None` when it would not be smaller than a full part.
+    fn rolling_delta(
+        &mut self,
+        req: &SnapshotRequest,
+        base: CheckpointId,
+        changes: &SinkChanges,
+        full_bytes: u64,
+    ) -> Result<Option<EncodedState>, BoxError> {
+        let Some(mut at) = self.rewrites.get(&base).cloned() else {
+            return Ok(None);
+        };
+        let pieces = at.len();
+        let spread = u64::from(req.spread.max(1));
+        self.credit = (self.credit + pieces as f64 / spread as f64).min(pieces as f64);
+        // A contiguous run from the piece rewritten longest ago: as many
+        // as earned, at least one once that one waited twice the spread.
+        let oldest = (0..pieces).min_by_key(|&i| at[i]).unwrap_or(0);
+        let overdue = at
+            .get(oldest)
+            .is_some_and(|a| a.get().saturating_add(2 * spread) <= req.id.get());
+        let mut n = (self.credit.floor() as usize).min(pieces - oldest);
+        if overdue {
+            n = n.max(1);
+        }
+        self.credit = (self.credit - n as f64).max(0.0);
+        for a in &mut at[oldest..oldest + n] {
+            *a = req.id;
+        }
+        let keys = self.check.sizes().1;
+        let lo = oldest as u64 * PIECE_KEYS;
+        let hi = (lo + n as u64 * PIECE_KEYS).min(keys);
+        let lo = lo.min(hi);
+        let from = at.iter().copied().min().unwrap_or(req.id);
+        let state = SinkStateRef {
+            id: req.id,
+            part: SinkPartRef::Rolling(RollingPartRef {
+                from,
+                changes,
+                lo,
+                piece: self.check.compact_piece(lo, hi),
+            }),
+        };
+        let size = postcard::experimental::serialized_size(&state)?;
+        if size as u64 >= full_bytes {
+            return Ok(None);
+        }
+        let bytes = postcard::to_extend(&state, lockgate::tuning::snapshot_buffer(size))?;
+        self.rewrites.insert(req.id, at);
+        Ok(Some(EncodedState {
+            bytes,
+            delta: true,
+            full_bytes,
+            chain_from: Some(from),
+        }))
     }
 
     /// The part of checkpoint `req.id`, after applying `changes` (taken by
@@ -226,13 +344,29 @@ impl SinkReplica {
         self.log.insert(req.id, changes.unwrap_or_default());
         let full_bytes = full_part_bytes(req.id, &self.check)? as u64;
         let mut done = None;
-        if let Some(base) = req.base.filter(|b| self.first.is_some_and(|f| f <= *b)) {
+        let rolling = self.check.sizes().1 >= ROLLING_MIN_KEYS;
+        let base = req.base.filter(|b| {
+            self.first.is_some_and(|f| f <= *b) && (!rolling || self.rewrites.contains_key(b))
+        });
+        if let Some(base) = base {
             let kept = self.log.split_off(&base.next());
+            if rolling {
+                self.rewrites = self.rewrites.split_off(&base);
+            }
             let before = std::mem::replace(&mut self.log, kept);
             done = before.into_values().max_by_key(|c| c.word_count());
             let only = (self.log.len() == 1)
                 .then(|| self.log.get(&req.id))
                 .flatten();
+            if let (true, Some(only)) = (rolling, only) {
+                // The log keeps its entry, a later delta's changes too.
+                let only = only.clone();
+                let part = self.rolling_delta(req, base, &only, full_bytes)?;
+                return match part {
+                    Some(part) => Ok((part, done)),
+                    None => self.full(req, done),
+                };
+            }
             let delta = if let Some(only) = only {
                 // This snapshot's changes: the replica's values of them.
                 encode_delta(req.id, only, full_bytes)?
@@ -249,13 +383,30 @@ impl SinkReplica {
                 lockgate::tuning::yield_point();
                 let merged = self.check.changes_of(&words, &keys);
                 lockgate::tuning::yield_point();
-                encode_delta(req.id, &merged, full_bytes)?
+                if rolling {
+                    if let Some(part) = self.rolling_delta(req, base, &merged, full_bytes)? {
+                        return Ok((part, done));
+                    }
+                    None
+                } else {
+                    encode_delta(req.id, &merged, full_bytes)?
+                }
             };
             if let Some(bytes) = delta {
                 let encoded = EncodedState::delta(bytes, full_bytes);
                 return Ok((encoded, done));
             }
         }
+        self.full(req, done)
+    }
+
+    /// A full part of checkpoint `req.id` (and the spare changes).
+    fn full(
+        &mut self,
+        req: &SnapshotRequest,
+        mut done: Option<SinkChanges>,
+    ) -> Result<(EncodedState, Option<SinkChanges>), BoxError> {
+        let rolling = self.check.sizes().1 >= ROLLING_MIN_KEYS;
         // A full part: the log restarts here. A later delta needs a base
         // at or after this snapshot (`first`), else that part is full
         // too; without this, every part full (`--incremental false`) let
@@ -266,6 +417,12 @@ impl SinkReplica {
             .chain(logged)
             .max_by_key(|c| c.word_count());
         self.first = Some(req.id);
+        self.rewrites.clear();
+        self.credit = 0.0;
+        if rolling {
+            let pieces = self.pieces();
+            self.rewrites.insert(req.id, vec![req.id; pieces]);
+        }
         lockgate::tuning::yield_point();
         let full = EncodedState::full(encode_full_part(req.id, &self.check)?);
         Ok((full, done))
@@ -569,5 +726,94 @@ mod tests {
             assert!(!p.delta);
             assert!(replica.lock().unwrap().log.is_empty());
         }
+    }
+
+    /// With many keys the sink's deltas are rolling: each rewrites a few
+    /// pieces of the last sums (a part stays far below the full size), a
+    /// part's chain trimmed to the checkpoint it names restores exactly the
+    /// check at that part (so does the whole chain back to the full part),
+    /// whatever checkpoints completed (bases of later parts) or not, and
+    /// the trimmed chain stays within twice the spread.
+    #[test]
+    fn rolling_parts_restore_the_check_from_the_checkpoint_they_name() {
+        let keys = ROLLING_MIN_KEYS * 2;
+        let mut check = SinkCheck::new(2_000_000, keys).unwrap();
+        let replica = seeded_replica(&mut check);
+        let spread = 8u32;
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = 0u64;
+        // Per checkpoint: (trimmed chain, whole chain) of parts.
+        let mut chains: std::collections::HashMap<u64, (Vec<Vec<u8>>, Vec<Vec<u8>>)> =
+            Default::default();
+        let mut completed: Option<u64> = None;
+        let mut saw_rolling = 0;
+        for id in 1..=60u64 {
+            for _ in 0..300 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                check.observe(&crate::workload::SumRecord {
+                    key: rng % keys,
+                    sum: rng >> 20,
+                    n: next,
+                    ts_ns: 0,
+                });
+                next += 1;
+            }
+            let mut changes = SinkChanges::default();
+            check.take_changes_into(&mut changes);
+            let changes = Some(changes);
+            let req = SnapshotRequest {
+                id: CheckpointId(id),
+                base: completed.map(CheckpointId),
+                spread,
+            };
+            let (part, _) = replica.lock().unwrap().snapshot(&req, changes).unwrap();
+            let decoded: SinkState = postcard::from_bytes(&part.bytes).unwrap();
+            assert_eq!(decoded.id, CheckpointId(id));
+            let (trimmed, whole) = if part.delta {
+                let from = part
+                    .chain_from
+                    .expect("a rolling part names its chain's start");
+                assert!(matches!(decoded.part, SinkPart::Rolling(_)));
+                assert!(
+                    part.bytes.len() * 4 < part.full_bytes as usize,
+                    "{} of {}",
+                    part.bytes.len(),
+                    part.full_bytes
+                );
+                saw_rolling += 1;
+                let (mut t, mut w) = chains[&completed.unwrap()].clone();
+                t.push(part.bytes.clone());
+                w.push(part.bytes.clone());
+                let ids: Vec<u64> = t
+                    .iter()
+                    .map(|b| postcard::from_bytes::<SinkState>(b).unwrap().id.get())
+                    .collect();
+                let keep = ids
+                    .iter()
+                    .position(|i| *i == from.get())
+                    .expect("from is in the chain");
+                t.drain(..keep);
+                assert!(t.len() <= 2 * spread as usize + 1, "{} parts", t.len());
+                (t, w)
+            } else {
+                (vec![part.bytes.clone()], vec![part.bytes.clone()])
+            };
+            for chain in [&trimmed, &whole] {
+                let parts: Vec<SinkState> = chain
+                    .iter()
+                    .map(|b| postcard::from_bytes(b).unwrap())
+                    .collect();
+                let back = check_of_chain(parts, (2_000_000, keys)).unwrap();
+                assert!(back == check, "checkpoint {id}, {} parts", chain.len());
+            }
+            chains.insert(id, (trimmed, whole));
+            // Two in three complete.
+            if id % 3 != 0 {
+                completed = Some(id);
+            }
+        }
+        assert!(saw_rolling > 30, "{saw_rolling} rolling parts");
     }
 }

@@ -830,6 +830,81 @@ impl SinkCheck {
         Ok(check)
     }
 
+    /// [`SinkCheck::compact`] with the per-key arrays cut to keys
+    /// `lo..hi` (`lo` a multiple of 64, `hi` at most the key count): the
+    /// piece a rolling part rewrites, with the counters and the sequence
+    /// bitset whole. [`SinkCheck::apply_piece`] reads it back.
+    pub fn compact_piece(&self, lo: u64, hi: u64) -> CompactCheck<'_> {
+        debug_assert!(lo % 64 == 0 && lo <= hi && hi <= self.keys);
+        let mut c = self.compact();
+        c.last_sum = Cow::Borrowed(&self.last_sum[lo as usize..hi as usize]);
+        c.key_seen = Cow::Borrowed(&self.key_seen[(lo / 64) as usize..hi.div_ceil(64) as usize]);
+        c
+    }
+
+    /// The exact size in bytes of [`SinkCheck::compact_piece`]'s encoding.
+    pub fn compact_piece_encoded_size(&self, lo: u64, hi: u64) -> u64 {
+        self.compact_encoded_size() - words_len(self.keys) - words_len(self.keys.div_ceil(64))
+            + words_len(hi - lo)
+            + words_len(hi.div_ceil(64) - lo / 64)
+    }
+
+    /// Applies a piece of [`SinkCheck::compact_piece`] taken at keys from
+    /// `lo`: its counters and sequence bitset replace this check's, its
+    /// keys' last sums and seen flags replace those of the same keys.
+    ///
+    /// # Errors
+    /// [`WorkloadError::BadState`] for a piece of another check's sizes,
+    /// or keys or words out of range.
+    pub fn apply_piece(&mut self, lo: u64, piece: CompactCheck<'_>) -> Result<(), WorkloadError> {
+        let bad = |what: String| Err(WorkloadError::BadState(format!("sink check piece: {what}")));
+        if (piece.total_records, piece.keys) != (self.total_records, self.keys) {
+            return bad(format!(
+                "for {} records over {} keys, this check's {} over {}",
+                piece.total_records, piece.keys, self.total_records, self.keys
+            ));
+        }
+        let n = piece.last_sum.len() as u64;
+        let hi = lo
+            .checked_add(n)
+            .filter(|h| lo % 64 == 0 && *h <= self.keys);
+        let Some(hi) = hi else {
+            return bad(format!("keys {lo}.. ({n} of them) out of {}", self.keys));
+        };
+        let words = (lo / 64) as usize..hi.div_ceil(64) as usize;
+        if piece.key_seen.len() != words.len() {
+            return bad(format!(
+                "{} seen-key words for {} keys",
+                piece.key_seen.len(),
+                n
+            ));
+        }
+        let len = self.seen.len();
+        let ones = piece.ones as usize;
+        let Some(end) = ones.checked_add(piece.middle.len()).filter(|e| *e <= len) else {
+            return bad(format!("a sequence bitset longer than {len} words"));
+        };
+        self.seen[..ones].fill(u64::MAX);
+        self.seen[ones..end].copy_from_slice(&piece.middle);
+        self.seen[end..].fill(0);
+        self.received = piece.received;
+        self.distinct = piece.distinct;
+        self.duplicates = piece.duplicates;
+        self.out_of_range = piece.out_of_range;
+        self.last_sum[lo as usize..hi as usize].copy_from_slice(&piece.last_sum);
+        // The last word may hold keys past `hi` (the next piece's): only
+        // this piece's bits are replaced.
+        for (i, w) in words.clone().zip(piece.key_seen.iter()) {
+            let first = i as u64 * 64;
+            let mask = (first..first + 64)
+                .map(|k| u64::from(k >= lo && k < hi) << (k - first))
+                .fold(0, |a, b| a | b);
+            self.key_seen[i] = (self.key_seen[i] & !mask) | (w & mask);
+        }
+        self.shape.0 = None;
+        Ok(())
+    }
+
     /// The exact size of this check's postcard encoding, bytes, computed
     /// in O(1) (the encoding itself copies every word).
     pub fn encoded_size(&self) -> u64 {

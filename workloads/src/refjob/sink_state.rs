@@ -743,8 +743,8 @@ mod tests {
         let mut rng = 0x2545_f491_4f6c_dd1du64;
         let mut next = 0u64;
         // Per checkpoint: (trimmed chain, whole chain) of parts.
-        let mut chains: std::collections::HashMap<u64, (Vec<Vec<u8>>, Vec<Vec<u8>>)> =
-            Default::default();
+        type Chain = Vec<Vec<u8>>;
+        let mut chains: std::collections::HashMap<u64, (Chain, Chain)> = Default::default();
         let mut completed: Option<u64> = None;
         let mut saw_rolling = 0;
         for id in 1..=60u64 {

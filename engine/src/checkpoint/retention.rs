@@ -24,7 +24,7 @@
 
 use super::storage::{PartLink, TaskStateKey};
 use crate::types::element::{CheckpointId, SnapshotKind};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// One part file: the checkpoint it was written for and whose it is.
 type PartFile = (CheckpointId, TaskStateKey);
@@ -99,56 +99,82 @@ impl Catalog {
     /// The checkpoints to delete so that what the module docs say is kept,
     /// with `retained` the newest restorable ones to keep (at least 1).
     pub(crate) fn to_remove(&self, retained: usize) -> Vec<CheckpointId> {
-        let chains: BTreeMap<CheckpointId, BTreeSet<PartFile>> = self
+        // Chains are walked lazily, newest first, each once: with rolling
+        // chains of a few hundred parts and as many checkpoints kept,
+        // walking every checkpoint's chain after every completed one took
+        // 15 % of a 2-core run's CPU (W2, 1,000,000 keys, 10 ms, `perf`).
+        let mut memo: HashMap<CheckpointId, Option<BTreeSet<PartFile>>> = HashMap::new();
+        let newest_first: Vec<CheckpointId> = self
             .entries
-            .keys()
-            .filter_map(|&id| Some((id, self.files(id)?)))
-            .filter(|(_, f)| self.restorable(f))
-            .collect();
-        let checkpoints: Vec<CheckpointId> = chains
-            .keys()
-            .copied()
-            .filter(|id| self.entries[id].kind == SnapshotKind::Checkpoint)
-            .collect();
-        let mut roots: Vec<CheckpointId> = checkpoints
             .iter()
             .rev()
-            .take(retained.max(1))
-            .copied()
+            .filter(|(_, e)| e.kind == SnapshotKind::Checkpoint)
+            .map(|(id, _)| *id)
             .collect();
-        let newest_verified = checkpoints
-            .iter()
-            .rev()
-            .copied()
-            .find(|id| self.all_verified(&chains[id]));
+        let mut roots: Vec<CheckpointId> = Vec::new();
+        for &id in &newest_first {
+            if roots.len() == retained.max(1) {
+                break;
+            }
+            if self.chain(&mut memo, id).is_some() {
+                roots.push(id);
+            }
+        }
+        let newest_verified = newest_first.iter().copied().find(|&id| {
+            self.chain(&mut memo, id)
+                .is_some_and(|f| self.all_verified(f))
+        });
         match newest_verified {
             Some(v) => {
                 roots.push(v);
-                let fallback = checkpoints.iter().rev().copied().find(|id| {
-                    *id < v && self.all_verified(&chains[id]) && chains[id].is_disjoint(&chains[&v])
+                let of_v = self.chain(&mut memo, v).cloned().unwrap_or_default();
+                let fallback = newest_first.iter().copied().find(|&id| {
+                    // A checkpoint whose own part is in V's chains shares
+                    // a file with it: no need to walk its chains.
+                    let own_in_v = self.entries[&id]
+                        .bases
+                        .keys()
+                        .any(|k| of_v.contains(&(id, k.clone())));
+                    id < v
+                        && !own_in_v
+                        && self
+                            .chain(&mut memo, id)
+                            .is_some_and(|f| self.all_verified(f) && f.is_disjoint(&of_v))
                 });
                 roots.extend(fallback);
             }
             None => {
                 // Nothing read back yet (a job that restored): the newest
                 // checkpoint that is complete on its own.
-                let full = checkpoints
-                    .iter()
-                    .rev()
-                    .copied()
-                    .find(|id| self.entries[id].bases.values().all(|l| l.base.is_none()));
+                let full = newest_first.iter().copied().find(|&id| {
+                    self.entries[&id].bases.values().all(|l| l.base.is_none())
+                        && self.chain(&mut memo, id).is_some()
+                });
                 roots.extend(full);
             }
         }
-        let needed: HashSet<CheckpointId> = roots
-            .iter()
-            .flat_map(|r| chains[r].iter().map(|(c, _)| *c))
-            .collect();
+        let mut needed: HashSet<CheckpointId> = HashSet::new();
+        for r in &roots {
+            if let Some(files) = self.chain(&mut memo, *r) {
+                needed.extend(files.iter().map(|(c, _)| *c));
+            }
+        }
         self.entries
             .iter()
             .filter(|(id, e)| e.kind == SnapshotKind::Checkpoint && !needed.contains(id))
             .map(|(id, _)| *id)
             .collect()
+    }
+
+    /// The files of `id`'s chains when it is restorable, walked once.
+    fn chain<'m>(
+        &self,
+        memo: &'m mut HashMap<CheckpointId, Option<BTreeSet<PartFile>>>,
+        id: CheckpointId,
+    ) -> Option<&'m BTreeSet<PartFile>> {
+        memo.entry(id)
+            .or_insert_with(|| self.files(id).filter(|f| self.restorable(f)))
+            .as_ref()
     }
 }
 

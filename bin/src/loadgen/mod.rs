@@ -172,6 +172,11 @@ fn run_load(args: Args, server: &mut Option<MetricsServer>) -> u8 {
             lockgate::tuning::now_ns() + warmup,
             blocks,
             plan.seed,
+            if plan.refjob.workload.is_timed() {
+                plan.refjob.rate
+            } else {
+                0
+            },
         )
     });
     let mut interval_delivered = 0u64;

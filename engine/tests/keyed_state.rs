@@ -46,56 +46,105 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..200),
         spread in 1..6u32,
     ) {
-        let mut state: KeyedState<u64, u64> = KeyedState::new();
-        let mut model: BTreeMap<u64, u64> = BTreeMap::new();
-        // Per checkpoint: the trimmed chain and the whole one.
-        let mut chains: HashMap<CheckpointId, (Chain, Chain)> = HashMap::new();
-        let mut completed: Option<CheckpointId> = None;
-        let mut next = 1u64;
-        for op in ops {
-            match op {
-                Op::Put(k, v) => {
-                    prop_assert_eq!(state.insert(k, v), model.insert(k, v));
-                }
-                Op::Bump(k) => {
-                    *state.get_or_default(k) += 1;
-                    *model.entry(k).or_default() += 1;
-                }
-                Op::Remove(k) => {
-                    prop_assert_eq!(state.remove(&k), model.remove(&k));
-                }
-                Op::Snapshot(complete) => {
-                    let id = CheckpointId(next);
-                    next += 1;
-                    let req = SnapshotRequest { id, base: completed, spread };
-                    let enc = state.snapshot_async().run(&req).unwrap();
-                    let (trimmed, whole) = if enc.delta {
-                        let base = completed.expect("a delta has a base");
-                        let (mut t, mut w) = chains[&base].clone();
-                        t.push((id, enc.bytes.clone()));
-                        w.push((id, enc.bytes.clone()));
-                        let from = enc.chain_from.expect("a keyed delta says where its chain starts");
-                        prop_assert!(t.iter().any(|(c, _)| *c == from), "{:?} is not in the chain", from);
-                        t.retain(|(c, _)| *c >= from);
-                        prop_assert!(t.len() as u32 <= 2 * spread + 1, "{} parts at spread {}", t.len(), spread);
-                        (t, w)
-                    } else {
-                        prop_assert_eq!(enc.full_bytes, enc.bytes.len() as u64);
-                        let c = vec![(id, enc.bytes.clone())];
-                        (c.clone(), c)
-                    };
-                    // The reported full size is that of a full encoding.
-                    prop_assert_eq!(enc.full_bytes, state.snapshot().unwrap().len() as u64);
-                    prop_assert_eq!(&restore(&trimmed), &model);
-                    prop_assert_eq!(&restore(&whole), &model);
-                    chains.insert(id, (trimmed, whole));
-                    if complete {
-                        completed = Some(id);
-                    }
+        run_ops(ops, spread)?;
+    }
+}
+
+/// Once found by the proptest: groups empty at a part and filled later
+/// pulled a delta's chain back to a part already dropped from it.
+#[test]
+fn a_group_filled_after_the_chain_moved_on_does_not_pull_it_back() {
+    use Op::*;
+    let ops = vec![
+        Put(0, 268_435_455),
+        Bump(15),
+        Put(1, 1 << 63),
+        Snapshot(true),
+        Bump(0),
+        Bump(2),
+        Bump(2),
+        Put(0, 0),
+        Snapshot(true),
+        Snapshot(true),
+        Snapshot(true),
+        Put(0, 1 << 42),
+        Put(0, 0),
+        Put(0, 1 << 35),
+        Put(3, 1 << 49),
+        Put(4, 0),
+        Bump(5),
+        Snapshot(false),
+    ];
+    run_ops(ops, 3).unwrap();
+}
+
+/// Applies `ops` to a state and a model, checking every snapshot's chains.
+fn run_ops(ops: Vec<Op>, spread: u32) -> Result<(), TestCaseError> {
+    let mut state: KeyedState<u64, u64> = KeyedState::new();
+    let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+    // Per checkpoint: the trimmed chain and the whole one.
+    let mut chains: HashMap<CheckpointId, (Chain, Chain)> = HashMap::new();
+    let mut completed: Option<CheckpointId> = None;
+    let mut next = 1u64;
+    for op in ops {
+        match op {
+            Op::Put(k, v) => {
+                prop_assert_eq!(state.insert(k, v), model.insert(k, v));
+            }
+            Op::Bump(k) => {
+                *state.get_or_default(k) += 1;
+                *model.entry(k).or_default() += 1;
+            }
+            Op::Remove(k) => {
+                prop_assert_eq!(state.remove(&k), model.remove(&k));
+            }
+            Op::Snapshot(complete) => {
+                let id = CheckpointId(next);
+                next += 1;
+                let req = SnapshotRequest {
+                    id,
+                    base: completed,
+                    spread,
+                };
+                let enc = state.snapshot_async().run(&req).unwrap();
+                let (trimmed, whole) = if enc.delta {
+                    let base = completed.expect("a delta has a base");
+                    let (mut t, mut w) = chains[&base].clone();
+                    t.push((id, enc.bytes.clone()));
+                    w.push((id, enc.bytes.clone()));
+                    let from = enc
+                        .chain_from
+                        .expect("a keyed delta says where its chain starts");
+                    prop_assert!(
+                        t.iter().any(|(c, _)| *c == from),
+                        "{:?} is not in the chain",
+                        from
+                    );
+                    t.retain(|(c, _)| *c >= from);
+                    prop_assert!(
+                        t.len() as u32 <= 2 * spread + 1,
+                        "{} parts at spread {}",
+                        t.len(),
+                        spread
+                    );
+                    (t, w)
+                } else {
+                    prop_assert_eq!(enc.full_bytes, enc.bytes.len() as u64);
+                    let c = vec![(id, enc.bytes.clone())];
+                    (c.clone(), c)
+                };
+                // The reported full size is that of a full encoding.
+                prop_assert_eq!(enc.full_bytes, state.snapshot().unwrap().len() as u64);
+                prop_assert_eq!(&restore(&trimmed), &model);
+                prop_assert_eq!(&restore(&whole), &model);
+                chains.insert(id, (trimmed, whole));
+                if complete {
+                    completed = Some(id);
                 }
             }
         }
     }
+    Ok(())
 }
 
 #[test]
@@ -151,4 +200,40 @@ fn a_pair_of_managed_states_snapshots_and_restores_both() {
             .unwrap();
     assert_eq!((k.get(&3), k.len(), v.0), (Some(&103), 1_000, 8));
     assert!(<(KeyedState<u64, u64>, ValueState<u64>)>::restore_managed(&[b"junk"]).is_err());
+}
+
+/// A part written full although it had a base (here a spread of 1 makes
+/// its delta rewrite everything) keeps the changes since that base: the
+/// next part, while that base is still the newest completed checkpoint,
+/// is a delta on it, not full again.
+#[test]
+fn a_full_part_on_a_base_leaves_the_next_part_a_delta_on_it() {
+    let mut s: KeyedState<u64, u64> = KeyedState::new();
+    for k in 0..1_000 {
+        s.insert(k, k);
+    }
+    let p1 = s
+        .snapshot_async()
+        .run(&SnapshotRequest::full(CheckpointId(1)))
+        .unwrap();
+    for k in 0..10 {
+        *s.get_or_default(k) += 1;
+    }
+    let req = SnapshotRequest {
+        id: CheckpointId(2),
+        base: Some(CheckpointId(1)),
+        spread: 1,
+    };
+    let p2 = s.snapshot_async().run(&req).unwrap();
+    assert!(!p2.delta);
+    for k in 500..505 {
+        *s.get_or_default(k) += 1;
+    }
+    let p3 = s
+        .snapshot_async()
+        .run(&SnapshotRequest::delta(CheckpointId(3), CheckpointId(1)))
+        .unwrap();
+    assert!(p3.delta, "{} bytes", p3.bytes.len());
+    let back = KeyedState::<u64, u64>::restore_chain(&[&p1.bytes, &p3.bytes]).unwrap();
+    assert_eq!(back, s);
 }

@@ -1830,6 +1830,56 @@ fn a_rolling_chain_writes_no_full_part_and_restores_exactly() {
     assert_eq!(*finals.lock().unwrap(), expected_sums(n, keys));
 }
 
+/// A read-back that takes 8 ms, as on a slow disk.
+struct SlowReadBack;
+
+impl StorageHooks for SlowReadBack {
+    fn before_verify(&self) {
+        std::thread::sleep(Duration::from_millis(8));
+    }
+}
+
+/// The next periodic checkpoint waits for the newest completed one to be
+/// read back (at most the interval, and 20 ms): with a read-back of 8 ms
+/// and a 10 ms interval, every delta of keyed_sum builds on the checkpoint
+/// just before it. Triggered at once, they built on the one before that,
+/// carrying two intervals' changes.
+#[test]
+fn a_periodic_checkpoint_waits_for_the_newest_one_to_be_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Arc::new(Hooked {
+        inner: LocalDirStorage::open(dir.path()).unwrap(),
+        hooks: SlowReadBack,
+    });
+    let mut config = JobConfig::default();
+    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+    config.checkpoint.interval = Some(Duration::from_millis(10));
+    config.checkpoint.retained = 100;
+    config.checkpoint.full_every = 1000;
+    let (job, _) = paced_sum_job(config, u64::MAX, 1_000, 20);
+    let h = job.with_storage(Box::new(storage.clone())).start().unwrap();
+    assert!(wait_for(60, || h.checkpoint_counts().completed >= 40));
+    h.stop();
+    h.wait().unwrap();
+    let key = lockgate::storage::TaskStateKey::new("keyed_sum", 0);
+    let ids = storage.list().unwrap();
+    let mut deltas = 0;
+    // The last is the final checkpoint, triggered at once at the stop.
+    for pair in ids[..ids.len() - 1].windows(2) {
+        let base = storage
+            .part_bases(pair[1])
+            .unwrap()
+            .into_iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, l)| l.base);
+        if let Some(b) = base {
+            deltas += 1;
+            assert_eq!(b, pair[0], "the part of {} builds on {b}", pair[1]);
+        }
+    }
+    assert!(deltas >= 20, "{deltas} deltas in {ids:?}");
+}
+
 #[test]
 fn full_min_interval_decides_which_checkpoints_are_full_for_every_subtask() {
     // An hour: the first checkpoint of the attempt is full; later ones

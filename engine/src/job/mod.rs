@@ -874,6 +874,7 @@ impl Driver {
                     }
                     // Each intact part becomes its task's base for deltas.
                     Ok(Published::Verified { id, damaged }) => {
+                        self.coordinator.verified(id);
                         for (key, notifier) in &attempt.snapshot_threads {
                             if let Some(n) = notifier {
                                 if !damaged.iter().any(|(k, _)| k == key) {

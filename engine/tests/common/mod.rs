@@ -158,6 +158,8 @@ pub(crate) trait StorageHooks: Send + Sync {
     fn before_discard(&self, _id: CheckpointId) {}
     /// After a retention pass deleted checkpoints.
     fn after_remove_many(&self) {}
+    /// Before the publisher reads a checkpoint's parts back.
+    fn before_verify(&self) {}
 }
 
 /// `inner` with a test's `hooks`: every call of [`CheckpointStorage`]
@@ -201,6 +203,7 @@ impl<S: CheckpointStorage, H: StorageHooks> CheckpointStorage for Hooked<S, H> {
         self.inner.verify_part(part)
     }
     fn verify_parts(&self, parts: &[PartHandle]) -> Vec<Result<(), StorageError>> {
+        self.hooks.before_verify();
         self.inner.verify_parts(parts)
     }
     fn discard(&self, id: CheckpointId) -> Result<(), StorageError> {

@@ -238,7 +238,9 @@ pub struct CheckpointConfig {
     /// what changed since the last completed checkpoint, referring to that
     /// checkpoint's part for the rest (as Flink's incremental RocksDB
     /// checkpoints); restore rebuilds the state from the chain. Savepoints
-    /// are always full.
+    /// are always full. A part may build only on a part read back intact,
+    /// so a periodic checkpoint due before the newest completed one was
+    /// read back waits for that, at most 50 ms after its completion.
     #[serde(default = "default_true")]
     pub incremental: bool,
     /// With `incremental`: a subtask's chain holds at most this many parts

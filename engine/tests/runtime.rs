@@ -1840,8 +1840,8 @@ impl StorageHooks for SlowReadBack {
 }
 
 /// The next periodic checkpoint waits for the newest completed one to be
-/// read back (at most the interval, and 20 ms): with a read-back of 8 ms
-/// and a 10 ms interval, every delta of keyed_sum builds on the checkpoint
+/// read back (at most 50 ms): with a read-back of 8 ms and a 10 ms
+/// interval, every delta of keyed_sum builds on the checkpoint
 /// just before it. Triggered at once, they built on the one before that,
 /// carrying two intervals' changes.
 #[test]

@@ -392,8 +392,9 @@ impl Coordinator {
 
     /// The publisher read checkpoint `id` back: its parts may be bases.
     ///
-    /// Until then the next periodic checkpoint waits (at most the
-    /// interval, and 20 ms): triggered at once, its parts would build on
+    /// Until then the next periodic checkpoint waits (at most 50 ms after
+    /// the completion; reading back a 5 MB checkpoint took over 10 ms with
+    /// both cores busy): triggered at once, its parts would build on
     /// the checkpoint before, with the changes of two intervals, or after
     /// a pause of the periodic checkpoints with all of the pause's changes
     /// twice (two such checkpoints of 190 ms in a row, W2 with 1,000,000
@@ -407,11 +408,7 @@ impl Coordinator {
     /// When the next periodic trigger may come for the read-back of the
     /// newest completed checkpoint ([`Coordinator::verified`]).
     fn verified_by_ns(&self) -> u64 {
-        let wait = self
-            .config
-            .interval
-            .unwrap_or_default()
-            .min(std::time::Duration::from_millis(20));
+        let wait = std::time::Duration::from_millis(50);
         self.unverified
             .map_or(0, |(_, t)| t.saturating_add(wait.as_nanos() as u64))
     }

@@ -273,7 +273,9 @@ pub struct CheckpointConfig {
     /// With `incremental`: a subtask writes a full snapshot once its
     /// chain's bytes exceed this multiple of its live state's full size
     /// (positive, finite); a rolling chain (see `full_every`) is bounded
-    /// by its spread instead. Default 2.0.
+    /// by its spread instead, which is lowered for it (the state rewritten
+    /// faster) while its parts are big enough to take it past this ratio.
+    /// Default 2.0.
     #[serde(default = "default_max_chain_ratio")]
     pub max_chain_ratio: f64,
     /// Exactly-once only: an aligned checkpoint whose alignment has not

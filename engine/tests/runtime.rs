@@ -1830,6 +1830,30 @@ fn a_rolling_chain_writes_no_full_part_and_restores_exactly() {
     assert_eq!(*finals.lock().unwrap(), expected_sums(n, keys));
 }
 
+/// When every delta changes a large share of the keys (here a fifth of
+/// 1,000 every 5 ms), a rolling chain of the default spread (400 parts
+/// at this interval) would hold dozens of times the state: the engine
+/// asks for a smaller spread, the state is rewritten faster, and the
+/// newest checkpoint's chain stays a few parts long.
+#[test]
+fn a_rolling_chain_of_big_deltas_stays_short() {
+    use lockgate::storage::{CheckpointStorage, LocalDirStorage, TaskStateKey};
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir_config(dir.path(), false);
+    let (job, _) = paced_sum_job(config, u64::MAX, 1_000, 20);
+    let h = job.start().unwrap();
+    assert!(wait_for(60, || h.checkpoint_counts().completed >= 80));
+    h.stop();
+    let m = h.wait().unwrap();
+    let deltas = m.checkpoints.iter().filter(|c| c.incremental).count();
+    assert!(deltas >= 40, "{deltas} incremental checkpoints");
+    let storage = LocalDirStorage::open(dir.path()).unwrap();
+    let ids = storage.list().unwrap();
+    let newest = storage.load(*ids.last().unwrap()).unwrap();
+    let chain = newest.bases[&TaskStateKey::new("keyed_sum", 0)].len();
+    assert!(chain < 20, "{chain} parts before the newest");
+}
+
 /// A read-back that takes 8 ms, as on a slow disk.
 struct SlowReadBack;
 

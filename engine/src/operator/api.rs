@@ -290,6 +290,15 @@ impl EncodedState {
             chain_from: None,
         }
     }
+
+    /// A rolling delta's bytes: as [`EncodedState::delta`], but a restore
+    /// needs only the chain's parts from checkpoint `from` on.
+    pub fn rolling(bytes: Vec<u8>, full_bytes: u64, from: CheckpointId) -> Self {
+        EncodedState {
+            chain_from: Some(from),
+            ..Self::delta(bytes, full_bytes)
+        }
+    }
 }
 
 impl StateSnapshot {

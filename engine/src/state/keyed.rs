@@ -654,12 +654,7 @@ where
             return Ok(None);
         }
         self.rewrites.insert(req.id, at);
-        Ok(Some(EncodedState {
-            bytes,
-            delta: true,
-            full_bytes,
-            chain_from: Some(from),
-        }))
+        Ok(Some(EncodedState::rolling(bytes, full_bytes, from)))
     }
 }
 

@@ -312,12 +312,7 @@ impl SinkReplica {
         }
         let bytes = postcard::to_extend(&state, lockgate::tuning::snapshot_buffer(size))?;
         self.rewrites.insert(req.id, at);
-        Ok(Some(EncodedState {
-            bytes,
-            delta: true,
-            full_bytes,
-            chain_from: Some(from),
-        }))
+        Ok(Some(EncodedState::rolling(bytes, full_bytes, from)))
     }
 
     /// The part of checkpoint `req.id`, after applying `changes` (taken by

@@ -842,13 +842,6 @@ impl SinkCheck {
         c
     }
 
-    /// The exact size in bytes of [`SinkCheck::compact_piece`]'s encoding.
-    pub fn compact_piece_encoded_size(&self, lo: u64, hi: u64) -> u64 {
-        self.compact_encoded_size() - words_len(self.keys) - words_len(self.keys.div_ceil(64))
-            + words_len(hi - lo)
-            + words_len(hi.div_ceil(64) - lo / 64)
-    }
-
     /// Applies a piece of [`SinkCheck::compact_piece`] taken at keys from
     /// `lo`: its counters and sequence bitset replace this check's, its
     /// keys' last sums and seen flags replace those of the same keys.

@@ -174,7 +174,7 @@ pub(crate) struct SnapshotThreadSetup<E> {
     /// The task runs on a cooperative worker: the worker runs the work in
     /// slices, or, when the storage's `write_part` may wait for I/O, a
     /// snapshot thread at `SCHED_IDLE` does ([`lower_priority`]: workers
-    /// leave it idle time, [`crate::util::background::yield_or_nap`]).
+    /// leave it idle time, [`crate::util::background::any_busy`]).
     /// Else a snapshot thread at the tasks' priority, its turns bounded by
     /// its yield points.
     pub(crate) on_worker: bool,

@@ -197,8 +197,16 @@ pub(crate) fn run_worker(tasks: Vec<WorkerTask>, cancel: Receiver<()>, wait: Wai
                 std::hint::spin_loop();
                 continue;
             }
-            WaitStrategy::SpinPark { spins } if idle_rounds <= spins + YIELDS_BEFORE_PARK => {
-                crate::util::background::yield_or_nap();
+            // While a background thread has work, the worker parks at
+            // once instead of yielding: a yielding worker stays runnable
+            // and leaves that thread no core, while a parked one gives its
+            // core up and wakes when a record comes or a task's deadline
+            // (a source's next send) is due.
+            WaitStrategy::SpinPark { spins }
+                if idle_rounds <= spins + YIELDS_BEFORE_PARK
+                    && !crate::util::background::any_busy() =>
+            {
+                std::thread::yield_now();
                 continue;
             }
             WaitStrategy::Spin => {

@@ -1854,66 +1854,6 @@ fn a_rolling_chain_of_big_deltas_stays_short() {
     assert!(chain < 20, "{chain} parts before the newest");
 }
 
-/// Counts keyed_sum's checks of the parts its deltas build on.
-#[derive(Default)]
-struct CountChecks(std::sync::atomic::AtomicU64);
-
-impl StorageHooks for CountChecks {
-    fn before_check(&self, part: &lockgate::storage::PartHandle) {
-        if part.key.task == "keyed_sum" {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-}
-
-/// Before a delta a subtask checks the chain it builds on: the base's own
-/// part every time, the older ones at most every 100 ms. A rolling chain
-/// at a 5 ms interval with a 1 s `full_min_interval` grows to dozens of
-/// parts; checking each of them before every delta took about as many
-/// checks per delta as the chain's length.
-#[test]
-fn a_long_chain_is_checked_a_few_parts_per_delta() {
-    use lockgate::storage::{LocalDirStorage, TaskStateKey};
-    let dir = tempfile::tempdir().unwrap();
-    let storage = Arc::new(Hooked {
-        inner: LocalDirStorage::open(dir.path()).unwrap(),
-        hooks: CountChecks::default(),
-    });
-    let mut config = JobConfig::default();
-    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
-    config.checkpoint.interval = Some(Duration::from_millis(5));
-    config.checkpoint.full_min_interval = Duration::from_secs(1);
-    config.checkpoint.retained = 1000;
-    let (job, _) = paced_sum_job(config, u64::MAX, 50_000, 20);
-    let started = std::time::Instant::now();
-    let h = job.with_storage(Box::new(storage.clone())).start().unwrap();
-    assert!(wait_for(60, || h.checkpoint_counts().completed >= 80));
-    h.stop();
-    let m = h.wait().unwrap();
-    let tenths = started.elapsed().as_millis() as u64 / 100 + 1;
-    // keyed_sum's parts written as deltas, of both subtasks.
-    let deltas = m
-        .checkpoints
-        .iter()
-        .flat_map(|c| &c.subtasks)
-        .filter(|s| s.task.operator == "keyed_sum" && s.incremental)
-        .count();
-    let ids = storage.list().unwrap();
-    let newest = storage.load(*ids.last().unwrap()).unwrap();
-    let chain = newest.bases[&TaskStateKey::new("keyed_sum", 0)].len();
-    let checks = storage.hooks.0.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(chain >= 20, "the newest chain holds {chain} parts");
-    // Each delta's base, and each part of a chain once per 100 ms of the
-    // run (the chain's length bounds the parts alive at once), for each
-    // of the two subtasks. Every part before every delta was about
-    // `deltas * chain / 2`.
-    let bound = deltas as u64 + 2 * chain as u64 * (tenths + 1);
-    assert!(
-        checks <= bound,
-        "{checks} checks for {deltas} deltas on chains of up to {chain} parts in {tenths} tenths of a second (at most {bound})"
-    );
-}
-
 /// A read-back that takes 8 ms, as on a slow disk.
 struct SlowReadBack;
 

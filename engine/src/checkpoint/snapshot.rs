@@ -357,7 +357,7 @@ impl Drop for AsyncPhase {
 /// (kernel/sched/core.c, `WEIGHT_IDLEPRIO`), so checkpoints still complete,
 /// later. Linux only; elsewhere a no-op.
 ///
-/// Only on cooperative workers ([`SnapshotThreadSetup::idle_priority`]), which park
+/// Only on cooperative workers ([`SnapshotThreadSetup::idle_priority`]), which nap
 /// while a snapshot thread works and so leave it idle time. Tasks on
 /// threads of their own spin and yield while they wait and stay
 /// runnable, so on 2 cores a `SCHED_IDLE` snapshot thread that yields at
@@ -400,17 +400,7 @@ struct IncrementalChain {
     confirmed: Option<CheckpointId>,
     /// The full size of the task's state at its last snapshot, bytes.
     live_bytes: u64,
-    /// When each part of the chain (by its checkpoint) was last found
-    /// intact by [`CheckpointStorage::check_part`], ns.
-    checked: BTreeMap<CheckpointId, u64>,
 }
-
-/// A part of the chain a delta builds on is checked again at most this
-/// often, except the base's own part, checked before every delta: 100 ms.
-/// A rolling chain at a 10 ms interval holds ~200 parts, and every one
-/// `stat`ed before every delta took 600 `stat`s a checkpoint in W2 with
-/// 1,000,000 keys (three rolling tasks).
-const RECHECK_NS: u64 = 100_000_000;
 
 impl IncrementalChain {
     fn verified(&mut self, id: CheckpointId) {
@@ -430,13 +420,12 @@ impl IncrementalChain {
     /// complete on its own at least that often (retention keeps the newest
     /// such one, the fallback when a delta is damaged).
     ///
-    /// The base's chain is checked (`stat`,
-    /// [`CheckpointStorage::check_part`]) first, the base's own part every
-    /// time and the others at most every [`RECHECK_NS`]: a part deleted or
-    /// cut since it was read back makes this part full, so that no
-    /// checkpoint builds on a file seen gone.
+    /// Every part of the base's chain is checked (`stat`,
+    /// [`CheckpointStorage::check_part`]) first: a part deleted or cut
+    /// since it was read back makes this part full, so that no checkpoint
+    /// builds on a file that is gone.
     fn base(
-        &mut self,
+        &self,
         policy: &IncrementalPolicy,
         job: &SnapshotJob,
         storage: &dyn CheckpointStorage,
@@ -461,28 +450,14 @@ impl IncrementalChain {
         if too_long || too_big {
             return None;
         }
-        let now = crate::util::clock::now_ns();
-        // Parts dropped from the chain are not checked again.
-        if let Some(first) = w.chain.first() {
-            self.checked = self.checked.split_off(&first.checkpoint);
-        }
         for part in &w.chain {
-            let recent = self
-                .checked
-                .get(&part.checkpoint)
-                .is_some_and(|t| now.saturating_sub(*t) < RECHECK_NS);
-            if recent && part.checkpoint != c {
-                continue;
-            }
             let _call = crate::util::calls::call(|| {
                 format!("looking at {} of chk-{}", part.file, part.checkpoint)
             });
             if let Err(e) = storage.check_part(part) {
                 tracing::warn!(checkpoint = %job.id, error = %e, "a part this task's next delta would build on is gone or changed: the part is written full");
-                self.checked.remove(&part.checkpoint);
                 return None;
             }
-            self.checked.insert(part.checkpoint, now);
         }
         Some(c)
     }

@@ -160,8 +160,6 @@ pub(crate) trait StorageHooks: Send + Sync {
     fn after_remove_many(&self) {}
     /// Before the publisher reads a checkpoint's parts back.
     fn before_verify(&self) {}
-    /// Before a subtask checks a part its next delta builds on.
-    fn before_check(&self, _part: &PartHandle) {}
 }
 
 /// `inner` with a test's `hooks`: every call of [`CheckpointStorage`]
@@ -199,7 +197,6 @@ impl<S: CheckpointStorage, H: StorageHooks> CheckpointStorage for Hooked<S, H> {
         self.inner.publish(meta, parts)
     }
     fn check_part(&self, part: &PartHandle) -> Result<(), StorageError> {
-        self.hooks.before_check(part);
         self.inner.check_part(part)
     }
     fn verify_part(&self, part: &PartHandle) -> Result<(), StorageError> {

@@ -357,7 +357,7 @@ impl Drop for AsyncPhase {
 /// (kernel/sched/core.c, `WEIGHT_IDLEPRIO`), so checkpoints still complete,
 /// later. Linux only; elsewhere a no-op.
 ///
-/// Only on cooperative workers ([`SnapshotThreadSetup::idle_priority`]), which nap
+/// Only on cooperative workers ([`SnapshotThreadSetup::on_worker`]), which park
 /// while a snapshot thread works and so leave it idle time. Tasks on
 /// threads of their own spin and yield while they wait and stay
 /// runnable, so on 2 cores a `SCHED_IDLE` snapshot thread that yields at

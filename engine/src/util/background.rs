@@ -77,9 +77,10 @@ pub(crate) fn busy() -> Busy {
 /// (docs/benchmarks-history.md, "Background threads yield"): W2 on 2
 /// workers, exactly-once, end-to-end p50 8 ms with idle time left, 20-40
 /// ms without. A nap of 20 µs in the park's place (the earlier way)
-/// delayed every record sent or due during it: W2 at a 10 ms interval,
-/// where a publication is under way much of the time, had its p50 raised
-/// from 1.5 to 2.7 µs (BENCHMARKS.md).
+/// delayed every record sent or due during it: W2 at a 10 ms interval on
+/// 2 workers, p50 with checkpoints on over off 1.50 with naps, 1.36 with
+/// the park (medians of 6 alternated `loadgen --ab` runs,
+/// docs/benchmarks-history.md, "Checkpoints every 10 ms").
 pub(crate) fn any_busy() -> bool {
     BUSY.load(Ordering::Relaxed) > 0
 }
@@ -343,14 +344,11 @@ mod tests {
 
     #[test]
     fn background_threads_count_as_busy_while_their_guard_lives() {
-        // Other tests may hold guards meanwhile: compare with this one's
-        // own count.
-        let before = BUSY.load(Ordering::Relaxed);
+        // Other tests may take and drop guards meanwhile: only what this
+        // guard makes true is certain.
         let busy = busy();
         assert!(any_busy());
-        assert_eq!(BUSY.load(Ordering::Relaxed), before + 1);
         drop(busy);
-        assert!(BUSY.load(Ordering::Relaxed) <= before);
     }
 
     #[test]

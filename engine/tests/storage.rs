@@ -651,11 +651,37 @@ fn check_remove_many(store: &dyn CheckpointStorage) {
     assert_eq!(store.load(CheckpointId(5)).unwrap().states.len(), 3);
 }
 
+/// The temporaries in `store`'s folder: retired checkpoint files kept
+/// for reuse, or an interrupted write's.
+fn temporaries(root: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(".tmp-")
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Deleting leaves at most the two retired files kept for reuse, and
+/// none once the store is dropped.
+fn check_deletion_leaves_no_temporary(store: LocalDirStorage) {
+    let root = store.root().to_path_buf();
+    assert!(temporaries(&root).len() <= 2, "{:?}", temporaries(&root));
+    drop(store);
+    assert_eq!(temporaries(&root), Vec::<PathBuf>::new());
+}
+
 #[test]
 fn remove_many_deletes_all_named_and_stops_at_a_missing_one() {
     let (_d, store) = open();
     check_remove_many(&store);
-    assert_eq!(store.clean_temporaries().unwrap(), 0);
+    check_deletion_leaves_no_temporary(store);
     check_remove_many(&MemoryStorage::new());
 }
 
@@ -663,8 +689,75 @@ fn remove_many_deletes_all_named_and_stops_at_a_missing_one() {
 fn retain_keeps_newest_checkpoints_and_all_savepoints() {
     let (_d, store) = open();
     check_retention(&store);
-    // Deletion leaves no temporary behind.
-    assert_eq!(store.clean_temporaries().unwrap(), 0);
+    check_deletion_leaves_no_temporary(store);
+}
+
+/// A retired checkpoint's file is written over by a later checkpoint
+/// (the same inode), which loads exactly what was written whether the
+/// old file was longer or shorter; a kept file deleted by someone else
+/// is created again.
+#[cfg(unix)]
+#[test]
+fn retired_files_are_written_over_by_later_checkpoints() {
+    use std::os::unix::fs::MetadataExt;
+    let (_d, store) = open();
+    let big = |id: u64| -> Vec<(TaskStateKey, Vec<u8>)> {
+        vec![(TaskStateKey::new("keyed_sum", 0), vec![id as u8; 100_000])]
+    };
+    let small = |id: u64| -> Vec<(TaskStateKey, Vec<u8>)> {
+        vec![(TaskStateKey::new("keyed_sum", 0), vec![id as u8; 10])]
+    };
+    store
+        .write_checkpoint(&meta(1, SnapshotKind::Checkpoint), &big(1))
+        .unwrap();
+    store
+        .write_checkpoint(&meta(2, SnapshotKind::Checkpoint), &small(2))
+        .unwrap();
+    write(&store, 3, SnapshotKind::Checkpoint);
+    let inode = |id: u64| {
+        fs::metadata(store.checkpoint_path(CheckpointId(id)))
+            .unwrap()
+            .ino()
+    };
+    let retired = [inode(1), inode(2), inode(3)];
+    store.remove_many(&ids(&[1, 2, 3])).unwrap();
+    assert_eq!(store.list().unwrap(), ids(&[]));
+    // Two kept (the newest retired last), the third deleted.
+    let kept = temporaries(store.root());
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    // chk-4 writes over the file last kept (chk-2's, 10 bytes of state):
+    // longer. chk-5 over chk-1's (100,000 bytes): shorter, cut.
+    store
+        .write_checkpoint(&meta(4, SnapshotKind::Checkpoint), &states(4))
+        .unwrap();
+    store
+        .write_checkpoint(&meta(5, SnapshotKind::Checkpoint), &small(5))
+        .unwrap();
+    assert_eq!(inode(4), retired[1]);
+    assert_eq!(inode(5), retired[0]);
+    assert_eq!(temporaries(store.root()), Vec::<PathBuf>::new());
+    let loaded = store.load(CheckpointId(4)).unwrap();
+    assert_eq!(loaded.states, states(4).into_iter().collect());
+    let loaded = store.load(CheckpointId(5)).unwrap();
+    assert_eq!(loaded.states, small(5).into_iter().collect());
+    assert!(
+        fs::metadata(store.checkpoint_path(CheckpointId(5)))
+            .unwrap()
+            .len()
+            < 1_000,
+        "chk-5 holds none of chk-1's 100,000 bytes"
+    );
+    // A kept file deleted behind the store's back: the next checkpoint
+    // creates it again.
+    store.remove_many(&ids(&[4])).unwrap();
+    for t in temporaries(store.root()) {
+        fs::remove_file(t).unwrap();
+    }
+    write(&store, 6, SnapshotKind::Checkpoint);
+    assert_eq!(
+        store.load(CheckpointId(6)).unwrap().states,
+        states(6).into_iter().collect()
+    );
 }
 
 #[test]

@@ -498,7 +498,9 @@ pub trait CheckpointStorage: Send + Sync {
     /// durable with one `fsync` of the root, then deletes them: on a file
     /// system where each `fsync` is a device write and flush (~0.2-0.3 ms
     /// here), a chain of N checkpoints retired at once cost N of them,
-    /// in series with the next checkpoint's writes.
+    /// in series with the next checkpoint's writes. It keeps up to two
+    /// retired one-file checkpoints, renamed to temporaries, for the next
+    /// checkpoints to write over ([`LocalDirStorage`](crate::storage::LocalDirStorage)).
     ///
     /// # Errors
     /// As [`remove`](Self::remove), at the first id that fails (those

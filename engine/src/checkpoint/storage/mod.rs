@@ -12,6 +12,7 @@
 //!     _metadata
 //!     keyed_sum-0.state
 //!   .tmp-chk-5-812-7        a write in progress (or abandoned by a crash): ignored
+//!   .tmp-spare-1-812-6      a retired checkpoint's file, kept to be written over
 //! ```
 //!
 //! The tasks' snapshot threads hand their parts over with
@@ -22,10 +23,17 @@
 //! `fsync`s a checkpoint, whatever the number of subtasks (a folder per
 //! checkpoint took one per part, then `_metadata`, the folder and the root).
 //! A rename within one file system is atomic, so only complete checkpoints
-//! ever appear as `chk-<n>`; a crash leaves at most a `.tmp-*` entry, which
+//! ever appear as `chk-<n>`; a crash leaves only `.tmp-*` entries, which
 //! [`CheckpointStorage::list`] ignores and
 //! [`CheckpointStorage::clean_temporaries`] removes. Folders written by
 //! earlier builds are listed, loaded, used as bases and retired as before.
+//!
+//! Retention renames up to two retired checkpoint files to
+//! `.tmp-spare-*`, and the next checkpoints write over them (cut to their
+//! length) instead of creating new files: a file deleted and another
+//! created each checkpoint cost the record path at a 10 ms interval
+//! (freeing and allocating blocks and an inode). Dropping the store's
+//! last handle deletes them; a crash leaves them to `clean_temporaries`.
 //!
 //! # File format
 //!

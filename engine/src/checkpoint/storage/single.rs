@@ -29,13 +29,21 @@ pub(crate) const SINGLE_FILE_VERSION: u16 = 2;
 /// Header bytes: magic, version, metadata length, metadata CRC32C.
 pub(super) const SINGLE_HEADER_LEN: usize = 4 + 2 + 8 + 4;
 
-/// Writes `metadata` and `parts` as one new file at `path` and `fsync`s
-/// it; returns its length.
-pub(super) fn write_single(path: &Path, metadata: &[u8], parts: &[&[u8]]) -> Result<u64> {
+/// Writes `metadata` and `parts` as one file at `path` and `fsync`s it;
+/// returns its length. The file is new, or with `reuse` a file to write
+/// over (a retired checkpoint's, created if gone), cut to what was
+/// written.
+pub(super) fn write_single(
+    path: &Path,
+    metadata: &[u8],
+    parts: &[&[u8]],
+    reuse: bool,
+) -> Result<u64> {
     let _call = crate::util::calls::call(|| format!("writing {}", path.display()));
     let mut file = OpenOptions::new()
         .write(true)
-        .create_new(true)
+        .create_new(!reuse)
+        .create(reuse)
         .open(path)
         .map_err(|e| StorageError::io("creating", path, e))?;
     let mut header = [0u8; SINGLE_HEADER_LEN];
@@ -55,6 +63,18 @@ pub(super) fn write_single(path: &Path, metadata: &[u8], parts: &[&[u8]]) -> Res
         len += part.len() as u64;
     }
     crate::util::background::yield_point();
+    // A longer file written over keeps its tail: cut it (not always: a
+    // truncation costs about what it saves).
+    if reuse
+        && file
+            .metadata()
+            .map_err(|e| StorageError::io("inspecting", path, e))?
+            .len()
+            > len
+    {
+        file.set_len(len)
+            .map_err(|e| StorageError::io("cutting", path, e))?;
+    }
     file.sync_all()
         .map_err(|e| StorageError::io("syncing", path, e))?;
     Ok(len)

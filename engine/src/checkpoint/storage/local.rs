@@ -747,17 +747,21 @@ impl CheckpointStorage for LocalDirStorage {
     /// gets its own error: the errors hold an `io::Error`, which does not
     /// clone).
     fn verify_parts(&self, parts: &[PartHandle]) -> Vec<Result<()>> {
+        // A checkpoint file is read once, its metadata with its parts
+        // (the publisher reads back every checkpoint it publishes).
         let read = |id: CheckpointId| -> Result<(MetadataFile, Stored, Vec<u8>)> {
-            let (meta, stored) = self.read_meta(id)?;
-            let region = match &stored {
+            match self.locate(id)? {
                 Stored::File(path) => {
-                    let (_, region) = super::single::read_single(path)?;
-                    check_file_length(path, &meta, &region)?;
-                    region
+                    let (metadata, region) = super::single::read_single(&path)?;
+                    let meta = self.parse_metadata(id, &path, &metadata)?;
+                    check_file_length(&path, &meta, &region)?;
+                    Ok((meta, Stored::File(path), region))
                 }
-                Stored::Folder(_) => Vec::new(),
-            };
-            Ok((meta, stored, region))
+                Stored::Folder(_) => {
+                    let (meta, stored) = self.read_meta(id)?;
+                    Ok((meta, stored, Vec::new()))
+                }
+            }
         };
         let mut files: HashMap<CheckpointId, Option<(MetadataFile, Stored, Vec<u8>)>> =
             HashMap::new();

@@ -420,10 +420,11 @@ impl IncrementalChain {
     /// complete on its own at least that often (retention keeps the newest
     /// such one, the fallback when a delta is damaged).
     ///
-    /// Every part of the base's chain is checked (`stat`,
-    /// [`CheckpointStorage::check_part`]) first: a part deleted or cut
-    /// since it was read back makes this part full, so that no checkpoint
-    /// builds on a file that is gone.
+    /// Every part of the base's chain is checked
+    /// ([`CheckpointStorage::check_parts`]: a `stat`, or the kernel's word
+    /// that nothing changed since one) first: a part deleted or cut since
+    /// it was read back makes this part full, so that no checkpoint builds
+    /// on a file that is gone.
     fn base(
         &self,
         policy: &IncrementalPolicy,
@@ -450,14 +451,18 @@ impl IncrementalChain {
         if too_long || too_big {
             return None;
         }
-        for part in &w.chain {
-            let _call = crate::util::calls::call(|| {
-                format!("looking at {} of chk-{}", part.file, part.checkpoint)
-            });
-            if let Err(e) = storage.check_part(part) {
-                tracing::warn!(checkpoint = %job.id, error = %e, "a part this task's next delta would build on is gone or changed: the part is written full");
-                return None;
-            }
+        let _call = crate::util::calls::call(|| match (w.chain.first(), w.chain.last()) {
+            (Some(first), Some(last)) => format!(
+                "looking at the {} parts of a chain, chk-{} to chk-{}",
+                w.chain.len(),
+                first.checkpoint,
+                last.checkpoint
+            ),
+            _ => "looking at a chain".into(),
+        });
+        if let Err(e) = storage.check_parts(&w.chain) {
+            tracing::warn!(checkpoint = %job.id, error = %e, "a part this task's next delta would build on is gone or changed: the part is written full");
+            return None;
         }
         Some(c)
     }

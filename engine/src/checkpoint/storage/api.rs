@@ -345,6 +345,19 @@ pub trait CheckpointStorage: Send + Sync {
         Ok(())
     }
 
+    /// [`check_part`](Self::check_part) for each of `parts` (a chain a
+    /// delta builds on), stopping at the first that fails (the default).
+    /// [`LocalDirStorage`](crate::storage::LocalDirStorage) on Linux
+    /// `stat`s each checkpoint file once, and again only after the
+    /// kernel (inotify) reported a change to it: a check still sees every
+    /// change made before it.
+    ///
+    /// # Errors
+    /// As [`check_part`](Self::check_part), for the first part that fails.
+    fn check_parts(&self, parts: &[PartHandle]) -> Result<()> {
+        parts.iter().try_for_each(|p| self.check_part(p))
+    }
+
     /// Reads published part `part` back whole and checks it against what
     /// was written (the size and CRC32C that `_metadata` records): once
     /// per part, in the background, before it may be a base for deltas;
@@ -653,6 +666,9 @@ impl<S: CheckpointStorage + ?Sized> CheckpointStorage for std::sync::Arc<S> {
     }
     fn check_part(&self, part: &PartHandle) -> Result<()> {
         (**self).check_part(part)
+    }
+    fn check_parts(&self, parts: &[PartHandle]) -> Result<()> {
+        (**self).check_parts(parts)
     }
     fn verify_part(&self, part: &PartHandle) -> Result<()> {
         (**self).verify_part(part)

@@ -128,6 +128,8 @@ pub struct LocalDirStorage {
     /// Files of retired checkpoints kept to be written over by the next
     /// ones ([`Spares`]).
     spares: Arc<Spares>,
+    /// What changed in the root since a check found a file intact.
+    watch: Arc<super::watch::Watch>,
 }
 
 /// Retired checkpoint files kept, renamed to temporaries, for the next
@@ -197,6 +199,7 @@ impl LocalDirStorage {
             staged: Arc::default(),
             published_len: Arc::default(),
             spares: Arc::default(),
+            watch: Arc::new(super::watch::Watch::new(parse_chk_name)),
         })
     }
 
@@ -378,6 +381,55 @@ impl LocalDirStorage {
 }
 
 impl LocalDirStorage {
+    /// `stat`s the file of `part` (its checkpoint's, or a folder's part
+    /// file): there, at the size published. Returns whether it was a
+    /// one-file checkpoint.
+    fn stat_part(&self, part: &PartHandle) -> Result<bool> {
+        let path = self.checkpoint_path(part.checkpoint);
+        let meta = match fs::metadata(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(StorageError::MissingStateFile { path })
+            }
+            other => other.map_err(|e| StorageError::io("looking at", &path, e))?,
+        };
+        if meta.is_dir() {
+            // A folder of an earlier build: the part is its own file.
+            let file = path.join(&part.file);
+            let len = match fs::metadata(&file) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    return Err(StorageError::MissingStateFile { path: file })
+                }
+                other => other
+                    .map_err(|e| StorageError::io("looking at", &file, e))?
+                    .len(),
+            };
+            if len != HEADER_LEN as u64 + part.size {
+                return Err(StorageError::StateMismatch {
+                    path: file,
+                    what: "file size",
+                    expected: HEADER_LEN as u64 + part.size,
+                    found: len,
+                });
+            }
+            return Ok(false);
+        }
+        let expected = self
+            .published_len
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&part.checkpoint)
+            .copied();
+        if let Some(expected) = expected.filter(|e| *e != meta.len()) {
+            return Err(StorageError::StateMismatch {
+                path,
+                what: "file size",
+                expected,
+                found: meta.len(),
+            });
+        }
+        Ok(true)
+    }
+
     /// The parts of `key`'s chain up to and including its part in `base`
     /// (oldest first), for checkpoint `id`, each read and validated.
     /// `files` keeps each base file read once for all the subtasks whose
@@ -691,49 +743,12 @@ impl CheckpointStorage for LocalDirStorage {
     }
 
     fn check_part(&self, part: &PartHandle) -> Result<()> {
-        let path = self.checkpoint_path(part.checkpoint);
-        let meta = match fs::metadata(&path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(StorageError::MissingStateFile { path })
-            }
-            other => other.map_err(|e| StorageError::io("looking at", &path, e))?,
-        };
-        if meta.is_dir() {
-            // A folder of an earlier build: the part is its own file.
-            let file = path.join(&part.file);
-            let len = match fs::metadata(&file) {
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    return Err(StorageError::MissingStateFile { path: file })
-                }
-                other => other
-                    .map_err(|e| StorageError::io("looking at", &file, e))?
-                    .len(),
-            };
-            if len != HEADER_LEN as u64 + part.size {
-                return Err(StorageError::StateMismatch {
-                    path: file,
-                    what: "file size",
-                    expected: HEADER_LEN as u64 + part.size,
-                    found: len,
-                });
-            }
-            return Ok(());
-        }
-        let expected = self
-            .published_len
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&part.checkpoint)
-            .copied();
-        if let Some(expected) = expected.filter(|e| *e != meta.len()) {
-            return Err(StorageError::StateMismatch {
-                path,
-                what: "file size",
-                expected,
-                found: meta.len(),
-            });
-        }
-        Ok(())
+        self.check_parts(std::slice::from_ref(part))
+    }
+
+    fn check_parts(&self, parts: &[PartHandle]) -> Result<()> {
+        self.watch
+            .check(&self.root, parts, |part| self.stat_part(part))
     }
 
     fn verify_part(&self, part: &PartHandle) -> Result<()> {

@@ -77,6 +77,7 @@ mod framing;
 mod local;
 mod memory;
 mod single;
+mod watch;
 
 pub use api::{
     unix_time_ms, CheckpointHandle, CheckpointMetadata, CheckpointStorage, JobFingerprint,

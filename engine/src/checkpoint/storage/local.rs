@@ -136,8 +136,9 @@ pub struct LocalDirStorage {
 /// checkpoints to write over instead of deleting one file and creating
 /// another each checkpoint: at a 10 ms interval, W2's record path paid
 /// for the deletion's freed blocks and inode and the new file's
-/// allocation (its p50 on/off, thread per task, 1.41-1.45 against
-/// 1.56-1.66 in alternated rounds; BENCHMARKS.md). RocksDB recycles its
+/// allocation (its p50 on/off with a thread per task: medians 1.43
+/// against 1.56 over alternated runs, docs/benchmarks-history.md,
+/// "The publisher's disk work at 10 ms"). RocksDB recycles its
 /// write-ahead log files for the same reason (`recycle_log_file_num`).
 /// At most [`MAX_SPARES`]; the files are deleted when the last handle on
 /// the store drops, and a crashed process's by the next start's

@@ -747,6 +747,28 @@ fn retired_files_are_written_over_by_later_checkpoints() {
             < 1_000,
         "chk-5 holds none of chk-1's 100,000 bytes"
     );
+    // A kept file that another name links to (a copy made with `ln` or
+    // `cp -al`) is not written over: the copy keeps its checkpoint.
+    store.remove_many(&ids(&[5])).unwrap();
+    let kept = temporaries(store.root());
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let copy = store.root().parent().unwrap().join("copy-of-chk-5");
+    fs::hard_link(&kept[0], &copy).unwrap();
+    let before = fs::read(&copy).unwrap();
+    write(&store, 7, SnapshotKind::Checkpoint);
+    assert_ne!(inode(7), fs::metadata(&copy).unwrap().ino());
+    assert_eq!(fs::read(&copy).unwrap(), before);
+    // One replaced by a symbolic link: its target is left alone.
+    store.remove_many(&ids(&[7])).unwrap();
+    let kept = temporaries(store.root());
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    fs::remove_file(&kept[0]).unwrap();
+    std::os::unix::fs::symlink(&copy, &kept[0]).unwrap();
+    write(&store, 8, SnapshotKind::Checkpoint);
+    assert_eq!(fs::read(&copy).unwrap(), before);
+    assert!(fs::symlink_metadata(store.checkpoint_path(CheckpointId(8)))
+        .unwrap()
+        .is_file());
     // A kept file deleted behind the store's back: the next checkpoint
     // creates it again.
     store.remove_many(&ids(&[4])).unwrap();

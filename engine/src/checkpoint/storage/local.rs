@@ -151,9 +151,34 @@ struct Spares(Mutex<Vec<PathBuf>>);
 const MAX_SPARES: usize = 2;
 
 impl Spares {
+    /// A kept file to write over, if one is still a plain file of its own:
+    /// one replaced by a symbolic link, or linked elsewhere too (a copy
+    /// made with `ln` or `cp -al`), is deleted instead, so that writing
+    /// over it never changes a file another name shows.
     fn take(&self) -> Option<PathBuf> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).pop()
+        let path = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()?;
+        match fs::symlink_metadata(&path) {
+            Ok(m) if is_own_file(&m) => Some(path),
+            Ok(_) => {
+                let _ = fs::remove_file(&path);
+                None
+            }
+            Err(_) => None,
+        }
     }
+}
+
+/// A regular file with no other name (hard link).
+fn is_own_file(meta: &fs::Metadata) -> bool {
+    #[cfg(unix)]
+    let single = std::os::unix::fs::MetadataExt::nlink(meta) == 1;
+    #[cfg(not(unix))]
+    let single = true;
+    meta.file_type().is_file() && single
 }
 
 impl Drop for Spares {
@@ -959,7 +984,8 @@ impl CheckpointStorage for LocalDirStorage {
             if let Stored::File(_) = stored {
                 let _call = crate::util::calls::call(|| format!("retiring {}", path.display()));
                 let mut spares = self.spares.0.lock().unwrap_or_else(PoisonError::into_inner);
-                let retired = if spares.len() < MAX_SPARES {
+                let own = fs::symlink_metadata(&path).is_ok_and(|m| is_own_file(&m));
+                let retired = if own && spares.len() < MAX_SPARES {
                     let spare = self.temp_path("spare", id);
                     fs::rename(&path, &spare).map(|()| spares.push(spare))
                 } else {

@@ -40,10 +40,13 @@ pub(super) fn write_single(
     reuse: bool,
 ) -> Result<u64> {
     let _call = crate::util::calls::call(|| format!("writing {}", path.display()));
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(!reuse)
-        .create(reuse)
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(!reuse).create(reuse);
+    // A file written over must be the one the store kept, not where a
+    // symbolic link put in its place points.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW);
+    let mut file = options
         .open(path)
         .map_err(|e| StorageError::io("creating", path, e))?;
     let mut header = [0u8; SINGLE_HEADER_LEN];

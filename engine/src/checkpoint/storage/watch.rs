@@ -10,9 +10,11 @@
 //! (one `read` that usually finds none). The kernel queues an event in
 //! the system call that made the change, so a check sees every change
 //! made before it, as a `stat` would: a file deleted, renamed, replaced,
-//! cut or grown. Elsewhere (another system, a network file system, whose
-//! other hosts' changes inotify does not report, no inotify instance
-//! left) every check is a `stat`, as before.
+//! cut or grown. Each check also `stat`s the root, so that a path that
+//! now leads to another folder (a symbolic link repointed, a folder
+//! renamed or mounted over) stops the watch. Elsewhere (another system,
+//! a network file system, whose other hosts' changes inotify does not
+//! report, no inotify instance left) every check is a `stat`, as before.
 
 use super::api::{PartHandle, Result};
 use crate::types::element::CheckpointId;
@@ -38,6 +40,9 @@ enum State {
     #[cfg(target_os = "linux")]
     On {
         fd: std::os::fd::OwnedFd,
+        /// The watched folder (device, inode): the root's path must
+        /// still lead to it.
+        folder: (u64, u64),
         /// Checkpoints whose file a `stat` found intact, with no event
         /// naming it since.
         intact: HashSet<CheckpointId>,
@@ -130,13 +135,18 @@ impl State {
         #[cfg(target_os = "linux")]
         {
             if let State::Untried = self {
-                *self = linux::start(root).map_or(State::Off, |fd| State::On {
+                *self = linux::start(root).map_or(State::Off, |(fd, folder)| State::On {
                     fd,
+                    folder,
                     intact: HashSet::new(),
                 });
             }
-            if let State::On { fd, intact } = self {
-                if !linux::drain(fd, intact, parse) {
+            if let State::On { fd, folder, intact } = self {
+                // The path may lead elsewhere now (a symbolic link
+                // repointed, a folder renamed or mounted over), which no
+                // event of the watched folder tells: one `stat` of the
+                // root a check.
+                if linux::folder_of(root) != Some(*folder) || !linux::drain(fd, intact, parse) {
                     *self = State::Off;
                 }
             }
@@ -169,9 +179,17 @@ mod linux {
         0x794C_7630,
     ];
 
+    /// The device and inode of the folder `root` leads to.
+    pub(super) fn folder_of(root: &Path) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(root).ok().map(|m| (m.dev(), m.ino()))
+    }
+
     /// A non-blocking inotify instance watching `root` for every change
-    /// to its entries; `None` where that cannot be had.
-    pub(super) fn start(root: &Path) -> Option<OwnedFd> {
+    /// to its entries, and the folder it watches; `None` where that
+    /// cannot be had.
+    pub(super) fn start(root: &Path) -> Option<(OwnedFd, (u64, u64))> {
+        let folder = folder_of(root)?;
         let fs = rustix::fs::statfs(root).ok()?;
         #[allow(clippy::unnecessary_cast)] // i64 on x86-64, not everywhere
         let kind = fs.f_type as i64;
@@ -189,7 +207,7 @@ mod linux {
             | WatchFlags::MOVE_SELF
             | WatchFlags::ONLYDIR;
         inotify::add_watch(&fd, root, flags).ok()?;
-        Some(fd)
+        Some((fd, folder))
     }
 
     /// Reads the queued events: a `chk-<n>` named is no longer known
@@ -315,6 +333,34 @@ mod tests {
         fs::rename(root.join("chk-2"), root.join(".tmp-spare-2")).unwrap();
         let (statted, r) = check(&watch, root, 2);
         assert!(statted && r.is_err());
+    }
+
+    /// When the root's path leads to another folder (a symbolic link
+    /// repointed), the watch stops: the new folder's files are `stat`ed.
+    #[test]
+    fn the_watch_stops_when_its_path_leads_elsewhere() {
+        let dir = tempfile::tempdir().unwrap();
+        for d in ["a", "b"] {
+            fs::create_dir(dir.path().join(d)).unwrap();
+            fs::write(dir.path().join(d).join("chk-1"), b"one").unwrap();
+        }
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path().join("a"), &link).unwrap();
+        let watch = Watch::new(parse);
+        assert!(check(&watch, &link, 1).1.is_ok());
+        if !watch.is_on() {
+            return;
+        }
+        assert!(!check(&watch, &link, 1).0);
+        // Repointed (atomically, by a rename over the link) at a folder
+        // whose chk-1 is gone.
+        fs::remove_file(dir.path().join("b").join("chk-1")).unwrap();
+        let tmp = dir.path().join("link2");
+        std::os::unix::fs::symlink(dir.path().join("b"), &tmp).unwrap();
+        fs::rename(&tmp, &link).unwrap();
+        let (statted, r) = check(&watch, &link, 1);
+        assert!(statted && r.is_err(), "the gone file is seen");
+        assert!(!watch.is_on());
     }
 
     /// When the watched folder itself is moved, the watch stops and

@@ -32,7 +32,9 @@
 //! `.tmp-spare-*`, and the next checkpoints write over them (cut to their
 //! length) instead of creating new files: a file deleted and another
 //! created each checkpoint cost the record path at a 10 ms interval
-//! (freeing and allocating blocks and an inode). Dropping the store's
+//! (freeing and allocating blocks and an inode). A file with another name
+//! (a hard link) or replaced by a symbolic link is deleted, never written
+//! over. Dropping the store's
 //! last handle deletes them; a crash leaves them to `clean_temporaries`.
 //!
 //! # File format

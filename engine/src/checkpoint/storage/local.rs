@@ -155,14 +155,15 @@ impl Spares {
     /// one replaced by a symbolic link, or linked elsewhere too (a copy
     /// made with `ln` or `cp -al`), is deleted instead, so that writing
     /// over it never changes a file another name shows.
-    fn take(&self) -> Option<PathBuf> {
+    /// Returns the file and its length.
+    fn take(&self) -> Option<(PathBuf, u64)> {
         let path = self
             .0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop()?;
         match fs::symlink_metadata(&path) {
-            Ok(m) if is_own_file(&m) => Some(path),
+            Ok(m) if is_own_file(&m) => Some((path, m.len())),
             Ok(_) => {
                 let _ = fs::remove_file(&path);
                 None
@@ -747,8 +748,8 @@ impl CheckpointStorage for LocalDirStorage {
             reason: format!("cannot serialize: {e}"),
         })?;
         let spare = self.spares.take();
-        let reuse = spare.is_some();
-        let tmp = spare.unwrap_or_else(|| self.temp_path("chk", meta.id));
+        let reuse = spare.as_ref().map(|(_, len)| *len);
+        let tmp = spare.map_or_else(|| self.temp_path("chk", meta.id), |(path, _)| path);
         let slices: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
         let written =
             super::single::write_single(&tmp, &json, &slices, reuse).inspect_err(|_| {
@@ -984,8 +985,9 @@ impl CheckpointStorage for LocalDirStorage {
             if let Stored::File(_) = stored {
                 let _call = crate::util::calls::call(|| format!("retiring {}", path.display()));
                 let mut spares = self.spares.0.lock().unwrap_or_else(PoisonError::into_inner);
-                let own = fs::symlink_metadata(&path).is_ok_and(|m| is_own_file(&m));
-                let retired = if own && spares.len() < MAX_SPARES {
+                // Whether it may be written over is decided when it is
+                // taken (`Spares::take`).
+                let retired = if spares.len() < MAX_SPARES {
                     let spare = self.temp_path("spare", id);
                     fs::rename(&path, &spare).map(|()| spares.push(spare))
                 } else {

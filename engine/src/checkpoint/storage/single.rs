@@ -30,18 +30,21 @@ pub(crate) const SINGLE_FILE_VERSION: u16 = 2;
 pub(super) const SINGLE_HEADER_LEN: usize = 4 + 2 + 8 + 4;
 
 /// Writes `metadata` and `parts` as one file at `path` and `fsync`s it;
-/// returns its length. The file is new, or with `reuse` a file to write
-/// over (a retired checkpoint's, created if gone), cut to what was
-/// written.
+/// returns its length. The file is new, or with `reuse: Some(length)` a
+/// file of that length to write over (a retired checkpoint's, created if
+/// gone), cut to what was written.
 pub(super) fn write_single(
     path: &Path,
     metadata: &[u8],
     parts: &[&[u8]],
-    reuse: bool,
+    reuse: Option<u64>,
 ) -> Result<u64> {
     let _call = crate::util::calls::call(|| format!("writing {}", path.display()));
     let mut options = OpenOptions::new();
-    options.write(true).create_new(!reuse).create(reuse);
+    options
+        .write(true)
+        .create_new(reuse.is_none())
+        .create(reuse.is_some());
     // A file written over must be the one the store kept, not where a
     // symbolic link put in its place points.
     #[cfg(unix)]
@@ -68,13 +71,7 @@ pub(super) fn write_single(
     crate::util::background::yield_point();
     // A longer file written over keeps its tail: cut it (not always: a
     // truncation costs about what it saves).
-    if reuse
-        && file
-            .metadata()
-            .map_err(|e| StorageError::io("inspecting", path, e))?
-            .len()
-            > len
-    {
+    if reuse.is_some_and(|old| old > len) {
         file.set_len(len)
             .map_err(|e| StorageError::io("cutting", path, e))?;
     }

@@ -740,13 +740,26 @@ fn retired_files_are_written_over_by_later_checkpoints() {
     assert_eq!(loaded.states, states(4).into_iter().collect());
     let loaded = store.load(CheckpointId(5)).unwrap();
     assert_eq!(loaded.states, small(5).into_iter().collect());
-    assert!(
-        fs::metadata(store.checkpoint_path(CheckpointId(5)))
+    let len = |id: u64| {
+        fs::metadata(store.checkpoint_path(CheckpointId(id)))
             .unwrap()
             .len()
-            < 1_000,
-        "chk-5 holds none of chk-1's 100,000 bytes"
-    );
+    };
+    // The length is rounded up to a page, with spaces in the metadata.
+    assert_eq!(len(5), 4096, "chk-5 holds none of chk-1's 100,000 bytes");
+    assert_eq!(len(4) % 4096, 0);
+    // A checkpoint a little larger than the one it writes over keeps the
+    // file's length (no size change for the file system to journal).
+    let sized = |n: usize| vec![(TaskStateKey::new("keyed_sum", 0), vec![7u8; n])];
+    store.remove_many(&ids(&[5])).unwrap();
+    store
+        .write_checkpoint(&meta(6, SnapshotKind::Checkpoint), &sized(300))
+        .unwrap();
+    assert_eq!((inode(6), len(6)), (retired[0], 4096));
+    let loaded = store.load(CheckpointId(6)).unwrap();
+    assert_eq!(loaded.states, sized(300).into_iter().collect());
+    store.remove_many(&ids(&[6])).unwrap();
+    write(&store, 5, SnapshotKind::Checkpoint);
     // A kept file that another name links to (a copy made with `ln` or
     // `cp -al`) is not written over: the copy keeps its checkpoint.
     store.remove_many(&ids(&[5])).unwrap();
@@ -780,6 +793,60 @@ fn retired_files_are_written_over_by_later_checkpoints() {
         store.load(CheckpointId(6)).unwrap().states,
         states(6).into_iter().collect()
     );
+}
+
+/// A one-file checkpoint as builds before the 4 KiB padding wrote it (the
+/// metadata's trailing spaces removed, its length and CRC32C set again)
+/// loads and is retired.
+#[test]
+fn a_one_file_checkpoint_without_padding_loads() {
+    let (_d, store) = open();
+    write(&store, 1, SnapshotKind::Checkpoint);
+    let path = store.checkpoint_path(CheckpointId(1));
+    let bytes = fs::read(&path).unwrap();
+    assert_eq!(bytes.len() % 4096, 0);
+    let m = u64::from_le_bytes(bytes[6..14].try_into().unwrap()) as usize;
+    let metadata = &bytes[18..18 + m];
+    let unpadded = metadata.trim_ascii_end();
+    assert!(unpadded.len() < m, "the file was padded");
+    let mut old = bytes[..6].to_vec();
+    old.extend_from_slice(&(unpadded.len() as u64).to_le_bytes());
+    old.extend_from_slice(&crc32c::crc32c(unpadded).to_le_bytes());
+    old.extend_from_slice(unpadded);
+    old.extend_from_slice(&bytes[18 + m..]);
+    fs::remove_file(&path).unwrap();
+    fs::write(&path, &old).unwrap();
+    let store = LocalDirStorage::open(store.root()).unwrap();
+    assert_eq!(
+        store.load(CheckpointId(1)).unwrap().states,
+        states(1).into_iter().collect()
+    );
+    store.remove_many(&ids(&[1])).unwrap();
+    assert_eq!(store.list().unwrap(), ids(&[]));
+}
+
+#[test]
+fn a_retired_file_of_the_length_needed_is_written_over_first() {
+    use std::os::unix::fs::MetadataExt;
+    let (_d, store) = open();
+    let sized = |n: usize| vec![(TaskStateKey::new("keyed_sum", 0), vec![7u8; n])];
+    let stat = |id: u64| fs::metadata(store.checkpoint_path(CheckpointId(id))).unwrap();
+    store
+        .write_checkpoint(&meta(1, SnapshotKind::Checkpoint), &sized(100))
+        .unwrap();
+    store
+        .write_checkpoint(&meta(2, SnapshotKind::Checkpoint), &sized(10_000))
+        .unwrap();
+    let one_page = stat(1).ino();
+    assert_eq!((stat(1).len(), stat(2).len()), (4096, 3 * 4096));
+    // Both kept; chk-2's, retired last, would be the one taken otherwise.
+    store.remove_many(&ids(&[1, 2])).unwrap();
+    store
+        .write_checkpoint(&meta(3, SnapshotKind::Checkpoint), &sized(200))
+        .unwrap();
+    assert_eq!((stat(3).ino(), stat(3).len()), (one_page, 4096));
+    let loaded = store.load(CheckpointId(3)).unwrap();
+    assert_eq!(loaded.states, sized(200).into_iter().collect());
 }
 
 #[test]

@@ -143,8 +143,9 @@ pub struct LocalDirStorage {
 /// At most [`MAX_SPARES`]; the files are deleted when the last handle on
 /// the store drops, and a crashed process's by the next start's
 /// [`clean_temporaries`](CheckpointStorage::clean_temporaries).
+/// Each with its length when this handle published it.
 #[derive(Debug, Default)]
-struct Spares(Mutex<Vec<PathBuf>>);
+struct Spares(Mutex<Vec<(PathBuf, Option<u64>)>>);
 
 /// Retired files kept for reuse: retention retires about one checkpoint
 /// per completed one.
@@ -155,13 +156,17 @@ impl Spares {
     /// one replaced by a symbolic link, or linked elsewhere too (a copy
     /// made with `ln` or `cp -al`), is deleted instead, so that writing
     /// over it never changes a file another name shows.
-    /// Returns the file and its length.
-    fn take(&self) -> Option<(PathBuf, u64)> {
-        let path = self
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop()?;
+    /// One of length `want` is taken first (written over, its length does
+    /// not change: see [`single`](super::single)). Returns the file and
+    /// its length.
+    fn take(&self, want: u64) -> Option<(PathBuf, u64)> {
+        let (path, _) = {
+            let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            match kept.iter().position(|(_, len)| *len == Some(want)) {
+                Some(i) => kept.remove(i),
+                None => kept.pop()?,
+            }
+        };
         match fs::symlink_metadata(&path) {
             Ok(m) if is_own_file(&m) => Some((path, m.len())),
             Ok(_) => {
@@ -184,7 +189,7 @@ fn is_own_file(meta: &fs::Metadata) -> bool {
 
 impl Drop for Spares {
     fn drop(&mut self) {
-        for path in self
+        for (path, _) in self
             .0
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
@@ -747,7 +752,8 @@ impl CheckpointStorage for LocalDirStorage {
             path: target.clone(),
             reason: format!("cannot serialize: {e}"),
         })?;
-        let spare = self.spares.take();
+        let content = super::single::SINGLE_HEADER_LEN + json.len() + offset as usize;
+        let spare = self.spares.take(super::single::padded_len(content) as u64);
         let reuse = spare.as_ref().map(|(_, len)| *len);
         let tmp = spare.map_or_else(|| self.temp_path("chk", meta.id), |(path, _)| path);
         let slices: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
@@ -989,7 +995,13 @@ impl CheckpointStorage for LocalDirStorage {
                 // taken (`Spares::take`).
                 let retired = if spares.len() < MAX_SPARES {
                     let spare = self.temp_path("spare", id);
-                    fs::rename(&path, &spare).map(|()| spares.push(spare))
+                    let len = self
+                        .published_len
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .get(&id)
+                        .copied();
+                    fs::rename(&path, &spare).map(|()| spares.push((spare, len)))
                 } else {
                     fs::remove_file(&path)
                 };
@@ -1116,7 +1128,15 @@ fn publish(tmp: &Path, target: &Path, id: CheckpointId, root: &Path) -> Result<(
             path: target.to_path_buf(),
         });
     }
-    fs::rename(tmp, target).map_err(|e| StorageError::io("publishing", target, e))?;
+    fs::rename(tmp, target).map_err(|e| {
+        // A temporary gone before its rename was deleted by someone else:
+        // name it, not the checkpoint that was never there.
+        if e.kind() == io::ErrorKind::NotFound && !tmp.exists() {
+            StorageError::io("publishing (the written file vanished)", tmp, e)
+        } else {
+            StorageError::io("publishing", target, e)
+        }
+    })?;
     sync_dir(root)
 }
 

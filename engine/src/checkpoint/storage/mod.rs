@@ -19,7 +19,7 @@
 //! [`CheckpointStorage::write_part`], which keeps them in memory: a part is
 //! durable once [`CheckpointStorage::publish`] has returned. `publish`
 //! writes the metadata and every part into one `.tmp-chk-<n>-<pid>-<k>`
-//! file, `fsync`s it, renames it to `chk-<n>` and `fsync`s the root: two
+//! file, `fdatasync`s it, renames it to `chk-<n>` and `fsync`s the root: two
 //! `fsync`s a checkpoint, whatever the number of subtasks (a folder per
 //! checkpoint took one per part, then `_metadata`, the folder and the root).
 //! A rename within one file system is atomic, so only complete checkpoints
@@ -32,7 +32,9 @@
 //! `.tmp-spare-*`, and the next checkpoints write over them (cut to their
 //! length) instead of creating new files: a file deleted and another
 //! created each checkpoint cost the record path at a 10 ms interval
-//! (freeing and allocating blocks and an inode). A file with another name
+//! (freeing and allocating blocks and an inode). A spare of the length the
+//! new file needs is taken first: its `fdatasync` then has no size change
+//! to journal. A file with another name
 //! (a hard link) or replaced by a symbolic link is deleted, never written
 //! over. Dropping the store's
 //! last handle deletes them; a crash leaves them to `clean_temporaries`.
@@ -47,10 +49,12 @@
 //! | 2     | format version 2, u16 LE                           |
 //! | 8     | metadata length `m`, u64 LE                        |
 //! | 4     | CRC32C (Castagnoli) of the metadata, u32 LE        |
-//! | m     | metadata (JSON): id, kind, times, job fingerprint, each part's offset, size and CRC32C |
+//! | m     | metadata (JSON): id, kind, times, job fingerprint, each part's offset, size and CRC32C; then spaces |
 //! | ...   | the parts, one after another                       |
 //!
 //! The file's length must be exactly the header, the metadata and the parts.
+//! The spaces round it up to a multiple of 4 KiB, so that a retired file
+//! written over keeps its length (files of earlier builds have none).
 //! In a folder (version [`FORMAT_VERSION`], 1), every file (state files and
 //! `_metadata`) is framed alone:
 //!

@@ -9,13 +9,20 @@
 //! | 2     | [`SINGLE_FILE_VERSION`] (2), u16 LE                |
 //! | 8     | metadata length `m`, u64 LE                        |
 //! | 4     | CRC32C of the metadata, u32 LE                     |
-//! | m     | metadata: the JSON of a folder's `_metadata`, each part's offset added |
+//! | m     | metadata: the JSON of a folder's `_metadata`, each part's offset added, then spaces |
 //! | ...   | the parts, one after another, each at its offset   |
 //!
 //! Each part's size and CRC32C are in the metadata, and the file's length
 //! must be exactly the header, the metadata and the parts: a cut or grown
 //! file, or a flipped byte anywhere, is found and named. A build that
 //! reads only folders refuses the file by its version.
+//!
+//! The spaces (JSON whitespace, inside the metadata's length and CRC32C)
+//! round the file's length up to [`LENGTH_STEP`]: a retired file written
+//! over then keeps its length while checkpoints stay about the same size,
+//! so its `fdatasync` flushes data only, with no size change for the file
+//! system to journal (ext4, 20 KB: ~85 µs against ~130-190 µs when the
+//! length changes).
 
 use super::api::{Result, StorageError};
 use std::fs::{File, OpenOptions};
@@ -29,10 +36,23 @@ pub(crate) const SINGLE_FILE_VERSION: u16 = 2;
 /// Header bytes: magic, version, metadata length, metadata CRC32C.
 pub(super) const SINGLE_HEADER_LEN: usize = 4 + 2 + 8 + 4;
 
-/// Writes `metadata` and `parts` as one file at `path` and `fsync`s it;
-/// returns its length. The file is new, or with `reuse: Some(length)` a
-/// file of that length to write over (a retired checkpoint's, created if
-/// gone), cut to what was written.
+/// A one-file checkpoint's length is a multiple of this (one page).
+pub(super) const LENGTH_STEP: usize = 4096;
+
+/// The length of a one-file checkpoint of `content` bytes (header,
+/// metadata and parts), once padded.
+pub(super) fn padded_len(content: usize) -> usize {
+    content.next_multiple_of(LENGTH_STEP)
+}
+
+/// The padding's bytes.
+static SPACES: [u8; LENGTH_STEP] = [b' '; LENGTH_STEP];
+
+/// Writes `metadata` (padded) and `parts` as one file at `path` and
+/// `fdatasync`s it; returns its length. The file is new, or with
+/// `reuse: Some(length)` a file of that length to write over (a retired
+/// checkpoint's, created if gone), cut to what was written. The file's
+/// name is made durable by the caller (rename, then the root's `fsync`).
 pub(super) fn write_single(
     path: &Path,
     metadata: &[u8],
@@ -52,15 +72,19 @@ pub(super) fn write_single(
     let mut file = options
         .open(path)
         .map_err(|e| StorageError::io("creating", path, e))?;
+    let content = SINGLE_HEADER_LEN + metadata.len() + parts.iter().map(|p| p.len()).sum::<usize>();
+    let padding = &SPACES[..padded_len(content) - content];
+    let crc = crc32c::crc32c_append(crc32c::crc32c(metadata), padding);
     let mut header = [0u8; SINGLE_HEADER_LEN];
     header[0..4].copy_from_slice(&super::MAGIC);
     header[4..6].copy_from_slice(&SINGLE_FILE_VERSION.to_le_bytes());
-    header[6..14].copy_from_slice(&(metadata.len() as u64).to_le_bytes());
-    header[14..18].copy_from_slice(&crc32c::crc32c(metadata).to_le_bytes());
+    header[6..14].copy_from_slice(&((metadata.len() + padding.len()) as u64).to_le_bytes());
+    header[14..18].copy_from_slice(&crc.to_le_bytes());
     let io = |e| StorageError::io("writing", path, e);
     file.write_all(&header).map_err(io)?;
     file.write_all(metadata).map_err(io)?;
-    let mut len = (SINGLE_HEADER_LEN + metadata.len()) as u64;
+    file.write_all(padding).map_err(io)?;
+    let mut len = (SINGLE_HEADER_LEN + metadata.len() + padding.len()) as u64;
     for part in parts {
         // Megabytes into the page cache are milliseconds of a background
         // thread's CPU: give the core back between parts.
@@ -75,7 +99,8 @@ pub(super) fn write_single(
         file.set_len(len)
             .map_err(|e| StorageError::io("cutting", path, e))?;
     }
-    file.sync_all()
+    // Data and length, not the times: nothing reads them.
+    file.sync_data()
         .map_err(|e| StorageError::io("syncing", path, e))?;
     Ok(len)
 }

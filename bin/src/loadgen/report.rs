@@ -276,7 +276,7 @@ impl CheckpointsJson {
                 }
                 let _ = writeln!(
                     s,
-                    "    written per checkpoint p50 {} B (p99 {} B; as stored, metadata included), full state at the last checkpoint {} B; max buffered in alignment {} B",
+                    "    written per checkpoint p50 {} B (p99 {} B; as stored, metadata and padding included, to 3 significant digits), full state at the last checkpoint {} B; max buffered in alignment {} B",
                     cp.checkpointed_bytes.p50,
                     cp.checkpointed_bytes.p99,
                     cp.state_bytes_last,

@@ -825,6 +825,67 @@ fn a_one_file_checkpoint_without_padding_loads() {
     assert_eq!(store.list().unwrap(), ids(&[]));
 }
 
+/// Loads `id` on another thread: a read that blocks (a FIFO) fails the
+/// test instead of hanging it.
+fn load_error_within(store: &LocalDirStorage, id: u64) -> String {
+    let store = store.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(store.load(CheckpointId(id)).map(|_| ()));
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(r) => r.expect_err("it loaded").to_string(),
+        Err(_) => panic!("loading chk-{id} did not return in 60 s"),
+    }
+}
+
+#[test]
+fn a_fifo_or_device_in_place_of_a_checkpoint_file_is_refused_not_waited_on() {
+    let (_d, store) = open();
+    write(&store, 1, SnapshotKind::Checkpoint);
+    let fifo = store.checkpoint_path(CheckpointId(2));
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let err = load_error_within(&store, 2);
+    assert!(
+        err.contains("not a regular file") && err.contains("chk-2"),
+        "{err}"
+    );
+    std::os::unix::fs::symlink("/dev/zero", store.checkpoint_path(CheckpointId(3))).unwrap();
+    let err = load_error_within(&store, 3);
+    assert!(
+        err.contains("not a regular file") && err.contains("chk-3"),
+        "{err}"
+    );
+    assert_eq!(
+        store.load(CheckpointId(1)).unwrap().states,
+        states(1).into_iter().collect()
+    );
+}
+
+/// A cut one-file checkpoint's error gives the file's own length.
+#[test]
+fn a_cut_file_is_named_with_its_length() {
+    let (_d, store) = open();
+    write(&store, 1, SnapshotKind::Checkpoint);
+    let path = store.checkpoint_path(CheckpointId(1));
+    let len = fs::metadata(&path).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len - 3)
+        .unwrap();
+    let err = store.load(CheckpointId(1)).unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("holds {} bytes", len - 3)) && err.contains(&format!("says {len}")),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_retired_file_of_the_length_needed_is_written_over_first() {
     use std::os::unix::fs::MetadataExt;

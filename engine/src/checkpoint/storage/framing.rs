@@ -3,8 +3,44 @@
 //! CRC32C, then the payload (the table is in [`super`]'s docs).
 
 use super::api::{Result, StorageError};
-use std::fs::{self, File};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
 use std::path::Path;
+
+/// Opens the checkpoint file at `path` for reading, if it is a regular
+/// file (a symbolic link to one is followed); returns it and its length.
+/// Anything else is refused with an error naming it: a FIFO put in its
+/// place would block the open or the read forever, and a device such as
+/// `/dev/zero` never ends. The open does not wait (`O_NONBLOCK`, which a
+/// regular file ignores).
+pub(super) fn open_regular(path: &Path) -> Result<(File, u64)> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let file = options
+        .open(path)
+        .map_err(|e| StorageError::io("reading", path, e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| StorageError::io("inspecting", path, e))?;
+    if !meta.is_file() {
+        let e = io::Error::new(io::ErrorKind::InvalidInput, "not a regular file");
+        return Err(StorageError::io("reading", path, e));
+    }
+    Ok((file, meta.len()))
+}
+
+/// Reads the regular file at `path` whole ([`open_regular`]), at most
+/// the length it had when opened.
+pub(super) fn read_regular(path: &Path) -> Result<Vec<u8>> {
+    let (file, len) = open_regular(path)?;
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(len)
+        .read_to_end(&mut bytes)
+        .map_err(|e| StorageError::io("reading", path, e))?;
+    Ok(bytes)
+}
 
 /// The 4 bytes every checkpoint file starts with ("LockGate ChecKpoint").
 pub const MAGIC: [u8; 4] = *b"LGCK";
@@ -20,7 +56,7 @@ pub(super) const HEADER_LEN: usize = 4 + 2 + 8 + 4;
 /// CRC32C, and returns the payload.
 pub(super) fn read_framed(path: &Path) -> Result<Vec<u8>> {
     let _call = crate::util::calls::call(|| format!("reading {}", path.display()));
-    let mut bytes = fs::read(path).map_err(|e| StorageError::io("reading", path, e))?;
+    let mut bytes = read_regular(path)?;
     let found_len = bytes.len() as u64;
     if bytes[..bytes.len().min(4)] != MAGIC[..bytes.len().min(4)] {
         return Err(StorageError::BadMagic {

@@ -568,9 +568,17 @@ fn part_in_file(path: &Path, parts: &[u8], entry: &StateFileEntry) -> Result<Vec
 
 /// Checks that the parts of a one-file checkpoint fill its parts region
 /// exactly (a cut or grown file).
-fn check_file_length(path: &Path, meta: &MetadataFile, parts: &[u8]) -> Result<()> {
-    let expected: u64 = meta.states.iter().map(|e| e.size).sum();
-    let found = parts.len() as u64;
+/// `metadata_len`: the metadata's bytes (padding included), so that the
+/// error gives the whole file's lengths.
+fn check_file_length(
+    path: &Path,
+    meta: &MetadataFile,
+    metadata_len: usize,
+    parts: &[u8],
+) -> Result<()> {
+    let start = (super::single::SINGLE_HEADER_LEN + metadata_len) as u64;
+    let expected: u64 = start + meta.states.iter().map(|e| e.size).sum::<u64>();
+    let found = start + parts.len() as u64;
     match found.cmp(&expected) {
         std::cmp::Ordering::Equal => Ok(()),
         std::cmp::Ordering::Less => Err(StorageError::Truncated {
@@ -802,7 +810,7 @@ impl CheckpointStorage for LocalDirStorage {
                 Stored::File(path) => {
                     let (metadata, region) = super::single::read_single(&path)?;
                     let meta = self.parse_metadata(id, &path, &metadata)?;
-                    check_file_length(&path, &meta, &region)?;
+                    check_file_length(&path, &meta, metadata.len(), &region)?;
                     Ok((meta, Stored::File(path), region))
                 }
                 Stored::Folder(_) => {
@@ -895,8 +903,8 @@ impl CheckpointStorage for LocalDirStorage {
         let (meta, stored) = self.read_meta(id)?;
         let region = match &stored {
             Stored::File(path) => {
-                let (_, region) = super::single::read_single(path)?;
-                check_file_length(path, &meta, &region)?;
+                let (metadata, region) = super::single::read_single(path)?;
+                check_file_length(path, &meta, metadata.len(), &region)?;
                 Some(region)
             }
             Stored::Folder(_) => None,

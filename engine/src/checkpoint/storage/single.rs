@@ -102,6 +102,21 @@ pub(super) fn write_single(
     // Data and length, not the times: nothing reads them.
     file.sync_data()
         .map_err(|e| StorageError::io("syncing", path, e))?;
+    // The caller renames whatever is at `path`: it must still be this file
+    // (a FIFO or a link put there meanwhile would be published).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let ours = file
+            .metadata()
+            .map_err(|e| StorageError::io("inspecting", path, e))?;
+        let there =
+            std::fs::symlink_metadata(path).map_err(|e| StorageError::io("inspecting", path, e))?;
+        if (ours.dev(), ours.ino()) != (there.dev(), there.ino()) {
+            let e = std::io::Error::other("replaced by another file while being written");
+            return Err(StorageError::io("writing", path, e));
+        }
+    }
     Ok(len)
 }
 
@@ -146,7 +161,7 @@ fn parse_header(path: &Path, bytes: &[u8], file_len: u64) -> Result<(usize, u32)
 /// CRC32C) and the parts' bytes after it.
 pub(super) fn read_single(path: &Path) -> Result<(Vec<u8>, Vec<u8>)> {
     let _call = crate::util::calls::call(|| format!("reading {}", path.display()));
-    let mut bytes = std::fs::read(path).map_err(|e| StorageError::io("reading", path, e))?;
+    let mut bytes = super::framing::read_regular(path)?;
     let file_len = bytes.len() as u64;
     let (m, crc) = parse_header(path, &bytes, file_len)?;
     let parts = bytes.split_off(SINGLE_HEADER_LEN + m);
@@ -164,11 +179,7 @@ pub(super) fn parts_start(path: &Path) -> Result<u64> {
 /// Reads only the header and metadata of a one-file checkpoint.
 pub(super) fn read_single_metadata(path: &Path) -> Result<Vec<u8>> {
     let _call = crate::util::calls::call(|| format!("reading {}", path.display()));
-    let mut file = File::open(path).map_err(|e| StorageError::io("reading", path, e))?;
-    let file_len = file
-        .metadata()
-        .map_err(|e| StorageError::io("inspecting", path, e))?
-        .len();
+    let (mut file, file_len) = super::framing::open_regular(path)?;
     let mut header = [0u8; SINGLE_HEADER_LEN];
     let n = read_up_to(&mut file, &mut header).map_err(|e| StorageError::io("reading", path, e))?;
     let (m, crc) = parse_header(path, &header[..n], file_len)?;

@@ -143,9 +143,11 @@ pub struct LocalDirStorage {
 /// At most [`MAX_SPARES`]; the files are deleted when the last handle on
 /// the store drops, and a crashed process's by the next start's
 /// [`clean_temporaries`](CheckpointStorage::clean_temporaries).
-/// Each with its length when this handle published it.
 #[derive(Debug, Default)]
-struct Spares(Mutex<Vec<(PathBuf, Option<u64>)>>);
+struct Spares(
+    /// Each file with its length when this handle published it.
+    Mutex<Vec<(PathBuf, Option<u64>)>>,
+);
 
 /// Retired files kept for reuse: retention retires about one checkpoint
 /// per completed one.
@@ -760,8 +762,9 @@ impl CheckpointStorage for LocalDirStorage {
             path: target.clone(),
             reason: format!("cannot serialize: {e}"),
         })?;
-        let content = super::single::SINGLE_HEADER_LEN + json.len() + offset as usize;
-        let spare = self.spares.take(super::single::padded_len(content) as u64);
+        let spare = self
+            .spares
+            .take(super::single::file_len(json.len(), offset as usize) as u64);
         let reuse = spare.as_ref().map(|(_, len)| *len);
         let tmp = spare.map_or_else(|| self.temp_path("chk", meta.id), |(path, _)| path);
         let slices: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();

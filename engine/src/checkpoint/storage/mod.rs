@@ -20,7 +20,7 @@
 //! durable once [`CheckpointStorage::publish`] has returned. `publish`
 //! writes the metadata and every part into one `.tmp-chk-<n>-<pid>-<k>`
 //! file, `fdatasync`s it, renames it to `chk-<n>` and `fsync`s the root: two
-//! `fsync`s a checkpoint, whatever the number of subtasks (a folder per
+//! flushes a checkpoint, whatever the number of subtasks (a folder per
 //! checkpoint took one per part, then `_metadata`, the folder and the root).
 //! A rename within one file system is atomic, so only complete checkpoints
 //! ever appear as `chk-<n>`; a crash leaves only `.tmp-*` entries, which
@@ -34,10 +34,9 @@
 //! created each checkpoint cost the record path at a 10 ms interval
 //! (freeing and allocating blocks and an inode). A spare of the length the
 //! new file needs is taken first: its `fdatasync` then has no size change
-//! to journal. A file with another name
-//! (a hard link) or replaced by a symbolic link is deleted, never written
-//! over. Dropping the store's
-//! last handle deletes them; a crash leaves them to `clean_temporaries`.
+//! to journal. A file with another name (a hard link) or replaced by a
+//! symbolic link is deleted, never written over. Dropping the store's last
+//! handle deletes them; a crash leaves them to `clean_temporaries`.
 //!
 //! # File format
 //!

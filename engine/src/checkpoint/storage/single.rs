@@ -39,10 +39,10 @@ pub(super) const SINGLE_HEADER_LEN: usize = 4 + 2 + 8 + 4;
 /// A one-file checkpoint's length is a multiple of this (one page).
 pub(super) const LENGTH_STEP: usize = 4096;
 
-/// The length of a one-file checkpoint of `content` bytes (header,
-/// metadata and parts), once padded.
-pub(super) fn padded_len(content: usize) -> usize {
-    content.next_multiple_of(LENGTH_STEP)
+/// The length of the one-file checkpoint of `metadata` bytes of JSON and
+/// `parts` bytes of parts: with the header, padded.
+pub(super) fn file_len(metadata: usize, parts: usize) -> usize {
+    (SINGLE_HEADER_LEN + metadata + parts).next_multiple_of(LENGTH_STEP)
 }
 
 /// The padding's bytes.
@@ -65,15 +65,28 @@ pub(super) fn write_single(
         .write(true)
         .create_new(reuse.is_none())
         .create(reuse.is_some());
-    // A file written over must be the one the store kept, not where a
-    // symbolic link put in its place points.
+    // A file written over must be the one the store kept: not where a
+    // symbolic link put in its place points (`O_NOFOLLOW`), and not a
+    // FIFO, whose open would wait for a reader (`O_NONBLOCK`, which a
+    // regular file ignores; the type is checked below).
     #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW);
+    std::os::unix::fs::OpenOptionsExt::custom_flags(
+        &mut options,
+        libc::O_NOFOLLOW | libc::O_NONBLOCK,
+    );
     let mut file = options
         .open(path)
         .map_err(|e| StorageError::io("creating", path, e))?;
-    let content = SINGLE_HEADER_LEN + metadata.len() + parts.iter().map(|p| p.len()).sum::<usize>();
-    let padding = &SPACES[..padded_len(content) - content];
+    let ours = file
+        .metadata()
+        .map_err(|e| StorageError::io("inspecting", path, e))?;
+    if !ours.is_file() {
+        let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
+        return Err(StorageError::io("writing", path, e));
+    }
+    let parts_len = parts.iter().map(|p| p.len()).sum::<usize>();
+    let padding = &SPACES
+        [..file_len(metadata.len(), parts_len) - (SINGLE_HEADER_LEN + metadata.len() + parts_len)];
     let crc = crc32c::crc32c_append(crc32c::crc32c(metadata), padding);
     let mut header = [0u8; SINGLE_HEADER_LEN];
     header[0..4].copy_from_slice(&super::MAGIC);
@@ -107,9 +120,6 @@ pub(super) fn write_single(
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
-        let ours = file
-            .metadata()
-            .map_err(|e| StorageError::io("inspecting", path, e))?;
         let there =
             std::fs::symlink_metadata(path).map_err(|e| StorageError::io("inspecting", path, e))?;
         if (ours.dev(), ours.ino()) != (there.dev(), there.ino()) {
@@ -211,4 +221,33 @@ fn check_metadata_crc(path: &Path, metadata: &[u8], expected: u32) -> Result<()>
         });
     }
     Ok(())
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    /// A FIFO where a spare was is refused at once: an open for writing
+    /// would otherwise wait for a reader forever.
+    #[test]
+    fn a_fifo_in_place_of_a_spare_is_refused_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".tmp-spare-1");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(write_single(&p, b"{}", &[b"part"], Some(4096)).map(|_| ()));
+        });
+        let err = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("writing over a FIFO did not return in 60 s")
+            .expect_err("a FIFO was written as a checkpoint")
+            .to_string();
+        assert!(err.contains(".tmp-spare-1"), "{err}");
+    }
 }

@@ -375,3 +375,83 @@ mod tests {
         .unwrap();
     }
 }
+
+/// One slice of a task thread's own work: whether work is left after it,
+/// `None` when there was none ([`set_own_work`]).
+pub(crate) type OwnSlice = fn() -> Option<bool>;
+
+thread_local! {
+    /// One slice of the calling task thread's own background work (its
+    /// checkpoint's asynchronous part, when no core is spare for a
+    /// snapshot thread): whether work is left after it, `None` when there
+    /// was none. Set by the checkpoint layer (`checkpoint::snapshot`).
+    static OWN_WORK: Cell<Option<OwnSlice>> = const { Cell::new(None) };
+    /// Since when (ns, the engine's clock) that work has waited for a
+    /// slice; 0 while it has none.
+    static OWN_WORK_WAITING_SINCE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How long a task thread's own work waits for the task's input to run
+/// dry before it runs anyway, for a fifth of that wait: a task that is
+/// never idle (W1's) still gives it a fifth of its time, whether its
+/// elements take 20 µs (W1's batches) or milliseconds (W4's slow sink, or
+/// a source blocked on a full channel).
+const OWN_WORK_MAX_WAIT_NS: u64 = 200_000;
+
+/// Gives the calling thread its own work, one slice per call of `slice`
+/// (`None`: none).
+pub(crate) fn set_own_work(slice: Option<OwnSlice>) {
+    OWN_WORK.set(slice);
+    OWN_WORK_WAITING_SINCE.set(0);
+}
+
+/// The task on this thread handed its own work something to do: it waits
+/// for the task's idle time ([`run_own_slice`]), or
+/// [`OWN_WORK_MAX_WAIT_NS`] at most ([`run_own_work_if_overdue`]).
+///
+/// Not run at once: right after a checkpoint's synchronous part the task
+/// has the records its alignment held to pass on, and the tasks
+/// downstream wait for its barrier; on 2 cores the asynchronous part run
+/// whole there held W2's first records after each barrier ~0.3 ms longer
+/// (docs/benchmarks-history.md).
+pub(crate) fn own_work_submitted() {
+    if OWN_WORK.get().is_some() {
+        OWN_WORK_WAITING_SINCE.set(crate::util::clock::now_ns().max(1));
+    }
+}
+
+/// Runs one slice of the calling task thread's own work; false when it
+/// has none (a worker's thread, a task with a snapshot thread, or no work
+/// waiting). A task thread calls it when its input is dry, before it
+/// spins or parks. With work left, it yields the core: a task thread
+/// waiting for one (the next task downstream, say) runs before the next
+/// slice. A panic of the work (an operator's deferred snapshot code)
+/// passes on to the task.
+pub(crate) fn run_own_slice() -> bool {
+    let left = OWN_WORK.get().and_then(|slice| slice());
+    OWN_WORK_WAITING_SINCE.set(match left {
+        Some(true) => crate::util::clock::now_ns().max(1),
+        _ => 0,
+    });
+    if left == Some(true) {
+        std::thread::yield_now();
+    }
+    left.is_some()
+}
+
+/// On a task thread between two elements: once its own work has waited
+/// [`OWN_WORK_MAX_WAIT_NS`] or more, slices of it for a fifth of that
+/// wait (one thread-local read otherwise).
+#[inline]
+pub(crate) fn run_own_work_if_overdue() {
+    let since = OWN_WORK_WAITING_SINCE.get();
+    if since == 0 {
+        return;
+    }
+    let now = crate::util::clock::now_ns();
+    let waited = now.saturating_sub(since);
+    if waited >= OWN_WORK_MAX_WAIT_NS {
+        let until = now + waited / 5;
+        while run_own_slice() && crate::util::clock::now_ns() < until {}
+    }
+}

@@ -17,7 +17,7 @@
 //! thread per task and no core to spare for snapshot threads, the task
 //! thread runs it itself in the same slices, when its input is dry, and
 //! when it never is, a fifth of its time once the work waited 200 µs
-//! ([`crate::util::background::run_own_slice`]).
+//! ([`run_inline_slice`]).
 
 use crate::barrier::AbortReason;
 use crate::checkpoint::task_state::{OperatorSnapshot, PendingSnapshot};
@@ -186,7 +186,7 @@ pub(crate) struct SnapshotThreadSetup<E> {
     /// for a snapshot thread (as many task threads as cores, or more):
     /// with a storage whose `write_part` never waits, the task thread runs
     /// the work itself, in slices, in its idle time
-    /// ([`crate::util::background::run_own_slice`]). A snapshot thread there only waited for a core
+    /// ([`run_inline_slice`]). A snapshot thread there only waited for a core
     /// behind the task threads: W1 at a 10 ms interval on 2 cores
     /// completed 36 checkpoints a second with snapshot threads and 62-69
     /// with the work inline, at the same records/s (BENCHMARKS.md).
@@ -200,28 +200,82 @@ thread_local! {
     static INLINE: std::cell::RefCell<Option<SnapshotSlices>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Gives the calling task thread its own checkpoint work to run in its
-/// idle time ([`crate::util::background::run_own_slice`]); returns what
-/// it had before.
+/// Gives the calling task thread its own checkpoint work to run
+/// ([`run_inline_slice`]); returns what it had before.
 pub(crate) fn set_inline(slices: Option<SnapshotSlices>) -> Option<SnapshotSlices> {
-    let own = slices
-        .is_some()
-        .then_some(inline_slice as crate::util::background::OwnSlice);
-    crate::util::background::set_own_work(own);
     INLINE.with_borrow_mut(|i| std::mem::replace(i, slices))
 }
 
-/// One slice (about 50 µs at most, [`SnapshotSlices::run_slice`]) of the
-/// calling task thread's checkpoint work: whether work is left after it,
-/// or `None` when it had none to do.
-fn inline_slice() -> Option<bool> {
+thread_local! {
+    /// Since when (ns, the engine's clock) the calling task thread's own
+    /// checkpoint work has waited for a slice; 0 while it has none.
+    static INLINE_WAITING_SINCE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How long a task thread's own checkpoint work waits for the task's
+/// input to run dry before it runs anyway, for a fifth of that wait: a
+/// task that is never idle (W1's) still gives it a fifth of its time,
+/// whether its elements take 20 µs (W1's batches) or milliseconds (W4's
+/// slow sink, or a source blocked on a full channel).
+const INLINE_MAX_WAIT_NS: u64 = 200_000;
+
+/// The task on this thread submitted a job: when the thread runs the work
+/// itself ([`SnapshotThreadSetup::inline`]), it waits for the task's idle
+/// time ([`run_inline_slice`]), or [`INLINE_MAX_WAIT_NS`] at most.
+///
+/// Not run at once: right after the synchronous part the task has the
+/// records its alignment held to pass on, and the tasks downstream wait
+/// for its barrier; on 2 cores the asynchronous part run whole there held
+/// W2's first records after each barrier ~0.3 ms longer
+/// (docs/benchmarks-history.md).
+pub(crate) fn inline_submitted() {
+    INLINE_WAITING_SINCE.set(crate::util::clock::now_ns().max(1));
+}
+
+/// Runs one slice (about 50 µs at most, [`SnapshotSlices::run_slice`]) of
+/// the calling task thread's checkpoint work; false when it has none (a
+/// worker's thread, a task with a snapshot thread, or no work waiting). A
+/// task thread calls it when its input is dry, before it spins or parks.
+/// With work left, it yields the core: a task thread waiting for one (the
+/// next task downstream, say) runs before the next slice. A panic of the
+/// work (an operator's deferred snapshot code) passes on to the task.
+pub(crate) fn run_inline_slice() -> bool {
     INLINE.with_borrow_mut(|i| match i {
         Some(s) if s.has_work() => {
             s.run_slice();
-            Some(s.has_work())
+            let left = s.has_work();
+            INLINE_WAITING_SINCE.set(if left {
+                crate::util::clock::now_ns().max(1)
+            } else {
+                0
+            });
+            if left {
+                std::thread::yield_now();
+            }
+            true
         }
-        _ => None,
+        _ => {
+            INLINE_WAITING_SINCE.set(0);
+            false
+        }
     })
+}
+
+/// On a task thread between two elements: once its checkpoint work has
+/// waited [`INLINE_MAX_WAIT_NS`] or more, slices of it for a fifth of
+/// that wait (one thread-local read otherwise).
+#[inline]
+pub(crate) fn run_inline_if_overdue() {
+    let since = INLINE_WAITING_SINCE.get();
+    if since == 0 {
+        return;
+    }
+    let now = crate::util::clock::now_ns();
+    let waited = now.saturating_sub(since);
+    if waited >= INLINE_MAX_WAIT_NS {
+        let until = now + waited / 5;
+        while run_inline_slice() && crate::util::clock::now_ns() < until {}
+    }
 }
 
 impl AsyncPhase {

@@ -441,7 +441,7 @@ impl<T: RecordSize> InputGate<T> {
     {
         // The task thread's own checkpoint work, when it has waited too
         // long for the input to run dry.
-        crate::util::background::run_own_work_if_overdue();
+        crate::checkpoint::snapshot::run_inline_if_overdue();
         if self.unaligned.is_some() {
             return self.next_unaligned(signals, deadline_ns);
         }
@@ -477,7 +477,10 @@ impl<T: RecordSize> InputGate<T> {
                         }
                         // Dry: the task thread's own checkpoint work, if
                         // any, gets a slice before any spin or park.
-                        if spins == 0 && yields == 0 && crate::util::background::run_own_slice() {
+                        if spins == 0
+                            && yields == 0
+                            && crate::checkpoint::snapshot::run_inline_slice()
+                        {
                             continue;
                         }
                         let parked = match self.wait {
@@ -583,7 +586,7 @@ impl<T: RecordSize + Clone> InputGate<T> {
                     return Ok(GateEvent::Idle);
                 }
                 // Dry: the task thread's own checkpoint work first.
-                if spins == 0 && crate::util::background::run_own_slice() {
+                if spins == 0 && crate::checkpoint::snapshot::run_inline_slice() {
                     continue;
                 }
                 // A short spin (as `SpinPark`), then park on every lane.

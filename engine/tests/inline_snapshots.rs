@@ -111,10 +111,7 @@ impl Checkpointed for SlowPartSink {
                 lockgate::tuning::yield_point();
             }
             let ended = lockgate::tuning::now_ns();
-            seen.lock()
-                .unwrap()
-                .parts
-                .push((thread_name(), began, ended));
+            seen.lock().unwrap().parts.push((thread_name(), began, ended));
             Ok(Vec::new())
         })))
     }

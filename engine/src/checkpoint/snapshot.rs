@@ -16,8 +16,7 @@
 //! from the records and needs no idle time of another thread. With a
 //! thread per task and no core to spare for snapshot threads, the task
 //! thread runs it itself in the same slices, when its input is dry, and
-//! when it never is, a fifth of its time once the work waited 200 µs
-//! ([`run_inline_slice`]).
+//! at least one slice per 200 µs ([`run_inline_slice`]).
 
 use crate::barrier::AbortReason;
 use crate::checkpoint::task_state::{OperatorSnapshot, PendingSnapshot};
@@ -213,10 +212,8 @@ thread_local! {
 }
 
 /// How long a task thread's own checkpoint work waits for the task's
-/// input to run dry before it runs anyway, for a fifth of that wait: a
-/// task that is never idle (W1's) still gives it a fifth of its time,
-/// whether its elements take 20 µs (W1's batches) or milliseconds (W4's
-/// slow sink, or a source blocked on a full channel).
+/// input to run dry before it takes a slice anyway: a task that is never
+/// idle (W1's) still gives it one slice of at most 50 µs per 200 µs.
 const INLINE_MAX_WAIT_NS: u64 = 200_000;
 
 /// The task on this thread submitted a job: when the thread runs the work
@@ -261,20 +258,14 @@ pub(crate) fn run_inline_slice() -> bool {
     })
 }
 
-/// On a task thread between two elements: once its checkpoint work has
-/// waited [`INLINE_MAX_WAIT_NS`] or more, slices of it for a fifth of
-/// that wait (one thread-local read otherwise).
+/// On a task thread between two elements: one slice of its checkpoint
+/// work once that has waited [`INLINE_MAX_WAIT_NS`] (one thread-local
+/// read otherwise).
 #[inline]
 pub(crate) fn run_inline_if_overdue() {
     let since = INLINE_WAITING_SINCE.get();
-    if since == 0 {
-        return;
-    }
-    let now = crate::util::clock::now_ns();
-    let waited = now.saturating_sub(since);
-    if waited >= INLINE_MAX_WAIT_NS {
-        let until = now + waited / 5;
-        while run_inline_slice() && crate::util::clock::now_ns() < until {}
+    if since != 0 && crate::util::clock::now_ns().saturating_sub(since) >= INLINE_MAX_WAIT_NS {
+        run_inline_slice();
     }
 }
 

@@ -97,9 +97,8 @@ pub trait Checkpointed {
     /// work with none runs whole, holding the worker's other tasks
     /// meanwhile; with a thread per task and as many tasks as cores or
     /// more, on the task's own thread, in such slices, when its input is
-    /// dry, else a fifth of its time once the work waited 200 µs).
-    /// Default: the bytes of [`Checkpointed::snapshot_state`], taken
-    /// synchronously. Override it when encoding the state costs more
+    /// dry and at least one per 200 µs). Default: the bytes of [`Checkpointed::snapshot_state`],
+    /// taken synchronously. Override it when encoding the state costs more
     /// than copying it.
     ///
     /// # Errors

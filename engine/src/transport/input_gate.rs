@@ -439,9 +439,6 @@ impl<T: RecordSize> InputGate<T> {
     where
         T: Clone,
     {
-        // The task thread's own checkpoint work, when it has waited too
-        // long for the input to run dry.
-        crate::checkpoint::snapshot::run_inline_if_overdue();
         if self.unaligned.is_some() {
             return self.next_unaligned(signals, deadline_ns);
         }
@@ -523,6 +520,7 @@ impl<T: RecordSize> InputGate<T> {
                 }
             };
             self.dry = false;
+            crate::checkpoint::snapshot::run_inline_if_overdue();
             if matches!(el, StreamElement::EndOfPartition) && self.ended.insert(ch) {
                 self.num_ended += 1;
             }
@@ -601,6 +599,7 @@ impl<T: RecordSize + Clone> InputGate<T> {
                 continue;
             };
             self.dry = false;
+            crate::checkpoint::snapshot::run_inline_if_overdue();
             let passed = self.admit(ch, el, signals);
             self.hand_out(ch, credited);
             return Ok(match passed {

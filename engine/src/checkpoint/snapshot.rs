@@ -15,8 +15,8 @@
 //! most 50 µs ([`SnapshotSlices`]), so that checkpoint work takes no core
 //! from the records and needs no idle time of another thread. With a
 //! thread per task and no core to spare for snapshot threads, the task
-//! thread runs it itself in the same slices, when its input is dry, and
-//! at least one slice per 200 µs ([`run_inline_slice`]).
+//! thread runs it whole right after the synchronous part
+//! ([`run_inline`]).
 
 use crate::barrier::AbortReason;
 use crate::checkpoint::task_state::{OperatorSnapshot, PendingSnapshot};
@@ -184,8 +184,8 @@ pub(crate) struct SnapshotThreadSetup<E> {
     /// The task has a thread of its own on a machine with no core to spare
     /// for a snapshot thread (as many task threads as cores, or more):
     /// with a storage whose `write_part` never waits, the task thread runs
-    /// the work itself, in slices, in its idle time
-    /// ([`run_inline_slice`]). A snapshot thread there only waited for a core
+    /// the work itself right after each synchronous part
+    /// ([`run_inline`]). A snapshot thread there only waited for a core
     /// behind the task threads: W1 at a 10 ms interval on 2 cores
     /// completed 36 checkpoints a second with snapshot threads and 62-69
     /// with the work inline, at the same records/s (BENCHMARKS.md).
@@ -200,73 +200,24 @@ thread_local! {
 }
 
 /// Gives the calling task thread its own checkpoint work to run
-/// ([`run_inline_slice`]); returns what it had before.
+/// ([`run_inline`]); returns what it had before.
 pub(crate) fn set_inline(slices: Option<SnapshotSlices>) -> Option<SnapshotSlices> {
     INLINE.with_borrow_mut(|i| std::mem::replace(i, slices))
 }
 
-thread_local! {
-    /// Since when (ns, the engine's clock) the calling task thread's own
-    /// checkpoint work has waited for a slice; 0 while it has none.
-    static INLINE_WAITING_SINCE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-/// How long a task thread's own checkpoint work waits for the task's
-/// input to run dry before it takes a slice anyway: a task that is never
-/// idle (W1's) still gives it one slice of at most 50 µs per 200 µs.
-const INLINE_MAX_WAIT_NS: u64 = 200_000;
-
-/// The task on this thread submitted a job: when the thread runs the work
-/// itself ([`SnapshotThreadSetup::inline`]), it waits for the task's idle
-/// time ([`run_inline_slice`]), or [`INLINE_MAX_WAIT_NS`] at most.
-///
-/// Not run at once: right after the synchronous part the task has the
-/// records its alignment held to pass on, and the tasks downstream wait
-/// for its barrier; on 2 cores the asynchronous part run whole there held
-/// W2's first records after each barrier ~0.3 ms longer
-/// (docs/benchmarks-history.md).
-pub(crate) fn inline_submitted() {
-    INLINE_WAITING_SINCE.set(crate::util::clock::now_ns().max(1));
-}
-
-/// Runs one slice (about 50 µs at most, [`SnapshotSlices::run_slice`]) of
-/// the calling task thread's checkpoint work; false when it has none (a
-/// worker's thread, a task with a snapshot thread, or no work waiting). A
-/// task thread calls it when its input is dry, before it spins or parks.
-/// With work left, it yields the core: a task thread waiting for one (the
-/// next task downstream, say) runs before the next slice. A panic of the
-/// work (an operator's deferred snapshot code) passes on to the task.
-pub(crate) fn run_inline_slice() -> bool {
-    INLINE.with_borrow_mut(|i| match i {
-        Some(s) if s.has_work() => {
-            s.run_slice();
-            let left = s.has_work();
-            INLINE_WAITING_SINCE.set(if left {
-                crate::util::clock::now_ns().max(1)
-            } else {
-                0
-            });
-            if left {
-                std::thread::yield_now();
+/// Runs the calling task thread's checkpoint work until it waits for the
+/// next job: right after the task submitted one. A no-op on a thread
+/// without such work (a worker, or a task with a snapshot thread). A
+/// panic of the work (an operator's deferred snapshot code) passes on to
+/// the task.
+pub(crate) fn run_inline() {
+    INLINE.with_borrow_mut(|i| {
+        if let Some(s) = i {
+            while s.has_work() {
+                s.run_slice();
             }
-            true
         }
-        _ => {
-            INLINE_WAITING_SINCE.set(0);
-            false
-        }
-    })
-}
-
-/// On a task thread between two elements: one slice of its checkpoint
-/// work once that has waited [`INLINE_MAX_WAIT_NS`] (one thread-local
-/// read otherwise).
-#[inline]
-pub(crate) fn run_inline_if_overdue() {
-    let since = INLINE_WAITING_SINCE.get();
-    if since != 0 && crate::util::clock::now_ns().saturating_sub(since) >= INLINE_MAX_WAIT_NS {
-        run_inline_slice();
-    }
+    });
 }
 
 impl AsyncPhase {

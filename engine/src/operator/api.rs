@@ -95,9 +95,7 @@ pub trait Checkpointed {
     /// on the worker itself, in its idle time: the work is cut into slices
     /// of ~50 µs at its [`yield_point`](crate::tuning::yield_point)s, and
     /// work with none runs whole, holding the worker's other tasks
-    /// meanwhile; with a thread per task and as many tasks as cores or
-    /// more, on the task's own thread, in such slices, when its input is
-    /// dry and at least one per 200 µs). Default: the bytes of [`Checkpointed::snapshot_state`],
+    /// meanwhile). Default: the bytes of [`Checkpointed::snapshot_state`],
     /// taken synchronously. Override it when encoding the state costs more
     /// than copying it.
     ///

@@ -313,7 +313,6 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
             } else {
                 self.run.buf = buf;
             }
-            crate::checkpoint::snapshot::run_inline_if_overdue();
             if let Some(w) = self.source.current_watermark() {
                 if w.0 > self.run.watermark {
                     self.run.watermark = w.0;
@@ -378,8 +377,6 @@ impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
             match self.step(rt, u32::MAX)? {
                 Step::Done => return Ok(()),
                 Step::Busy => {}
-                // Idle: the thread's own checkpoint work before any wait.
-                Step::Idle(_) if crate::checkpoint::snapshot::run_inline_slice() => {}
                 Step::Idle(deadline) => self.wait(deadline)?,
             }
         }

@@ -472,14 +472,6 @@ impl<T: RecordSize> InputGate<T> {
                         if self.cooperative {
                             return Ok(GateEvent::Idle);
                         }
-                        // Dry: the task thread's own checkpoint work, if
-                        // any, gets a slice before any spin or park.
-                        if spins == 0
-                            && yields == 0
-                            && crate::checkpoint::snapshot::run_inline_slice()
-                        {
-                            continue;
-                        }
                         let parked = match self.wait {
                             WaitStrategy::Park => self.park(deadline_ns)?,
                             WaitStrategy::SpinPark { spins: max } => {
@@ -520,7 +512,6 @@ impl<T: RecordSize> InputGate<T> {
                 }
             };
             self.dry = false;
-            crate::checkpoint::snapshot::run_inline_if_overdue();
             if matches!(el, StreamElement::EndOfPartition) && self.ended.insert(ch) {
                 self.num_ended += 1;
             }
@@ -583,10 +574,6 @@ impl<T: RecordSize + Clone> InputGate<T> {
                 if self.cooperative {
                     return Ok(GateEvent::Idle);
                 }
-                // Dry: the task thread's own checkpoint work first.
-                if spins == 0 && crate::checkpoint::snapshot::run_inline_slice() {
-                    continue;
-                }
                 // A short spin (as `SpinPark`), then park on every lane.
                 if spins < DEFAULT_SPINS && self.wait != WaitStrategy::Park {
                     spins += 1;
@@ -599,7 +586,6 @@ impl<T: RecordSize + Clone> InputGate<T> {
                 continue;
             };
             self.dry = false;
-            crate::checkpoint::snapshot::run_inline_if_overdue();
             let passed = self.admit(ch, el, signals);
             self.hand_out(ch, credited);
             return Ok(match passed {

@@ -7,27 +7,40 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
 use std::path::Path;
 
-/// Opens the checkpoint file at `path` for reading, if it is a regular
-/// file (a symbolic link to one is followed); returns it and its length.
-/// Anything else is refused with an error naming it: a FIFO put in its
-/// place would block the open or the read forever, and a device such as
-/// `/dev/zero` never ends. The open does not wait (`O_NONBLOCK`, which a
-/// regular file ignores).
-pub(super) fn open_regular(path: &Path) -> Result<(File, u64)> {
-    let mut options = OpenOptions::new();
-    options.read(true);
+/// Opens `path` with `options`, never waiting in the open (`O_NONBLOCK`,
+/// which a regular file ignores, added to `flags`), and returns the file
+/// with its `fstat` if it is a regular file. Anything else is refused
+/// with an error naming it: a FIFO put in a checkpoint file's place would
+/// block the open or the read forever, and a device such as `/dev/zero`
+/// never ends. `opening` names a failed open, `using` the refusal.
+pub(super) fn open_regular_with(
+    path: &Path,
+    options: &mut OpenOptions,
+    #[cfg_attr(not(unix), allow(unused_variables))] flags: i32,
+    opening: &'static str,
+    using: &'static str,
+) -> Result<(File, std::fs::Metadata)> {
     #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    std::os::unix::fs::OpenOptionsExt::custom_flags(options, flags | libc::O_NONBLOCK);
     let file = options
         .open(path)
-        .map_err(|e| StorageError::io("reading", path, e))?;
+        .map_err(|e| StorageError::io(opening, path, e))?;
     let meta = file
         .metadata()
         .map_err(|e| StorageError::io("inspecting", path, e))?;
     if !meta.is_file() {
         let e = io::Error::new(io::ErrorKind::InvalidInput, "not a regular file");
-        return Err(StorageError::io("reading", path, e));
+        return Err(StorageError::io(using, path, e));
     }
+    Ok((file, meta))
+}
+
+/// Opens the checkpoint file at `path` for reading ([`open_regular_with`];
+/// a symbolic link to a regular file is followed); returns it and its
+/// length.
+pub(super) fn open_regular(path: &Path) -> Result<(File, u64)> {
+    let (file, meta) =
+        open_regular_with(path, OpenOptions::new().read(true), 0, "reading", "reading")?;
     Ok((file, meta.len()))
 }
 

@@ -67,23 +67,13 @@ pub(super) fn write_single(
         .create(reuse.is_some());
     // A file written over must be the one the store kept: not where a
     // symbolic link put in its place points (`O_NOFOLLOW`), and not a
-    // FIFO, whose open would wait for a reader (`O_NONBLOCK`, which a
-    // regular file ignores; the type is checked below).
+    // FIFO, whose open would wait for a reader.
     #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::custom_flags(
-        &mut options,
-        libc::O_NOFOLLOW | libc::O_NONBLOCK,
-    );
-    let mut file = options
-        .open(path)
-        .map_err(|e| StorageError::io("creating", path, e))?;
-    let ours = file
-        .metadata()
-        .map_err(|e| StorageError::io("inspecting", path, e))?;
-    if !ours.is_file() {
-        let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
-        return Err(StorageError::io("writing", path, e));
-    }
+    let flags = libc::O_NOFOLLOW;
+    #[cfg(not(unix))]
+    let flags = 0;
+    let (mut file, ours) =
+        super::framing::open_regular_with(path, &mut options, flags, "creating", "writing")?;
     let parts_len = parts.iter().map(|p| p.len()).sum::<usize>();
     let padding = &SPACES
         [..file_len(metadata.len(), parts_len) - (SINGLE_HEADER_LEN + metadata.len() + parts_len)];

@@ -795,27 +795,23 @@ fn retired_files_are_written_over_by_later_checkpoints() {
     );
 }
 
-/// A one-file checkpoint as builds before the 4 KiB padding wrote it (the
-/// metadata's trailing spaces removed, its length and CRC32C set again)
-/// loads and is retired.
+/// A one-file checkpoint as builds before the 4 KiB padding wrote it (its
+/// metadata written again without the padding, with its length and
+/// CRC32C) loads and is retired.
 #[test]
 fn a_one_file_checkpoint_without_padding_loads() {
     let (_d, store) = open();
     write(&store, 1, SnapshotKind::Checkpoint);
     let path = store.checkpoint_path(CheckpointId(1));
-    let bytes = fs::read(&path).unwrap();
-    assert_eq!(bytes.len() % 4096, 0);
-    let m = u64::from_le_bytes(bytes[6..14].try_into().unwrap()) as usize;
-    let metadata = &bytes[18..18 + m];
-    let unpadded = metadata.trim_ascii_end();
-    assert!(unpadded.len() < m, "the file was padded");
-    let mut old = bytes[..6].to_vec();
-    old.extend_from_slice(&(unpadded.len() as u64).to_le_bytes());
-    old.extend_from_slice(&crc32c::crc32c(unpadded).to_le_bytes());
-    old.extend_from_slice(unpadded);
-    old.extend_from_slice(&bytes[18 + m..]);
+    let padded = fs::metadata(&path).unwrap().len();
+    assert_eq!(padded % 4096, 0);
+    let (metadata, parts) = split_single(&path);
     fs::remove_file(&path).unwrap();
-    fs::write(&path, &old).unwrap();
+    join_single(&path, &metadata, &parts);
+    assert!(
+        fs::metadata(&path).unwrap().len() < padded,
+        "the file was padded"
+    );
     let store = LocalDirStorage::open(store.root()).unwrap();
     assert_eq!(
         store.load(CheckpointId(1)).unwrap().states,

@@ -21,7 +21,18 @@
 //!
 //! With a thread per task a snapshot thread keeps the tasks' priority, and
 //! its yield points bound each of its turns (at `SCHED_IDLE` it starved
-//! behind the tasks' spinning, docs/benchmarks-history.md). On cooperative
+//! behind the tasks' spinning, docs/benchmarks-history.md).
+//!
+//! A yield costs the background thread a turn of the scheduler: short
+//! where the tasks park soon after they run (an open loop such as W2: tens
+//! of µs), milliseconds where every core is taken by task threads that
+//! never park (a closed loop such as W1), where a checkpoint's few hundred
+//! µs of work would take many turns. So a yield that kept the thread off
+//! its core for [`SLOW_YIELD_NS`] or more stops its yields for
+//! [`QUIET_AFTER_SLOW_NS`]: then nothing waits for the core that would not
+//! have waited anyway, and the checkpoint is not held up. Measured on 2
+//! cores with a thread per task (BENCHMARKS.md, "Background threads: yield
+//! while it is cheap"). On cooperative
 //! workers there is no snapshot thread: the worker runs a checkpoint's
 //! asynchronous part itself, in its idle time, as [`Sliced`] work that the
 //! same yield points cut into slices of at most [`YIELD_EVERY_NS`]. A
@@ -41,6 +52,48 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// `sched_yield` with nothing else runnable costs ~0.5 µs, so the yields
 /// cost a background thread at most ~1 % of its time.
 pub const YIELD_EVERY_NS: u64 = 50_000;
+
+/// A yield that kept a background thread off its core this long (300 µs,
+/// some 15 task wake-ups on the reference machine) shows the cores taken
+/// by threads that do not park: see the module docs.
+pub(crate) const SLOW_YIELD_NS: u64 = 300_000;
+
+/// How long a background thread runs without yielding after a slow yield
+/// ([`SLOW_YIELD_NS`]): 100 ms, ten checkpoints at a 10 ms interval, then
+/// it tries again.
+pub(crate) const QUIET_AFTER_SLOW_NS: u64 = 100_000_000;
+
+/// When a background thread's yield points yield: a pure rule over the
+/// engine's clock, so that it is tested without a scheduler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct YieldClock {
+    /// When the last yield returned.
+    last_ns: u64,
+    /// No yield before this (after a slow one).
+    quiet_until_ns: u64,
+}
+
+impl YieldClock {
+    fn new(now: u64) -> Self {
+        YieldClock {
+            last_ns: now,
+            quiet_until_ns: 0,
+        }
+    }
+
+    /// True when a yield point at `now` yields.
+    fn due(&self, now: u64) -> bool {
+        now.saturating_sub(self.last_ns) >= YIELD_EVERY_NS && now >= self.quiet_until_ns
+    }
+
+    /// A yield began at `before` and returned at `back`.
+    fn yielded(&mut self, before: u64, back: u64) {
+        self.last_ns = back;
+        if back.saturating_sub(before) >= SLOW_YIELD_NS {
+            self.quiet_until_ns = back.saturating_add(QUIET_AFTER_SLOW_NS);
+        }
+    }
+}
 
 /// Background threads of the process with work under way.
 static BUSY: AtomicUsize = AtomicUsize::new(0);
@@ -86,8 +139,8 @@ pub(crate) fn any_busy() -> bool {
 }
 
 thread_local! {
-    /// `Some(time of the last yield)` on a background thread.
-    static LAST_YIELD_NS: Cell<Option<u64>> = const { Cell::new(None) };
+    /// On a background thread: when its yield points yield.
+    static YIELDS: Cell<Option<YieldClock>> = const { Cell::new(None) };
     /// While [`Sliced`] work runs on this thread: its coroutine's yielder
     /// (null otherwise, also while the work is suspended).
     static SLICE_YIELDER: Cell<*const Yielder<(), SliceEnd>> = const { Cell::new(std::ptr::null()) };
@@ -205,13 +258,14 @@ pub(crate) fn wait_in_slice() -> bool {
 /// Marks the calling thread as a background thread: its [`yield_point`]s
 /// yield from now on.
 pub(crate) fn mark_background_thread() {
-    LAST_YIELD_NS.with(|c| c.set(Some(crate::util::clock::now_ns())));
+    YIELDS.with(|c| c.set(Some(YieldClock::new(crate::util::clock::now_ns()))));
 }
 
 /// A point where a background thread (a task's snapshot thread, the
 /// checkpoint publisher) may give its core away: once it has run
 /// [`YIELD_EVERY_NS`] (50 µs) since its last yield, it yields
-/// (`sched_yield`), so that a task thread waiting for a core gets it
+/// (`sched_yield`, unless a slow yield paused its yields), so that a task
+/// thread waiting for a core gets it
 /// within about that time instead of at the scheduler's next tick (see
 /// the module docs). In a checkpoint's asynchronous part on a cooperative
 /// worker, it ends the worker's slice of that work once the slice has run
@@ -248,12 +302,13 @@ pub fn yield_point() {
         }
         return;
     }
-    LAST_YIELD_NS.with(|c| {
-        if let Some(last) = c.get() {
+    YIELDS.with(|c| {
+        if let Some(mut clock) = c.get() {
             let now = crate::util::clock::now_ns();
-            if now.saturating_sub(last) >= YIELD_EVERY_NS {
+            if clock.due(now) {
                 std::thread::yield_now();
-                c.set(Some(crate::util::clock::now_ns()));
+                clock.yielded(now, crate::util::clock::now_ns());
+                c.set(Some(clock));
             }
         }
     });
@@ -353,15 +408,16 @@ mod tests {
 
     #[test]
     fn only_background_threads_yield_and_only_after_the_interval() {
+        let last = || YIELDS.with(Cell::get).map(|c| c.last_ns);
         // Not marked: never records a yield.
         yield_point();
-        assert_eq!(LAST_YIELD_NS.with(Cell::get), None);
-        std::thread::spawn(|| {
+        assert_eq!(last(), None);
+        std::thread::spawn(move || {
             mark_background_thread();
-            let marked = LAST_YIELD_NS.with(Cell::get).expect("marked");
+            let marked = last().expect("marked");
             // Within the interval: no yield, the mark stays.
             yield_point();
-            let after = LAST_YIELD_NS.with(Cell::get).unwrap();
+            let after = last().unwrap();
             assert!(after == marked || crate::util::clock::now_ns() - marked >= YIELD_EVERY_NS);
             // Past the interval: the yield moves the mark forward.
             let start = crate::util::clock::now_ns();
@@ -369,9 +425,34 @@ mod tests {
                 std::hint::spin_loop();
             }
             yield_point();
-            assert!(LAST_YIELD_NS.with(Cell::get).unwrap() >= start + 2 * YIELD_EVERY_NS);
+            assert!(last().unwrap() >= start + 2 * YIELD_EVERY_NS);
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn a_slow_yield_stops_the_yields_for_a_while_then_they_resume() {
+        let t0 = 1_000_000_000;
+        let mut c = YieldClock::new(t0);
+        assert!(!c.due(t0 + YIELD_EVERY_NS - 1));
+        assert!(c.due(t0 + YIELD_EVERY_NS));
+        // A quick yield: the next is due one interval after it returned.
+        let back = t0 + YIELD_EVERY_NS + 20_000;
+        c.yielded(t0 + YIELD_EVERY_NS, back);
+        assert!(!c.due(back + YIELD_EVERY_NS - 1));
+        assert!(c.due(back + YIELD_EVERY_NS));
+        // A yield that kept the thread off its core for SLOW_YIELD_NS:
+        // no yield until QUIET_AFTER_SLOW_NS after it returned.
+        let before = back + YIELD_EVERY_NS;
+        let slow_back = before + SLOW_YIELD_NS;
+        c.yielded(before, slow_back);
+        assert!(!c.due(slow_back + YIELD_EVERY_NS));
+        assert!(!c.due(slow_back + QUIET_AFTER_SLOW_NS - 1));
+        assert!(c.due(slow_back + QUIET_AFTER_SLOW_NS));
+        // Just under the threshold is not slow.
+        let mut d = YieldClock::new(t0);
+        d.yielded(t0, t0 + SLOW_YIELD_NS - 1);
+        assert!(d.due(t0 + SLOW_YIELD_NS - 1 + YIELD_EVERY_NS));
     }
 }

@@ -101,10 +101,7 @@ impl TaskRt {
     /// Hands a checkpoint's synchronous part to its asynchronous phase.
     pub(crate) fn submit_snapshot(&self, job: SnapshotJob) {
         match &self.snapshots {
-            Some(w) => {
-                w.submit(job);
-                crate::checkpoint::snapshot::run_inline();
-            }
+            Some(w) => w.submit(job),
             // Without checkpointing no barrier reaches a task.
             None => debug_assert!(false, "a checkpoint without a snapshot thread"),
         }

@@ -232,11 +232,12 @@ pub mod ingest {
 }
 
 /// Hooks and helpers for applications tuned to the last microsecond:
-/// background threads' yield points, the engine's clock, snapshot buffers
+/// background threads' yield points, the idle priority for an
+/// application's own housekeeping, the engine's clock, snapshot buffers
 /// and the allocator hook after a snapshot.
 pub mod tuning {
     pub use crate::checkpoint::set_after_snapshot_hook;
-    pub use crate::util::background::{yield_point, YIELD_EVERY_NS};
+    pub use crate::util::background::{idle_priority, yield_point, YIELD_EVERY_NS};
     pub use crate::util::buffers::snapshot_buffer;
     pub use crate::util::clock::now_ns;
 }

@@ -317,7 +317,7 @@ impl Drop for AsyncPhase {
 /// is not starved when the tasks keep every core busy (W1): the scheduler
 /// gives it the smallest weight, 3 against 1024 for a nice-0 thread
 /// (kernel/sched/core.c, `WEIGHT_IDLEPRIO`), so checkpoints still complete,
-/// later. Linux only; elsewhere a no-op.
+/// later. Linux only; elsewhere a no-op (a debug line says so).
 ///
 /// Only on cooperative workers ([`SnapshotThreadSetup::on_worker`]), which park
 /// while a snapshot thread works and so leave it idle time. Tasks on
@@ -327,19 +327,11 @@ impl Drop for AsyncPhase {
 /// took 46 ms end to end (p50) instead of 4 ms at normal priority, and
 /// with 1,000,000 keys 283 ms (docs/benchmarks-history.md, "Background threads
 /// yield"). At normal priority its yield points bound each of its turns.
-#[cfg(target_os = "linux")]
 fn lower_priority() {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `param` is a valid sched_param that lives across the call;
-    // pid 0 is the calling thread, whose policy alone changes.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-    if rc != 0 {
+    if !crate::util::background::idle_priority() {
         tracing::debug!("SCHED_IDLE refused; the snapshot thread keeps its priority");
     }
 }
-
-#[cfg(not(target_os = "linux"))]
-fn lower_priority() {}
 
 /// A part this thread wrote in this attempt, with its chain: the parts a
 /// restore of it reads, its full part first, itself last.

@@ -255,6 +255,40 @@ pub(crate) fn wait_in_slice() -> bool {
     true
 }
 
+/// Moves the calling thread to the idle scheduling class (`SCHED_IDLE`):
+/// it then runs only where a core has nothing else to run, and a task
+/// thread that wakes up takes its core at once. For an application's
+/// housekeeping beside a low-latency job (the load generator's latency
+/// bookkeeping runs so); when every core stays busy it still gets a
+/// little CPU (a weight of 3 against 1024), so its work is late, not lost.
+/// A lock it shares with a task is best held only for moments: while it
+/// waits for a core, so does a task that waits for that lock.
+///
+/// Returns false, and the thread keeps its priority, where the OS refuses
+/// or on a system other than Linux.
+///
+/// ```
+/// std::thread::spawn(|| {
+///     let _idle = lockgate::tuning::idle_priority();
+///     // ... work that may wait for idle time ...
+/// })
+/// .join()
+/// .unwrap();
+/// ```
+#[cfg(target_os = "linux")]
+pub fn idle_priority() -> bool {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param that lives across the call;
+    // pid 0 is the calling thread, whose policy alone changes.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) == 0 }
+}
+
+/// See the Linux version: a no-op elsewhere.
+#[cfg(not(target_os = "linux"))]
+pub fn idle_priority() -> bool {
+    false
+}
+
 /// Marks the calling thread as a background thread: its [`yield_point`]s
 /// yield from now on.
 pub(crate) fn mark_background_thread() {

@@ -107,15 +107,23 @@ pub fn start_reference_job(
     results.expected();
     let events = job.checkpoint_events();
     let handle = job.start()?;
-    // Every checkpoint becomes a timeline band as it ends; the job's
-    // metrics keep only the last few in full.
+    // Every checkpoint becomes a timeline band as it ends (the job's
+    // metrics keep only the last few in full), and a completed one lets
+    // the sink's settled latency intervals be merged. In idle time: this
+    // is the load generator's bookkeeping, and on the sink's thread (or
+    // its snapshot thread, at the tasks' priority) it delayed the records
+    // behind each barrier (BENCHMARKS.md).
     let shared = results.shared.clone();
     let collector = std::thread::Builder::new()
-        .name("lg-ckpt-bands".into())
+        .name("lg-ckpt-events".into())
         .spawn(move || {
+            let _ = lockgate::tuning::idle_priority();
             for c in events.iter() {
                 lock(&shared.bands).add(&c);
                 lock(&shared.interval).add(&c);
+                if c.status == lockgate::stats::CheckpointStatus::Completed {
+                    shared.merge_all_settled();
+                }
             }
         })
         .map_err(|e| {
@@ -123,7 +131,7 @@ pub fn start_reference_job(
                 "spawning a thread: {e}"
             )))
         })?;
-    *lock(&results.shared.bands_thread) = Some(collector);
+    *lock(&results.shared.events_thread) = Some(collector);
     Ok((handle, results))
 }
 

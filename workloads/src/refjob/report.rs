@@ -277,7 +277,8 @@ impl RefJobResults {
                 generated: Mutex::new(vec![0; usize::from(crate::workload::SPLITS)]),
                 slots,
                 bands: Mutex::new(CheckpointBands::default()),
-                bands_thread: Mutex::new(None),
+                events_thread: Mutex::new(None),
+                settle_error: Mutex::new(None),
                 interval: Mutex::new(CheckpointInterval::default()),
                 committed: match cfg.output {
                     OutputMode::Committed => Some(Mutex::new(
@@ -458,7 +459,7 @@ impl RefJobResults {
         };
         let metrics_failures = metrics.failures.clone();
         // The events end with the job: fold in the last ones.
-        if let Some(t) = lock(&self.shared.bands_thread).take() {
+        if let Some(t) = lock(&self.shared.events_thread).take() {
             let _ = t.join();
         }
         let expected = self.expected();

@@ -39,8 +39,9 @@ pub(super) struct SourceStats {
 /// Each latency is recorded once: without checkpoints into `recorded`;
 /// with them into `open_interval`, the interval since the sink's last
 /// snapshot. A snapshot of `id` closes that interval into `unsettled`; when
-/// `id` completes, the intervals up to it move to `settled`, and the sink's
-/// snapshot thread adds them into `merged` (off the sink's thread); a
+/// `id` completes, the intervals up to it move to `settled`, and the
+/// thread that follows the job's checkpoint events adds them into
+/// `merged` in idle time ([`Shared::merge_all_settled`]); a
 /// restart from `c` settles the intervals up to `c` and drops the later
 /// ones. The report's latencies are `recorded`, `merged` and every
 /// interval not merged yet ([`SinkSlot::total`]).
@@ -50,12 +51,12 @@ pub(super) struct SinkSlot {
     /// Without checkpoints: every latency (no restart takes any out).
     pub(super) recorded: Recorded,
     /// With checkpoints: the intervals of completed checkpoints, merged.
-    /// The sink's snapshot thread merges [`SinkSlot::settled`] into it
-    /// (locking this slot only to take them), so the sink's thread never
-    /// spends a completed checkpoint's merge on the record path: 100-300
-    /// µs a checkpoint at W2 (measured with a temporary timer around
-    /// `settle`), when it merged there. A restart from nothing replaces it
-    /// (a merge under way goes to the replaced one).
+    /// The checkpoint events' thread merges [`SinkSlot::settled`] into it
+    /// (locking this slot only to take them), so neither the sink's thread
+    /// nor its checkpoints spend a completed checkpoint's merge: 100-300
+    /// µs a checkpoint at W2 (measured with a temporary timer around the
+    /// merge). A restart from nothing replaces it (a merge under way goes
+    /// to the replaced one).
     pub(super) merged: Arc<Mutex<Recorded>>,
     /// With checkpoints: the intervals of completed checkpoints not yet
     /// in `merged` (moved here by the completion, in no time).
@@ -65,7 +66,7 @@ pub(super) struct SinkSlot {
     pub(super) unsettled: std::collections::BTreeMap<CheckpointId, Recorded>,
     /// With checkpoints: what was recorded since the last snapshot.
     pub(super) open_interval: Option<Recorded>,
-    /// An empty [`Recorded`] made by the snapshot thread for the next
+    /// An empty [`Recorded`] made off the sink's thread for the next
     /// interval, so that the sink's synchronous snapshot part allocates
     /// and zeroes nothing (two full histograms: ~420 KiB).
     pub(super) spare: Option<Recorded>,
@@ -90,6 +91,12 @@ pub(super) struct SinkSlot {
 
 /// Intervals of the merged recordings kept whole (the newest): 2 s.
 const KEEP_WHOLE_INTERVALS: usize = 20;
+
+/// Settled intervals a sink slot holds at most before its snapshot merges
+/// them itself: the thread that merges them runs in idle time, and a
+/// closed loop (W1) leaves it little, so memory stays bounded (W1's
+/// intervals are two histograms, ~420 KiB each).
+pub(super) const MAX_SETTLED: usize = 16;
 
 impl SinkSlot {
     /// Rolls the recordings back to the sink's snapshot of `to` (`None`:
@@ -117,8 +124,8 @@ impl SinkSlot {
     }
 
     /// Settles the intervals up to `id` (checkpoint `id` completed: no
-    /// restart goes back before it): they move to `settled`, for the
-    /// snapshot thread to merge ([`SinkSlot::merge_settled`]).
+    /// restart goes back before it): they move to `settled`, to be
+    /// merged ([`SinkSlot::merge_settled`]).
     pub(super) fn settle(&mut self, id: CheckpointId) {
         let later = self.unsettled.split_off(&id.next());
         let settled = std::mem::replace(&mut self.unsettled, later);
@@ -127,13 +134,14 @@ impl SinkSlot {
 
     /// Merges the settled intervals into `merged`, holding this slot's
     /// lock (`slot`) only to take them: the merge itself runs under
-    /// `merged`'s lock, which the sink's thread does not take. Lock order
-    /// merged → slot, as every reader's ([`with_merged`]): the merge
-    /// holds `merged` across yield points, and on a cooperative worker a
-    /// yield point suspends it until the worker's next slice, so a reader
-    /// that held the slot while it waited for `merged` would stop the
-    /// sink (which waits for the slot on that same worker) and with it the
-    /// merge.
+    /// `merged`'s lock, which the sink's thread does not take (the merge
+    /// runs at idle priority, where it may wait long for a core). Lock
+    /// order merged → slot, as every reader's ([`with_merged`]): the
+    /// sink's snapshot also merges when too many wait (`MAX_SETTLED`), and
+    /// on a cooperative worker its yield points suspend it until the
+    /// worker's next slice, so a reader that held the slot while it waited
+    /// for `merged` would stop the sink (which waits for the slot on that
+    /// same worker) and with it the merge.
     ///
     /// Returns one of the merged intervals, emptied, for reuse as the next
     /// spare (`None` when nothing was settled).
@@ -156,7 +164,7 @@ impl SinkSlot {
             let settled = std::mem::take(&mut s.settled);
             drop(s);
             for r in &settled {
-                // Each add is some 100 µs on a snapshot thread.
+                // Each add is some 100 µs.
                 lockgate::tuning::yield_point();
                 m.add(r)?;
             }
@@ -235,8 +243,12 @@ pub(super) struct Shared {
     /// Every checkpoint of the run as timeline bands, folded in as they
     /// end by the thread that reads the job's checkpoint events.
     pub(super) bands: Mutex<CheckpointBands>,
-    /// That thread, joined when the report is collected.
-    pub(super) bands_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// That thread, joined when the report is collected. It also merges
+    /// the sink's settled intervals ([`Shared::merge_all_settled`]).
+    pub(super) events_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The first merge of settled intervals that failed there: the sink's
+    /// next snapshot fails with it.
+    pub(super) settle_error: Mutex<Option<String>>,
     /// The checkpoints that ended since the load generator last asked
     /// ([`super::RefJobResults::take_checkpoint_interval`]).
     pub(super) interval: Mutex<CheckpointInterval>,
@@ -304,6 +316,27 @@ impl CheckpointBands {
 }
 
 impl Shared {
+    /// Merges every sink slot's settled intervals into its `merged`, and
+    /// leaves each slot a spare for its next interval (an emptied merged
+    /// one, else a new one allocated here): on the thread that follows the
+    /// job's checkpoint events, after a checkpoint completed. A failure is
+    /// kept for the sink's next snapshot to report.
+    pub(super) fn merge_all_settled(&self) {
+        for slot in &self.slots {
+            match SinkSlot::merge_settled(slot) {
+                Ok(recycled) => {
+                    if lock(slot).spare.is_none() {
+                        let spare = recycled.unwrap_or_else(Recorded::new);
+                        lock(slot).spare.get_or_insert(spare);
+                    }
+                }
+                Err(e) => {
+                    lock(&self.settle_error).get_or_insert(e.to_string());
+                }
+            }
+        }
+    }
+
     /// Records of the run that no source generated (see
     /// [`Shared::generated`]): those of each split from its farthest
     /// position on.

@@ -6,7 +6,7 @@
 use super::committed::Txn;
 use super::recorded::Recorded;
 use super::records::{Payload, RefSum};
-use super::shared::{lock, Shared, SinkSlot};
+use super::shared::{lock, Shared, SinkSlot, MAX_SETTLED};
 use super::sink_state::{
     check_of_chain, decode_sink_state, encode_full_part, seeded_replica, SinkReplica,
 };
@@ -69,7 +69,8 @@ impl<P: Payload> Sink<RefSum<P>> for RefSink {
         if work_ns > 0 {
             // W4: the sink is slower than the sources (workloads.md), by
             // `work_ns` a record, spent before the slot's lock is taken:
-            // the snapshot thread takes that lock too (`merge_settled`),
+            // the merge of settled intervals takes that lock too
+            // (`merge_settled`),
             // and std's mutex is not fair, so a lock held through the
             // batch's work and taken again at once starved it for seconds
             // (measured: the sink's asynchronous part 0.1-2.2 s under W4).
@@ -225,13 +226,22 @@ impl Checkpointed for RefSink {
                 let txn = Txn::compact(id, precommit_ns, txn, interval_of(&shared))?;
                 lock(&shared.slots[index]).pending.insert(id.get(), txn);
             }
-            // The completed checkpoints' intervals are merged here, off
-            // the sink's thread; one of them, emptied, becomes the next
-            // interval's recordings, else a new one is allocated here (a
-            // fresh one each checkpoint cost this thread 0.5 MB of page
-            // faults, `perf record`, docs/benchmarks-history.md). Neither holds the
-            // slot's lock.
-            let recycled = SinkSlot::merge_settled(&shared.slots[index])?;
+            // The completed checkpoints' intervals are merged in idle
+            // time (`Shared::merge_all_settled`), here only when too many
+            // wait; one of them, emptied, becomes the next interval's
+            // recordings, else a new one is allocated off the sink's
+            // thread (a fresh one each checkpoint cost it 0.5 MB of page
+            // faults, `perf record`, docs/benchmarks-history.md). Neither
+            // holds the slot's lock.
+            if let Some(e) = lock(&shared.settle_error).take() {
+                return Err(format!("merging the sink's settled latency intervals: {e}").into());
+            }
+            let behind = lock(&shared.slots[index]).settled.len() > MAX_SETTLED;
+            let recycled = if behind {
+                SinkSlot::merge_settled(&shared.slots[index])?
+            } else {
+                None
+            };
             lockgate::tuning::yield_point();
             if lock(&shared.slots[index]).spare.is_none() {
                 let spare = recycled.unwrap_or_else(Recorded::new);

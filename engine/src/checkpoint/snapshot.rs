@@ -19,9 +19,8 @@
 //! while that is cheap (`crate::util::background`), so a task goes back
 //! to the records its alignment held at once. Run on the task thread
 //! right after the synchronous part instead (`a4600a3`), the work held
-//! those records: W2 at 100 ms,
-//! records sent in the first 0.2 ms after a trigger waited 620-690 µs
-//! (p50) against 200-230 µs (BENCHMARKS.md).
+//! those records: W2 at 100 ms, records sent in the first 0.2 ms after
+//! a trigger waited 769 µs (p50) against 223 µs (BENCHMARKS.md).
 
 use crate::barrier::AbortReason;
 use crate::checkpoint::task_state::{OperatorSnapshot, PendingSnapshot};

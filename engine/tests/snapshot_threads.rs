@@ -8,51 +8,8 @@ mod common;
 
 use common::*;
 use lockgate::*;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// Passes records on, counting them; the asynchronous part of its
-/// snapshots, until three of its subtasks' reported, waits (up to 10 s)
-/// until the count has grown by 1,000, and reports the thread it ran on
-/// and whether the count grew.
-struct Probe {
-    seen: Arc<AtomicU64>,
-    probes: Arc<Mutex<Vec<(String, bool)>>>,
-}
-
-impl Checkpointed for Probe {
-    fn snapshot_state_async(
-        &mut self,
-        _id: CheckpointId,
-    ) -> Result<Option<lockgate::state::StateSnapshot>, BoxError> {
-        if self.probes.lock().unwrap().len() >= 3 {
-            return Ok(None);
-        }
-        let (seen, probes) = (self.seen.clone(), self.probes.clone());
-        Ok(Some(lockgate::state::StateSnapshot::deferred(move || {
-            let start = seen.load(Relaxed);
-            let grew = wait_for(10, || seen.load(Relaxed) >= start + 1_000);
-            let thread = std::thread::current().name().unwrap_or("").to_string();
-            probes.lock().unwrap().push((thread, grew));
-            Ok(Vec::new())
-        })))
-    }
-}
-
-impl Operator<u64, u64> for Probe {
-    fn process(
-        &mut self,
-        input: &mut Vec<u64>,
-        ctx: &mut Context<'_, u64>,
-    ) -> Result<(), BoxError> {
-        self.seen.fetch_add(input.len() as u64, Relaxed);
-        for x in input.drain(..) {
-            ctx.emit(x);
-        }
-        Ok(())
-    }
-}
 
 #[test]
 fn a_task_thread_is_not_held_by_its_checkpoint_work_when_no_core_is_spare() {
@@ -72,7 +29,7 @@ fn a_task_thread_is_not_held_by_its_checkpoint_work_when_no_core_is_spare() {
     })
     .rebalance()
     .task("probe", cores)
-    .process("probe", move |_| Probe {
+    .process("probe", move |_| SnapshotProbe {
         seen: Arc::default(),
         probes: p2.clone(),
     })

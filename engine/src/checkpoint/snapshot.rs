@@ -14,13 +14,9 @@
 //! worker runs the same work itself, in its idle time, in slices of at
 //! most 50 µs ([`SnapshotSlices`]), so that checkpoint work takes no core
 //! from the records and needs no idle time of another thread. With a
-//! thread per task, a snapshot thread at the tasks' priority does, even
-//! with no core to spare: its yield points let the task threads go first
-//! while that is cheap (`crate::util::background`), so a task goes back
-//! to the records its alignment held at once. Run on the task thread
-//! right after the synchronous part instead (`a4600a3`), the work held
-//! those records: W2 at 100 ms, records sent in the first 0.2 ms after
-//! a trigger waited 769 µs (p50) against 223 µs (BENCHMARKS.md).
+//! thread per task and no core to spare for snapshot threads, the task
+//! thread runs it whole right after the synchronous part
+//! ([`run_inline`]).
 
 use crate::barrier::AbortReason;
 use crate::checkpoint::task_state::{OperatorSnapshot, PendingSnapshot};
@@ -185,6 +181,43 @@ pub(crate) struct SnapshotThreadSetup<E> {
     /// Else a snapshot thread at the tasks' priority, its turns bounded by
     /// its yield points.
     pub(crate) on_worker: bool,
+    /// The task has a thread of its own on a machine with no core to spare
+    /// for a snapshot thread (as many task threads as cores, or more):
+    /// with a storage whose `write_part` never waits, the task thread runs
+    /// the work itself right after each synchronous part
+    /// ([`run_inline`]). A snapshot thread there only waited for a core
+    /// behind the task threads: W1 at a 10 ms interval on 2 cores
+    /// completed 36 checkpoints a second with snapshot threads and 62-69
+    /// with the work inline, at the same records/s (BENCHMARKS.md).
+    pub(crate) inline: bool,
+}
+
+thread_local! {
+    /// The checkpoint work of the task on this thread, when the task
+    /// thread runs it itself ([`SnapshotThreadSetup::inline`]); a slice's
+    /// stack never changes threads, so it lives with the thread.
+    static INLINE: std::cell::RefCell<Option<SnapshotSlices>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Gives the calling task thread its own checkpoint work to run
+/// ([`run_inline`]); returns what it had before.
+pub(crate) fn set_inline(slices: Option<SnapshotSlices>) -> Option<SnapshotSlices> {
+    INLINE.with_borrow_mut(|i| std::mem::replace(i, slices))
+}
+
+/// Runs the calling task thread's checkpoint work until it waits for the
+/// next job: right after the task submitted one. A no-op on a thread
+/// without such work (a worker, or a task with a snapshot thread). A
+/// panic of the work (an operator's deferred snapshot code) passes on to
+/// the task.
+pub(crate) fn run_inline() {
+    INLINE.with_borrow_mut(|i| {
+        if let Some(s) = i {
+            while s.has_work() {
+                s.run_slice();
+            }
+        }
+    });
 }
 
 impl AsyncPhase {
@@ -201,7 +234,7 @@ impl AsyncPhase {
         // Unbounded: a task never waits for its asynchronous phase (jobs
         // are bounded by the coordinator's concurrent checkpoints anyway).
         let (tx, rx) = crossbeam_channel::unbounded();
-        if setup.on_worker && !setup.storage.write_part_blocks() {
+        if (setup.on_worker || setup.inline) && !setup.storage.write_part_blocks() {
             let pending = rx.clone();
             return Ok(AsyncPhase {
                 jobs: Some(tx),
@@ -218,10 +251,16 @@ impl AsyncPhase {
         })
     }
 
-    /// On the task's cooperative worker, once: the work to run in slices
-    /// (`None` when a snapshot thread runs it). Should the OS refuse the
-    /// slices' stack, a snapshot thread at `SCHED_IDLE` runs it instead.
-    pub(crate) fn take_slices(&mut self, task: usize, name: &str) -> Option<SnapshotSlices> {
+    /// On the thread that runs the task (its worker, or its own), once:
+    /// the work to run in slices (`None` when a snapshot thread runs it).
+    /// Should the OS refuse the slices' stack, a snapshot thread runs it
+    /// instead, at `SCHED_IDLE` when `on_worker`.
+    pub(crate) fn take_slices(
+        &mut self,
+        task: usize,
+        name: &str,
+        on_worker: bool,
+    ) -> Option<SnapshotSlices> {
         let (work, pending) = self.sliced.take()?;
         match Sliced::new(work) {
             Ok(work) => Some(SnapshotSlices {
@@ -231,7 +270,7 @@ impl AsyncPhase {
             }),
             Err((e, work)) => {
                 tracing::warn!(task = name, error = %e, "no stack for checkpoint work on the worker: a snapshot thread runs it");
-                match spawn_thread(task, name, true, work) {
+                match spawn_thread(task, name, on_worker, work) {
                     Ok(t) => self.thread = Some(t),
                     // Without it this task's checkpoints time out and
                     // are declined, as with a snapshot thread that died.

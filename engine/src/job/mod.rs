@@ -16,7 +16,7 @@ use crate::checkpoint::coordinator::{Coordinator, CoordinatorOutput};
 use crate::checkpoint::publisher::{Published, Publisher};
 use crate::checkpoint::restore::{self, SkippedCheckpoint};
 use crate::checkpoint::snapshot::{
-    AsyncPhase, IncrementalPolicy, SnapshotNotifier, SnapshotThreadSetup,
+    set_inline, AsyncPhase, IncrementalPolicy, SnapshotNotifier, SnapshotThreadSetup,
 };
 use crate::checkpoint::stats::CheckpointHistory;
 use crate::checkpoint::TaskStateKey;
@@ -671,6 +671,10 @@ impl Driver {
         let mut controls = Vec::new();
         let mut snapshot_threads = Vec::new();
         let checkpointing = self.config.checkpoint.mode != CheckpointMode::None;
+        // A snapshot thread needs a core the task threads leave free.
+        let inline = self.config.workers.is_none()
+            && std::thread::available_parallelism()
+                .map_or(true, |n| self.graph.num_tasks() >= n.get());
         self.coordinator.begin_attempt(
             restored.as_ref().map(|r| r.checkpoint),
             self.graph.source_tasks(),
@@ -717,6 +721,7 @@ impl Driver {
                             spread: spread(&self.config.checkpoint),
                         },
                         on_worker: self.config.workers.is_some(),
+                        inline,
                     })
                     .map_err(|e| JobError::Internal(format!("starting task {name}: {e}")))?,
                 )
@@ -755,11 +760,16 @@ impl Driver {
                 .name(os_name)
                 .spawn(move || {
                     setup_thread(slack, core, std::slice::from_ref(&metrics));
+                    let slices = rt
+                        .snapshots
+                        .as_mut()
+                        .and_then(|s| s.take_slices(task, &rt.task_id.to_string(), false));
+                    set_inline(slices);
                     metrics.start();
                     let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         body.run(&mut rt)
                     }));
-                    end_task(task, rt, None, body, &metrics, res);
+                    end_task(task, rt, set_inline(None), body, &metrics, res);
                 })
                 .map_err(|e| JobError::Internal(format!("spawning task {name}: {e}")))?;
             threads.push(t);

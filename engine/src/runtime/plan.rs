@@ -101,7 +101,10 @@ impl TaskRt {
     /// Hands a checkpoint's synchronous part to its asynchronous phase.
     pub(crate) fn submit_snapshot(&self, job: SnapshotJob) {
         match &self.snapshots {
-            Some(w) => w.submit(job),
+            Some(w) => {
+                w.submit(job);
+                crate::checkpoint::snapshot::run_inline();
+            }
             // Without checkpointing no barrier reaches a task.
             None => debug_assert!(false, "a checkpoint without a snapshot thread"),
         }

@@ -127,7 +127,7 @@ pub(crate) fn run_worker(tasks: Vec<WorkerTask>, cancel: Receiver<()>, wait: Wai
             let slices =
                 t.rt.snapshots
                     .as_mut()
-                    .and_then(|s| s.take_slices(t.task, &name));
+                    .and_then(|s| s.take_slices(t.task, &name, true));
             Running { t, slices }
         })
         .collect();

@@ -453,7 +453,10 @@ mod tests {
             yield_point();
             let after = last().unwrap();
             assert!(after == marked || crate::util::clock::now_ns() - marked >= YIELD_EVERY_NS);
-            // Past the interval: the yield moves the mark forward.
+            // Past the interval: the yield moves the mark forward. Marked
+            // again first: a slow first yield on a loaded machine would
+            // have paused the yields (tested below).
+            mark_background_thread();
             let start = crate::util::clock::now_ns();
             while crate::util::clock::now_ns() - start < 2 * YIELD_EVERY_NS {
                 std::hint::spin_loop();

@@ -61,7 +61,7 @@ fn build_typed<P: Payload>(results: &RefJobResults, job: &JobBuilder) -> Result<
         let mut slot = lock(&s_sink.slots[i.index]);
         slot.check = SinkCheck::new(total, nkeys).expect("sizes were validated");
         slot.attempts += 1;
-        let later = slot.attempts > 1;
+        let (attempt, later) = (slot.attempts, slot.attempts > 1);
         // With checkpoints, the snapshot thread's replica starts here, at
         // the attempt's start, not at its first checkpoint.
         let replica = slot
@@ -75,6 +75,7 @@ fn build_typed<P: Payload>(results: &RefJobResults, job: &JobBuilder) -> Result<
             replica,
             roll_back: later,
             first_write: true,
+            attempt,
         }
     });
     Ok(())
@@ -109,29 +110,43 @@ pub fn start_reference_job(
     let handle = job.start()?;
     // Every checkpoint becomes a timeline band as it ends (the job's
     // metrics keep only the last few in full), and a completed one lets
-    // the sink's settled latency intervals be merged. In idle time: this
-    // is the load generator's bookkeeping, and on the sink's thread (or
-    // its snapshot thread, at the tasks' priority) it delayed the records
-    // behind each barrier (BENCHMARKS.md).
+    // the sink's settled latency intervals be merged: by a thread of its
+    // own in idle time (`lg-settle`). That merge is the load generator's
+    // bookkeeping; in the sink's checkpoint work, which a task thread
+    // runs when no core is spare, it delayed the records behind each
+    // barrier (BENCHMARKS.md).
+    let spawn_err = |e: std::io::Error| {
+        RefJobError::Job(lockgate::JobError::Internal(format!(
+            "spawning a thread: {e}"
+        )))
+    };
+    let (settle_tx, settle_rx) = std::sync::mpsc::sync_channel::<()>(1);
+    let shared = results.shared.clone();
+    let settler = std::thread::Builder::new()
+        .name("lg-settle".into())
+        .spawn(move || {
+            let _ = lockgate::tuning::idle_priority();
+            // Ends when the events thread drops its sender (the job ended).
+            while settle_rx.recv().is_ok() {
+                shared.merge_all_settled();
+            }
+        })
+        .map_err(spawn_err)?;
     let shared = results.shared.clone();
     let collector = std::thread::Builder::new()
         .name("lg-ckpt-events".into())
         .spawn(move || {
-            let _ = lockgate::tuning::idle_priority();
             for c in events.iter() {
                 lock(&shared.bands).add(&c);
                 lock(&shared.interval).add(&c);
                 if c.status == lockgate::stats::CheckpointStatus::Completed {
-                    shared.merge_all_settled();
+                    // Full: a merge is already due, and it takes all.
+                    let _ = settle_tx.try_send(());
                 }
             }
         })
-        .map_err(|e| {
-            RefJobError::Job(lockgate::JobError::Internal(format!(
-                "spawning a thread: {e}"
-            )))
-        })?;
-    *lock(&results.shared.events_thread) = Some(collector);
+        .map_err(spawn_err)?;
+    *lock(&results.shared.events_thread) = Some((collector, settler));
     Ok((handle, results))
 }
 

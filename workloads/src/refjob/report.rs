@@ -459,8 +459,9 @@ impl RefJobResults {
         };
         let metrics_failures = metrics.failures.clone();
         // The events end with the job: fold in the last ones.
-        if let Some(t) = lock(&self.shared.events_thread).take() {
-            let _ = t.join();
+        if let Some((events, settler)) = lock(&self.shared.events_thread).take() {
+            let _ = events.join();
+            let _ = settler.join();
         }
         let expected = self.expected();
         let sources = self.source_summary();

@@ -39,9 +39,9 @@ pub(super) struct SourceStats {
 /// Each latency is recorded once: without checkpoints into `recorded`;
 /// with them into `open_interval`, the interval since the sink's last
 /// snapshot. A snapshot of `id` closes that interval into `unsettled`; when
-/// `id` completes, the intervals up to it move to `settled`, and the
-/// thread that follows the job's checkpoint events adds them into
-/// `merged` in idle time ([`Shared::merge_all_settled`]); a
+/// `id` completes, the intervals up to it move to `settled`, and a
+/// thread at idle priority adds them into `merged`
+/// ([`Shared::merge_all_settled`]); a
 /// restart from `c` settles the intervals up to `c` and drops the later
 /// ones. The report's latencies are `recorded`, `merged` and every
 /// interval not merged yet ([`SinkSlot::total`]).
@@ -51,12 +51,12 @@ pub(super) struct SinkSlot {
     /// Without checkpoints: every latency (no restart takes any out).
     pub(super) recorded: Recorded,
     /// With checkpoints: the intervals of completed checkpoints, merged.
-    /// The checkpoint events' thread merges [`SinkSlot::settled`] into it
-    /// (locking this slot only to take them), so neither the sink's thread
-    /// nor its checkpoints spend a completed checkpoint's merge: 100-300
-    /// µs a checkpoint at W2 (measured with a temporary timer around the
-    /// merge). A restart from nothing replaces it (a merge under way goes
-    /// to the replaced one).
+    /// A thread at idle priority merges [`SinkSlot::settled`] into it
+    /// (locking this slot only to take them), so the sink's checkpoints
+    /// spend no completed checkpoint's merge (100-300 µs a checkpoint at
+    /// W2, measured with a temporary timer around the merge) unless that
+    /// thread fell `MAX_SETTLED` intervals behind. A restart from nothing
+    /// replaces it (a merge under way goes to the replaced one).
     pub(super) merged: Arc<Mutex<Recorded>>,
     /// With checkpoints: the intervals of completed checkpoints not yet
     /// in `merged` (moved here by the completion, in no time).
@@ -243,11 +243,14 @@ pub(super) struct Shared {
     /// Every checkpoint of the run as timeline bands, folded in as they
     /// end by the thread that reads the job's checkpoint events.
     pub(super) bands: Mutex<CheckpointBands>,
-    /// That thread, joined when the report is collected. It also merges
-    /// the sink's settled intervals ([`Shared::merge_all_settled`]).
-    pub(super) events_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// The first merge of settled intervals that failed there: the sink's
-    /// next snapshot fails with it.
+    /// That thread and the one it wakes after each completed checkpoint
+    /// to merge the sink's settled intervals
+    /// ([`Shared::merge_all_settled`]), joined when the report is
+    /// collected.
+    pub(super) events_thread:
+        Mutex<Option<(std::thread::JoinHandle<()>, std::thread::JoinHandle<()>)>>,
+    /// The first merge of settled intervals that failed: the sink's next
+    /// snapshot fails with it.
     pub(super) settle_error: Mutex<Option<String>>,
     /// The checkpoints that ended since the load generator last asked
     /// ([`super::RefJobResults::take_checkpoint_interval`]).
@@ -318,9 +321,9 @@ impl CheckpointBands {
 impl Shared {
     /// Merges every sink slot's settled intervals into its `merged`, and
     /// leaves each slot a spare for its next interval (an emptied merged
-    /// one, else a new one allocated here): on the thread that follows the
-    /// job's checkpoint events, after a checkpoint completed. A failure is
-    /// kept for the sink's next snapshot to report.
+    /// one, else a new one allocated here): on a thread at idle priority,
+    /// after a checkpoint completed. A failure is kept for the sink's next
+    /// snapshot to report.
     pub(super) fn merge_all_settled(&self) {
         for slot in &self.slots {
             match SinkSlot::merge_settled(slot) {

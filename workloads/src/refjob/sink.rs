@@ -31,6 +31,10 @@ pub(super) struct RefSink {
     pub(super) roll_back: bool,
     /// No record received yet in this attempt.
     pub(super) first_write: bool,
+    /// This attempt's number ([`SinkSlot::attempts`] when it was made): a
+    /// snapshot of a failed attempt may still finish on its snapshot
+    /// thread after a new attempt began.
+    pub(super) attempt: u32,
 }
 
 /// Sink `slot`'s slot, rolled back first when `roll_back` (this attempt
@@ -220,11 +224,18 @@ impl Checkpointed for RefSink {
             .is_some()
             .then(|| (std::mem::take(&mut slot.open_txn), now_ns()));
         drop(slot);
-        let index = self.slot;
+        let (index, attempt) = (self.slot, self.attempt);
         Ok(Some(StateSnapshot::incremental(move |req| {
             if let Some((txn, precommit_ns)) = txn {
                 let txn = Txn::compact(id, precommit_ns, txn, interval_of(&shared))?;
-                lock(&shared.slots[index]).pending.insert(id.get(), txn);
+                let mut slot = lock(&shared.slots[index]);
+                // A failed attempt's transaction is not pending: its
+                // records come again, and the new attempt rolled `pending`
+                // back to the restored checkpoint (committing it as well
+                // counted each of its records twice).
+                if slot.attempts == attempt {
+                    slot.pending.insert(id.get(), txn);
+                }
             }
             // The completed checkpoints' intervals are merged in idle
             // time (`Shared::merge_all_settled`), here only when too many

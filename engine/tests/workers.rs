@@ -271,22 +271,49 @@ impl Operator<u64, u64> for PanicsLater {
     }
 }
 
-#[test]
-fn a_panic_in_checkpoint_work_on_a_worker_fails_the_job_naming_the_task() {
-    let mut config = config(1, CheckpointMode::ExactlyOnce);
-    config.restart = RestartStrategy {
-        max_attempts: 0,
-        delay: Duration::ZERO,
-    };
-    let job = JobBuilder::new("panics", config);
+/// Runs source → [`PanicsLater`] → for_each on `job` (no restarts) and
+/// checks that it fails within 60 s naming the task and the panic.
+fn fails_on_a_panic_in_checkpoint_work(job: JobBuilder) {
     job.source("numbers", 1, |_| Counter::paced(0, 1, u64::MAX, 16, 20_000))
         .process("encoder", |_| PanicsLater)
         .for_each(|_| ());
-    match job.start().unwrap().wait() {
-        Err(JobError::TaskFailed { task, cause }) => {
+    let h = job.start().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(h.wait()));
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Err(JobError::TaskFailed { task, cause })) => {
             assert!(task.to_string().starts_with("numbers["), "{task}");
             assert!(cause.to_string().contains("encoding blew up"), "{cause}");
         }
         other => panic!("expected a task failure, got {other:?}"),
     }
+}
+
+fn no_restarts(mut config: JobConfig) -> JobConfig {
+    config.restart = RestartStrategy {
+        max_attempts: 0,
+        delay: Duration::ZERO,
+    };
+    config
+}
+
+#[test]
+fn a_panic_in_checkpoint_work_on_a_worker_fails_the_job_naming_the_task() {
+    let config = no_restarts(config(1, CheckpointMode::ExactlyOnce));
+    fails_on_a_panic_in_checkpoint_work(JobBuilder::new("panics", config));
+}
+
+#[test]
+fn a_panic_in_checkpoint_work_on_a_snapshot_thread_fails_the_job_naming_the_task() {
+    // A storage that may block keeps a snapshot thread on workers: the
+    // panic ends that thread's job, not the task's thread.
+    struct NoHooks;
+    impl StorageHooks for NoHooks {}
+    let mut config = no_restarts(config(1, CheckpointMode::ExactlyOnce));
+    config.checkpoint.dir = None;
+    let job = JobBuilder::new("panics-threaded", config).with_storage(Box::new(Hooked {
+        inner: lockgate::storage::MemoryStorage::new(),
+        hooks: NoHooks,
+    }));
+    fails_on_a_panic_in_checkpoint_work(job);
 }

@@ -665,7 +665,22 @@ fn finish<E>(
     let mut persisted = 0u64;
     for p in job.parts {
         crate::util::background::yield_point();
-        match p.snapshot.run(&req) {
+        // An operator's deferred code that panics fails the task, as a
+        // panic in its record path does: on a snapshot thread it would
+        // otherwise end the thread unseen, and every later checkpoint
+        // would time out.
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.snapshot.run(&req)));
+        let run = match run {
+            Ok(run) => run,
+            Err(panic) => {
+                return fail(TaskError::Panic(format!(
+                    "{}'s snapshot_state_async: {}",
+                    p.operator,
+                    crate::types::error::panic_message(&*panic)
+                )))
+            }
+        };
+        match run {
             Ok(enc) => {
                 delta |= enc.delta;
                 if enc.delta {

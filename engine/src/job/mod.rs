@@ -27,7 +27,7 @@ use crate::checkpoint::{
 use crate::config::JobConfig;
 use crate::runtime::events::TaskEvent;
 use crate::runtime::plan::{JobGraph, PlanTask, SubtaskCtx, TaskBody, TaskRt, Wiring};
-use crate::runtime::worker::{end_task, panic_message, run_worker, WorkerTask};
+use crate::runtime::worker::{end_task, run_worker, WorkerTask};
 use crate::telemetry::{CheckpointTelemetry, Health, HealthCell, HealthProbe, JobTelemetry};
 use crate::testing::FailurePlan;
 use crate::testing::FailurePoint;
@@ -35,6 +35,7 @@ use crate::testing::InjectedFailure;
 use crate::transport::handoff::OutputSender;
 use crate::types::control::Control;
 use crate::types::element::{CheckpointId, SnapshotKind};
+use crate::types::error::panic_message;
 use crate::types::error::{JobError, TaskError};
 use crate::types::metrics::{TaskMetrics, TaskMetricsSnapshot};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};

@@ -27,7 +27,7 @@ use super::plan::{Step, TaskBody, TaskRt};
 use crate::checkpoint::snapshot::SnapshotSlices;
 use crate::runtime::events::TaskEvent;
 use crate::transport::input_gate::{WaitStrategy, SPIN_YIELD_EVERY};
-use crate::types::error::TaskError;
+use crate::types::error::{panic_message, TaskError};
 use crate::types::metrics::TaskMetrics;
 use crossbeam_channel::{Receiver, Select, TryRecvError};
 use std::sync::Arc;
@@ -266,16 +266,5 @@ fn park(tasks: &[Running], cancel: &Receiver<()>, deadline_ns: Option<u64>) {
     let idle = crate::util::clock::now_ns() - start;
     for r in tasks {
         r.t.metrics.add_idle_ns(idle);
-    }
-}
-
-/// The message of a caught panic (`&str` or `String` payloads).
-pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".to_string()
     }
 }

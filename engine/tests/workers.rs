@@ -279,7 +279,9 @@ fn fails_on_a_panic_in_checkpoint_work(job: JobBuilder) {
         .for_each(|_| ());
     let h = job.start().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || tx.send(h.wait()));
+    std::thread::spawn(move || {
+        let _ = tx.send(h.wait());
+    });
     match rx.recv_timeout(Duration::from_secs(60)) {
         Ok(Err(JobError::TaskFailed { task, cause })) => {
             assert!(task.to_string().starts_with("numbers["), "{task}");

@@ -123,6 +123,16 @@ impl SinkSlot {
         Ok(())
     }
 
+    /// Gives `slot` a spare for its next interval if it has none:
+    /// `recycled` (an emptied merged interval), else a new one allocated
+    /// here, off the sink's thread. Never while holding the slot's lock.
+    pub(super) fn offer_spare(slot: &Mutex<SinkSlot>, recycled: Option<Recorded>) {
+        if lock(slot).spare.is_none() {
+            let spare = recycled.unwrap_or_else(Recorded::new);
+            lock(slot).spare.get_or_insert(spare);
+        }
+    }
+
     /// Settles the intervals up to `id` (checkpoint `id` completed: no
     /// restart goes back before it): they move to `settled`, to be
     /// merged ([`SinkSlot::merge_settled`]).
@@ -327,12 +337,7 @@ impl Shared {
     pub(super) fn merge_all_settled(&self) {
         for slot in &self.slots {
             match SinkSlot::merge_settled(slot) {
-                Ok(recycled) => {
-                    if lock(slot).spare.is_none() {
-                        let spare = recycled.unwrap_or_else(Recorded::new);
-                        lock(slot).spare.get_or_insert(spare);
-                    }
-                }
+                Ok(recycled) => SinkSlot::offer_spare(slot, recycled),
                 Err(e) => {
                     lock(&self.settle_error).get_or_insert(e.to_string());
                 }

@@ -240,10 +240,13 @@ impl Checkpointed for RefSink {
             // The completed checkpoints' intervals are merged in idle
             // time (`Shared::merge_all_settled`), here only when too many
             // wait; one of them, emptied, becomes the next interval's
-            // recordings, else a new one is allocated off the sink's
-            // thread (a fresh one each checkpoint cost it 0.5 MB of page
-            // faults, `perf record`, docs/benchmarks-history.md). Neither
-            // holds the slot's lock.
+            // recordings, else a new one is allocated here, off the sink's
+            // synchronous part (a fresh one there each checkpoint cost
+            // 0.5 MB of page faults, `perf record`,
+            // docs/benchmarks-history.md). Leaving the spare to the idle
+            // merge alone helped W2 at 100 ms (excess over 500 µs 0.48
+            // against 0.75 %, 3 rounds) but cost W1 (records/s on / off
+            // 0.81 against 0.85, 6 rounds): not done.
             if let Some(e) = lock(&shared.settle_error).take() {
                 return Err(format!("merging the sink's settled latency intervals: {e}").into());
             }
@@ -254,10 +257,7 @@ impl Checkpointed for RefSink {
                 None
             };
             lockgate::tuning::yield_point();
-            if lock(&shared.slots[index]).spare.is_none() {
-                let spare = recycled.unwrap_or_else(Recorded::new);
-                lock(&shared.slots[index]).spare.get_or_insert(spare);
-            }
+            SinkSlot::offer_spare(&shared.slots[index], recycled);
             // One snapshot at a time takes the lock (the task's snapshot
             // thread runs them in order); a panic in one leaves the
             // replica as good as the changes it had applied.

@@ -189,6 +189,57 @@ fn a_worker_count_of_zero_is_refused() {
     assert!(config.validate().is_err());
 }
 
+/// Counts the records it passes on; the asynchronous part of each of its
+/// first three snapshots waits (at yield points, up to 10 s) until the
+/// count has grown by 1,000, and reports the thread it ran on and whether
+/// the count grew.
+struct SnapshotProbe {
+    seen: Arc<std::sync::atomic::AtomicU64>,
+    probes: Arc<Mutex<Vec<(String, bool)>>>,
+}
+impl Checkpointed for SnapshotProbe {
+    fn snapshot_state_async(
+        &mut self,
+        _id: CheckpointId,
+    ) -> Result<Option<lockgate::state::StateSnapshot>, BoxError> {
+        if self.probes.lock().unwrap().len() >= 3 {
+            return Ok(None);
+        }
+        let (seen, probes) = (self.seen.clone(), self.probes.clone());
+        Ok(Some(lockgate::state::StateSnapshot::deferred(move || {
+            use std::sync::atomic::Ordering::Relaxed;
+            let start = seen.load(Relaxed);
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let grew = loop {
+                if seen.load(Relaxed) >= start + 1_000 {
+                    break true;
+                }
+                if std::time::Instant::now() > deadline {
+                    break false;
+                }
+                lockgate::tuning::yield_point();
+            };
+            let thread = std::thread::current().name().unwrap_or("").to_string();
+            probes.lock().unwrap().push((thread, grew));
+            Ok(Vec::new())
+        })))
+    }
+}
+impl Operator<u64, u64> for SnapshotProbe {
+    fn process(
+        &mut self,
+        input: &mut Vec<u64>,
+        ctx: &mut Context<'_, u64>,
+    ) -> Result<(), BoxError> {
+        self.seen
+            .fetch_add(input.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        for x in input.drain(..) {
+            ctx.emit(x);
+        }
+        Ok(())
+    }
+}
+
 /// Runs source → [`SnapshotProbe`] → for_each on `job` until three probes
 /// reported; returns (thread, records passed) of each.
 fn probe_three_snapshots(job: JobBuilder) -> Vec<(String, bool)> {

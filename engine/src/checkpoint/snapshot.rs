@@ -15,8 +15,9 @@
 //! most 50 µs ([`SnapshotSlices`]), so that checkpoint work takes no core
 //! from the records and needs no idle time of another thread. With a
 //! thread per task and no core to spare for snapshot threads, the task
-//! thread runs it whole right after the synchronous part
-//! ([`run_inline`]).
+//! thread runs it itself: in slices where it would wait for input
+//! ([`run_inline_slice`]), and the rest whole between two batches once it
+//! found no such time for [`INLINE_PATIENCE_NS`] ([`run_overdue`]).
 
 use crate::barrier::AbortReason;
 use crate::checkpoint::task_state::{OperatorSnapshot, PendingSnapshot};
@@ -28,6 +29,7 @@ use crate::types::element::CheckpointId;
 use crate::types::error::TaskError;
 use crate::util::background::{SliceEnd, Sliced, Work};
 use crossbeam_channel::{Receiver, Sender};
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -184,11 +186,16 @@ pub(crate) struct SnapshotThreadSetup<E> {
     /// The task has a thread of its own on a machine with no core to spare
     /// for a snapshot thread (as many task threads as cores, or more):
     /// with a storage whose `write_part` never waits, the task thread runs
-    /// the work itself right after each synchronous part
-    /// ([`run_inline`]). A snapshot thread there only waited for a core
-    /// behind the task threads: W1 at a 10 ms interval on 2 cores
-    /// completed 36 checkpoints a second with snapshot threads and 62-69
-    /// with the work inline, at the same records/s (BENCHMARKS.md).
+    /// the work itself ([`set_inline`]). A snapshot thread there only
+    /// waited for a core behind the task threads: W1 at a 10 ms interval
+    /// on 2 cores completed 36 checkpoints a second with snapshot threads
+    /// and 62-69 with the work inline, at the same records/s
+    /// (BENCHMARKS.md). The work runs in slices where the task waits for
+    /// input, so that the records that come meanwhile wait for at most a
+    /// slice, not for the whole work: W2 at 100 ms on 2 cores, records
+    /// sent in the first 0.2 ms after a trigger waited 351 µs (p50)
+    /// against 799 µs with the work run whole after the synchronous part
+    /// (docs/benchmarks-history.md).
     pub(crate) inline: bool,
 }
 
@@ -197,20 +204,87 @@ thread_local! {
     /// thread runs it itself ([`SnapshotThreadSetup::inline`]); a slice's
     /// stack never changes threads, so it lives with the thread.
     static INLINE: std::cell::RefCell<Option<SnapshotSlices>> = const { std::cell::RefCell::new(None) };
+    /// When that work, waiting, is due to run whole ([`run_overdue`]), ns
+    /// (the engine's clock); 0 when none waits.
+    static INLINE_DUE_NS: Cell<u64> = const { Cell::new(0) };
 }
 
+/// How long checkpoint work that a task thread runs itself waits for the
+/// task's idle time ([`run_inline_slice`]) before the rest runs whole
+/// between two batches ([`run_overdue`]): a submitted job, and each slice,
+/// give it this long again. A task that never waits for input (W1) has
+/// no idle time, and its checkpoints must still complete: there the work
+/// runs at most this much later than it used to, right after the
+/// synchronous part.
+pub(crate) const INLINE_PATIENCE_NS: u64 = 250_000;
+
 /// Gives the calling task thread its own checkpoint work to run
-/// ([`run_inline`]); returns what it had before.
+/// ([`run_inline_slice`] in its idle time, [`run_overdue`] else);
+/// returns what it had before.
 pub(crate) fn set_inline(slices: Option<SnapshotSlices>) -> Option<SnapshotSlices> {
+    crate::util::background::set_idle_slice(
+        slices.as_ref().map(|_| run_inline_slice as fn() -> bool),
+    );
+    INLINE_DUE_NS.with(|d| d.set(0));
     INLINE.with_borrow_mut(|i| std::mem::replace(i, slices))
 }
 
-/// Runs the calling task thread's checkpoint work until it waits for the
-/// next job: right after the task submitted one. A no-op on a thread
-/// without such work (a worker, or a task with a snapshot thread). A
-/// panic of the work (an operator's deferred snapshot code) passes on to
+/// After the task submitted a job: a task thread that runs its own
+/// checkpoint work leaves it to its idle time for [`INLINE_PATIENCE_NS`].
+/// A no-op on a thread without such work (a worker, or a task with a
+/// snapshot thread).
+pub(crate) fn inline_submitted() {
+    if INLINE.with_borrow(Option::is_none) {
+        return;
+    }
+    INLINE_DUE_NS.with(|d| {
+        if d.get() == 0 {
+            d.set(crate::util::clock::now_ns() + INLINE_PATIENCE_NS);
+        }
+    });
+}
+
+/// Runs one slice (about 50 µs at yield points) of the calling task
+/// thread's checkpoint work, where the task would otherwise wait for
+/// input; false when it had none ready. A panic of the work passes on to
 /// the task.
-pub(crate) fn run_inline() {
+fn run_inline_slice() -> bool {
+    let more = INLINE.with_borrow_mut(|i| match i {
+        Some(s) if s.has_work() => {
+            s.run_slice();
+            Some(s.has_work())
+        }
+        _ => None,
+    });
+    let Some(more) = more else {
+        return false;
+    };
+    INLINE_DUE_NS.with(|d| {
+        d.set(if more {
+            crate::util::clock::now_ns() + INLINE_PATIENCE_NS
+        } else {
+            0
+        })
+    });
+    true
+}
+
+/// Between two batches: runs the calling task thread's checkpoint work
+/// whole once it waited [`INLINE_PATIENCE_NS`] for idle time. Costs a
+/// thread-local read while none waits.
+#[inline]
+pub(crate) fn run_overdue() {
+    let due = INLINE_DUE_NS.with(Cell::get);
+    if due != 0 && crate::util::clock::now_ns() >= due {
+        INLINE_DUE_NS.with(|d| d.set(0));
+        run_inline();
+    }
+}
+
+/// Runs the calling task thread's checkpoint work until it waits for the
+/// next job. A panic of the work (an operator's deferred snapshot code)
+/// passes on to the task.
+fn run_inline() {
     INLINE.with_borrow_mut(|i| {
         if let Some(s) = i {
             while s.has_work() {

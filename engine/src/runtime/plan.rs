@@ -103,7 +103,7 @@ impl TaskRt {
         match &self.snapshots {
             Some(w) => {
                 w.submit(job);
-                crate::checkpoint::snapshot::run_inline();
+                crate::checkpoint::snapshot::inline_submitted();
             }
             // Without checkpointing no barrier reaches a task.
             None => debug_assert!(false, "a checkpoint without a snapshot thread"),

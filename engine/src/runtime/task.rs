@@ -262,6 +262,7 @@ impl<T: Send, S: Source<T>> SourceTask<T, S> {
     /// `Phase::Running`: up to `budget` polls of the source.
     fn step_running(&mut self, rt: &mut TaskRt, budget: u32) -> Result<Step, TaskError> {
         for _ in 0..budget {
+            crate::checkpoint::snapshot::run_overdue();
             let blocked = self.chain.output_blocked() && !self.chain.drain_output()?;
             if let Some(t) = self.chain.next_timer_ns().filter(|_| !blocked) {
                 let now = crate::util::clock::now_ns();
@@ -377,7 +378,13 @@ impl<T: Send, S: Source<T>> TaskBody for SourceTask<T, S> {
             match self.step(rt, u32::MAX)? {
                 Step::Done => return Ok(()),
                 Step::Busy => {}
-                Step::Idle(deadline) => self.wait(deadline)?,
+                // Checkpoint work of its own first, slice by slice: the
+                // next step looks at the source again after each.
+                Step::Idle(deadline) => {
+                    if !crate::util::background::run_idle_slice() {
+                        self.wait(deadline)?
+                    }
+                }
             }
         }
     }
@@ -629,6 +636,7 @@ impl<T: GateData> GateTask<T> {
     /// `Phase::Running`: up to `budget` elements through the gate.
     fn step_running(&mut self, rt: &mut TaskRt, budget: u32) -> Result<Step, TaskError> {
         for _ in 0..budget {
+            crate::checkpoint::snapshot::run_overdue();
             if self.chain.output_blocked() && !self.chain.drain_output()? {
                 // Cooperative mode: the rest of the last batch's output
                 // waits; only control and priority barriers meanwhile.

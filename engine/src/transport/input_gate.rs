@@ -428,6 +428,14 @@ impl<T: RecordSize> InputGate<T> {
         }
     }
 
+    /// Where the gate would start to wait: runs one slice of the task
+    /// thread's own checkpoint work (true), unless it has none ready or
+    /// `deadline_ns` (a timer of the task's) passed.
+    fn idle_slice(deadline_ns: Option<u64>) -> bool {
+        deadline_ns.is_none_or(|d| crate::util::clock::now_ns() < d)
+            && crate::util::background::run_idle_slice()
+    }
+
     /// The next thing for the task to do. Signals of the barrier handler are
     /// appended to `signals`; act on them before the returned element. When
     /// idle past `deadline_ns`, returns [`GateEvent::Deadline`].
@@ -471,6 +479,13 @@ impl<T: RecordSize> InputGate<T> {
                         }
                         if self.cooperative {
                             return Ok(GateEvent::Idle);
+                        }
+                        // A task thread that runs its own checkpoint work
+                        // runs a slice of it (≤ 50 µs at yield points)
+                        // where it would start to wait, then looks at its
+                        // channels again.
+                        if spins == 0 && yields == 0 && Self::idle_slice(deadline_ns) {
+                            continue;
                         }
                         let parked = match self.wait {
                             WaitStrategy::Park => self.park(deadline_ns)?,
@@ -573,6 +588,10 @@ impl<T: RecordSize + Clone> InputGate<T> {
                 }
                 if self.cooperative {
                     return Ok(GateEvent::Idle);
+                }
+                // Checkpoint work of the task's own first (as `next`).
+                if spins == 0 && Self::idle_slice(deadline_ns) {
+                    continue;
                 }
                 // A short spin (as `SpinPark`), then park on every lane.
                 if spins < DEFAULT_SPINS && self.wait != WaitStrategy::Park {

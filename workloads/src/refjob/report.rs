@@ -254,7 +254,10 @@ impl RefJobResults {
             // sink's synchronous part (two histograms allocated and
             // faulted in there took 0.8-13 ms at W1's first checkpoint;
             // later ones come from the snapshot thread).
-            spare: (mode != CheckpointMode::None).then(Recorded::new),
+            spares: (mode != CheckpointMode::None)
+                .then(Recorded::new)
+                .into_iter()
+                .collect(),
             spare_changes: None,
             open_txn: Default::default(),
             pending: Default::default(),

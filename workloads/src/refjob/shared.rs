@@ -66,10 +66,11 @@ pub(super) struct SinkSlot {
     pub(super) unsettled: std::collections::BTreeMap<CheckpointId, Recorded>,
     /// With checkpoints: what was recorded since the last snapshot.
     pub(super) open_interval: Option<Recorded>,
-    /// An empty [`Recorded`] made off the sink's thread for the next
-    /// interval, so that the sink's synchronous snapshot part allocates
-    /// and zeroes nothing (two full histograms: ~420 KiB).
-    pub(super) spare: Option<Recorded>,
+    /// Empty [`Recorded`]s made off the sink's thread for the next
+    /// intervals, so that the sink's synchronous snapshot part allocates
+    /// and zeroes nothing (two full histograms: ~420 KiB), at most
+    /// [`SPARES`] ([`SinkSlot::offer_spare`]).
+    pub(super) spares: Vec<Recorded>,
     /// A [`SinkChanges`] the snapshot thread is done with, for
     /// the sink's next synchronous snapshot part to fill
     /// ([`SinkCheck::take_changes_into`]): its lists keep their capacity,
@@ -88,6 +89,13 @@ pub(super) struct SinkSlot {
     /// snapshot thread) and not committed yet, by checkpoint.
     pub(super) pending: std::collections::BTreeMap<u64, super::committed::Txn>,
 }
+
+/// Spares a sink slot keeps at most: two, so that the sink's snapshot
+/// finds one left after its synchronous part took the other, and the
+/// interval the completed checkpoint settled comes back as the next one
+/// (with one, the snapshot allocated a new spare at every checkpoint and
+/// the merge dropped the recycled one).
+pub(super) const SPARES: usize = 2;
 
 /// Intervals of the merged recordings kept whole (the newest): 2 s.
 const KEEP_WHOLE_INTERVALS: usize = 20;
@@ -123,13 +131,20 @@ impl SinkSlot {
         Ok(())
     }
 
-    /// Gives `slot` a spare for its next interval if it has none:
-    /// `recycled` (an emptied merged interval), else a new one allocated
-    /// here, off the sink's thread. Never while holding the slot's lock.
+    /// Keeps `recycled` (an emptied merged interval) as a spare while the
+    /// slot has fewer than [`SPARES`]; without one, allocates a new spare
+    /// here, off the sink's thread, only if the slot has none. Never while
+    /// holding the slot's lock.
     pub(super) fn offer_spare(slot: &Mutex<SinkSlot>, recycled: Option<Recorded>) {
-        if lock(slot).spare.is_none() {
-            let spare = recycled.unwrap_or_else(Recorded::new);
-            lock(slot).spare.get_or_insert(spare);
+        let have = lock(slot).spares.len();
+        let spare = match recycled {
+            Some(r) if have < SPARES => r,
+            None if have == 0 => Recorded::new(),
+            _ => return,
+        };
+        let mut s = lock(slot);
+        if s.spares.len() < SPARES {
+            s.spares.push(spare);
         }
     }
 
@@ -213,7 +228,7 @@ impl SinkSlot {
     /// is kept for a rollback until `id` completes.
     pub(super) fn close_interval(&mut self, id: CheckpointId) {
         if self.open_interval.is_some() {
-            let fresh = self.spare.take().unwrap_or_else(Recorded::new);
+            let fresh = self.spares.pop().unwrap_or_else(Recorded::new);
             if let Some(open) = self.open_interval.replace(fresh) {
                 self.unsettled.insert(id, open);
             }

@@ -239,14 +239,15 @@ impl Checkpointed for RefSink {
             }
             // The completed checkpoints' intervals are merged in idle
             // time (`Shared::merge_all_settled`), here only when too many
-            // wait; one of them, emptied, becomes the next interval's
-            // recordings, else a new one is allocated here, off the sink's
-            // synchronous part (a fresh one there each checkpoint cost
-            // 0.5 MB of page faults, `perf record`,
-            // docs/benchmarks-history.md). Leaving the spare to the idle
-            // merge alone helped W2 at 100 ms (excess over 500 µs 0.48
-            // against 0.75 %, 3 rounds) but cost W1 (records/s on / off
-            // 0.81 against 0.85, 6 rounds): not done.
+            // wait; one of them, emptied, becomes a later interval's
+            // recordings. With no spare left a new one is allocated here,
+            // off the sink's synchronous part (a fresh one there each
+            // checkpoint cost 0.5 MB of page faults, `perf record`,
+            // docs/benchmarks-history.md); the slot keeps two, so that
+            // with idle time (W2) none is allocated. Leaving spares to
+            // the idle merge alone helped W2 at 100 ms (excess over 500
+            // µs 0.48 against 0.75 %, 3 rounds) but cost W1 (records/s on
+            // / off 0.81 against 0.85, 6 rounds): not done.
             if let Some(e) = lock(&shared.settle_error).take() {
                 return Err(format!("merging the sink's settled latency intervals: {e}").into());
             }

@@ -2,7 +2,8 @@
 //! asynchronous phase) runs: on a snapshot thread while the machine has a
 //! core to spare for one, else on the task's own thread: in slices where
 //! it waits for input, or whole between two batches when it has waited
-//! too long for that. Its own test binary: it counts the process's
+//! too long for that; and what a task that fails leaves its snapshot
+//! thread to do. Its own test binary: it counts the process's
 //! threads by name.
 #![cfg(target_os = "linux")]
 
@@ -122,4 +123,93 @@ fn task_threads_finish_their_checkpoint_work_busy_or_idle() {
     let cores = std::thread::available_parallelism().unwrap().get();
     assert_eq!(run(cores, true, Load::Saturated), 0, "saturated");
     assert_eq!(run(cores, true, Load::Silent), 0, "silent");
+}
+
+/// Passes records on; the asynchronous part of its first snapshot waits
+/// for `release`, and it fails once three snapshots were taken (the
+/// second and third queued behind the first).
+struct StallThenFail {
+    taken: Vec<CheckpointId>,
+    release: Arc<std::sync::atomic::AtomicBool>,
+    ran: Arc<std::sync::Mutex<Vec<CheckpointId>>>,
+}
+
+impl Checkpointed for StallThenFail {
+    fn snapshot_state_async(
+        &mut self,
+        id: CheckpointId,
+    ) -> Result<Option<lockgate::state::StateSnapshot>, BoxError> {
+        let first = self.taken.is_empty();
+        self.taken.push(id);
+        let (release, ran) = (self.release.clone(), self.ran.clone());
+        Ok(Some(lockgate::state::StateSnapshot::deferred(move || {
+            if first {
+                assert!(
+                    wait_for(30, || release.load(std::sync::atomic::Ordering::Acquire)),
+                    "never released"
+                );
+            }
+            ran.lock().unwrap().push(id);
+            Ok(Vec::new())
+        })))
+    }
+}
+
+impl Operator<u64, u64> for StallThenFail {
+    fn process(
+        &mut self,
+        input: &mut Vec<u64>,
+        ctx: &mut Context<'_, u64>,
+    ) -> Result<(), BoxError> {
+        if self.taken.len() >= 3 {
+            return Err("fails with two snapshots queued".into());
+        }
+        for x in input.drain(..) {
+            ctx.emit(x);
+        }
+        Ok(())
+    }
+}
+
+/// A task that fails while its snapshot thread is busy: the snapshot jobs
+/// queued behind the one under way are dropped, so no deferred snapshot
+/// code of the failed attempt runs after the failure.
+#[test]
+fn a_failed_task_drops_its_queued_snapshot_jobs() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    struct NoHooks;
+    impl StorageHooks for NoHooks {}
+    let mut config = JobConfig::default();
+    config.checkpoint.mode = CheckpointMode::ExactlyOnce;
+    config.checkpoint.interval = Some(Duration::from_millis(5));
+    config.checkpoint.max_concurrent = 3;
+    // `Hooked` says its writes may wait: a snapshot thread runs the
+    // work whatever the cores.
+    let job = JobBuilder::new("stall", config).with_storage(Box::new(Hooked {
+        inner: lockgate::storage::MemoryStorage::new(),
+        hooks: NoHooks,
+    }));
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ran: Arc<std::sync::Mutex<Vec<CheckpointId>>> = Arc::default();
+    let (r, rn) = (release.clone(), ran.clone());
+    job.source("numbers", 1, |_| {
+        Counter::paced(0, 1, u64::MAX, 16, 100_000)
+    })
+    .process("stall", move |_| StallThenFail {
+        taken: Vec::new(),
+        release: r.clone(),
+        ran: rn.clone(),
+    })
+    .for_each(|_| ());
+    let h = job.start().unwrap();
+    let err = h.wait().expect_err("the operator fails the job");
+    assert!(err.to_string().contains("two snapshots queued"), "{err}");
+    assert!(ran.lock().unwrap().is_empty(), "the first one still waits");
+    release.store(true, std::sync::atomic::Ordering::Release);
+    assert!(
+        wait_for(30, || snapshot_threads() == 0),
+        "the snapshot thread ends"
+    );
+    let ran = ran.lock().unwrap().clone();
+    assert_eq!(ran.len(), 1, "only the job under way ran: {ran:?}");
 }

@@ -31,6 +31,7 @@ use crate::util::background::{SliceEnd, Sliced, Work};
 use crossbeam_channel::{Receiver, Sender};
 use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -93,6 +94,9 @@ pub(crate) struct AsyncPhase {
     /// On a cooperative worker: the work, for the worker to take
     /// ([`AsyncPhase::take_slices`]) on its own thread.
     sliced: Option<(Work, Receiver<SnapshotMsg>)>,
+    /// Set when the task failed: the jobs still queued are dropped
+    /// unrun ([`AsyncPhase`]'s `Drop`).
+    abandoned: Arc<AtomicBool>,
 }
 
 /// A task's checkpoint work as its cooperative worker runs it: slice by
@@ -308,20 +312,24 @@ impl AsyncPhase {
         // Unbounded: a task never waits for its asynchronous phase (jobs
         // are bounded by the coordinator's concurrent checkpoints anyway).
         let (tx, rx) = crossbeam_channel::unbounded();
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let flag = abandoned.clone();
         if (setup.on_worker || setup.inline) && !setup.storage.write_part_blocks() {
             let pending = rx.clone();
             return Ok(AsyncPhase {
                 jobs: Some(tx),
                 thread: None,
-                sliced: Some((Box::new(move || run(setup, rx)), pending)),
+                sliced: Some((Box::new(move || run(setup, rx, flag)), pending)),
+                abandoned,
             });
         }
         let (task, name) = (setup.task, setup.key.task.clone());
-        let thread = spawn_thread(task, &name, setup.on_worker, move || run(setup, rx))?;
+        let thread = spawn_thread(task, &name, setup.on_worker, move || run(setup, rx, flag))?;
         Ok(AsyncPhase {
             jobs: Some(tx),
             thread: Some(thread),
             sliced: None,
+            abandoned,
         })
     }
 
@@ -411,11 +419,15 @@ fn spawn_thread(
 }
 
 impl Drop for AsyncPhase {
-    /// A task that failed leaves its snapshot thread to end on its own
-    /// (after what is queued, or when a storage call returns); work in
-    /// slices ends with its worker's `SnapshotSlices`.
+    /// A task that failed leaves its snapshot thread to end on its own,
+    /// once the job under way returns (a storage call, an operator's
+    /// deferred snapshot); the jobs queued behind it are dropped unrun:
+    /// their checkpoints cannot complete, and an operator's deferred
+    /// snapshot code of a failed attempt would run beside the next
+    /// attempt's. Work in slices ends with its worker's `SnapshotSlices`.
     fn drop(&mut self) {
         if let Some(tx) = self.jobs.take() {
+            self.abandoned.store(true, Ordering::Release);
             let _ = tx.send(SnapshotMsg::End);
         }
     }
@@ -616,6 +628,7 @@ pub fn set_after_snapshot_hook(hook: fn(u64)) -> bool {
 fn run<E: From<(usize, SnapshotOutcome)>>(
     setup: SnapshotThreadSetup<E>,
     msgs: Receiver<SnapshotMsg>,
+    abandoned: Arc<AtomicBool>,
 ) {
     let mut chain = IncrementalChain::default();
     // The buffer each part is encoded into, kept from job to job: a fresh
@@ -631,6 +644,10 @@ fn run<E: From<(usize, SnapshotOutcome)>>(
             }
             SnapshotMsg::End => return,
         };
+        if abandoned.load(Ordering::Acquire) {
+            tracing::debug!(task = setup.task, checkpoint = %job.id, "the task failed: its snapshot job is dropped unrun");
+            continue;
+        }
         let id = job.id;
         let mut freed = 0;
         // A snapshot thread at work makes idle workers nap (they leave it

@@ -93,6 +93,18 @@ impl YieldClock {
             self.quiet_until_ns = back.saturating_add(QUIET_AFTER_SLOW_NS);
         }
     }
+
+    /// Yields the core now if a yield is due; true when it did (the clock
+    /// changed and is to be stored again).
+    fn yield_if_due(&mut self) -> bool {
+        let now = crate::util::clock::now_ns();
+        if !self.due(now) {
+            return false;
+        }
+        std::thread::yield_now();
+        self.yielded(now, crate::util::clock::now_ns());
+        true
+    }
 }
 
 /// Background threads of the process with work under way.
@@ -181,10 +193,7 @@ pub(crate) fn run_idle_slice() -> bool {
     if !slice() {
         return false;
     }
-    let now = crate::util::clock::now_ns();
-    if clock.due(now) {
-        std::thread::yield_now();
-        clock.yielded(now, crate::util::clock::now_ns());
+    if clock.yield_if_due() {
         IDLE_SLICE.with(|c| c.set(Some((slice, clock))));
     }
     true
@@ -380,10 +389,7 @@ pub fn yield_point() {
     }
     YIELDS.with(|c| {
         if let Some(mut clock) = c.get() {
-            let now = crate::util::clock::now_ns();
-            if clock.due(now) {
-                std::thread::yield_now();
-                clock.yielded(now, crate::util::clock::now_ns());
+            if clock.yield_if_due() {
                 c.set(Some(clock));
             }
         }

@@ -253,7 +253,8 @@ impl RefJobResults {
             // The first checkpoint's fresh interval: made here, not by the
             // sink's synchronous part (two histograms allocated and
             // faulted in there took 0.8-13 ms at W1's first checkpoint;
-            // later ones come from the snapshot thread).
+            // later ones come from the idle merge or the sink's deferred
+            // snapshot, `SinkSlot::offer_spare`).
             spares: (mode != CheckpointMode::None)
                 .then(Recorded::new)
                 .into_iter()

@@ -345,9 +345,9 @@ impl CheckpointBands {
 
 impl Shared {
     /// Merges every sink slot's settled intervals into its `merged`, and
-    /// leaves each slot a spare for its next interval (an emptied merged
-    /// one, else a new one allocated here): on a thread at idle priority,
-    /// after a checkpoint completed. A failure is kept for the sink's next
+    /// offers each slot an emptied merged one as a spare
+    /// ([`SinkSlot::offer_spare`]): on a thread at idle priority, after a
+    /// checkpoint completed. A failure is kept for the sink's next
     /// snapshot to report.
     pub(super) fn merge_all_settled(&self) {
         for slot in &self.slots {

@@ -207,8 +207,11 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 0)]
     pub inject_failures: usize,
     /// Resume from the latest complete checkpoint in DIR (which goes on
-    /// receiving checkpoints), with the flags it recorded; --parallelism
-    /// may differ (a rescale).
+    /// receiving checkpoints), with the flags it recorded: a flag left out
+    /// takes the recorded value, one given with another value is refused.
+    /// May differ: --parallelism (a rescale), --workers, --pin,
+    /// --wait-strategy, the outputs and the failure plan (--inject-failures,
+    /// --seed: not recorded).
     #[arg(long, value_name = "DIR")]
     pub restore: Option<PathBuf>,
     /// With --checkpoint-dir DIR: never (DIR must hold no checkpoint),
